@@ -1,0 +1,25 @@
+// What the current CUDA device is, read from the device (never hard-coded).
+#pragma once
+
+#include <string>
+
+namespace moefuse::cuda {
+
+struct DeviceInfo {
+  int ordinal = -1;
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  int num_sms = 0;
+  int l2_bytes = 0;
+  int max_smem_per_block_optin = 0;
+};
+
+// The current device, or nullopt-like info (ordinal -1) with `why` set when there is none usable
+// (no driver, no device). Never throws.
+DeviceInfo current_device(std::string* why = nullptr);
+
+// True when an sm_90 device is present, which every moefuse kernel needs. Otherwise `why` says why
+// not (for GTEST_SKIP and for the benchmark's "no GPU" message).
+bool hopper_available(std::string* why = nullptr);
+
+}  // namespace moefuse::cuda

@@ -1,0 +1,36 @@
+// Shared test helpers: fresh random data, error norms, GPU presence.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace moefuse::test {
+
+// A generator seeded from the test's name and a per-process random value, so every run draws
+// fresh data; the seed is printed on failure (SCOPED_TRACE) for reproduction.
+std::mt19937_64& rng();
+uint64_t seed();
+
+std::vector<float> random_normal(size_t n, float stddev = 1.0f, float mean = 0.0f);
+std::vector<float> random_uniform(size_t n, float lo, float hi);
+
+// ||a - b|| / ||b|| in fp64. Returns +inf if either holds a NaN or an infinity.
+double rel_norm_error(std::span<const float> a, std::span<const double> b);
+double rel_norm_error(std::span<const float> a, std::span<const float> b);
+
+// Skips the current test (GTEST_SKIP with the reason) unless an sm_90 device is present.
+#define MOEFUSE_REQUIRE_HOPPER()                                          \
+  do {                                                                    \
+    std::string moefuse_why_;                                             \
+    if (!::moefuse::test::hopper_present(&moefuse_why_))                  \
+      GTEST_SKIP() << "needs an sm_90 GPU: " << moefuse_why_;             \
+  } while (0)
+
+bool hopper_present(std::string* why);
+
+}  // namespace moefuse::test

@@ -1,0 +1,48 @@
+// moefuse-bench: the main job. `moefuse-bench [MODE] [--options]`; `moefuse-bench help` lists modes.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <string_view>
+
+#include "bench/mode.h"
+
+namespace {
+
+// Until the GPU layer lands (issue 6) the default run is the CPU reference of a small layer.
+constexpr std::string_view kDefaultMode = "reference";
+
+void print_help() {
+  std::printf("usage: moefuse-bench [MODE] [--option value ...]\n\nmodes:\n");
+  for (const auto& m : moefuse::bench::modes())
+    std::printf("  %-12s %.*s\n", std::string(m.name).c_str(), static_cast<int>(m.summary.size()),
+                m.summary.data());
+  std::printf("\nWith no MODE: %s.\n", std::string(kDefaultMode).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string_view mode_name = kDefaultMode;
+  int first = 1;
+  if (argc > 1 && std::string_view(argv[1]).rfind("--", 0) != 0) {
+    mode_name = argv[1];
+    first = 2;
+  }
+  if (mode_name == "help" || mode_name == "-h") {
+    print_help();
+    return 0;
+  }
+  for (const auto& m : moefuse::bench::modes()) {
+    if (m.name != mode_name) continue;
+    try {
+      moefuse::bench::Args args(argc, argv, first);
+      return m.run(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "moefuse-bench %s: %s\n", std::string(mode_name).c_str(), e.what());
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "moefuse-bench: unknown mode '%s'\n\n", std::string(mode_name).c_str());
+  print_help();
+  return 2;
+}
