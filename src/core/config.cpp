@@ -66,6 +66,9 @@ void MoeConfig::validate() const {
   MOEFUSE_EXPECT(router.z_loss_coeff >= 0 && std::isfinite(router.z_loss_coeff),
                  "config.router.z_loss_coeff", "a finite value >= 0",
                  std::to_string(router.z_loss_coeff));
+  MOEFUSE_EXPECT(!router.use_score_bias || router.kind == RouterKind::kSigmoidGroupTopK,
+                 "config.router.use_score_bias",
+                 "false with the softmax router (the bias is a sigmoid-router feature)", "true");
   if (router.kind == RouterKind::kSigmoidGroupTopK) {
     expect_positive(router.num_groups, "config.router.num_groups");
     MOEFUSE_EXPECT(num_experts % router.num_groups == 0, "config.router.num_groups",

@@ -4,7 +4,9 @@
 // Order: the T·k assignments (t, j) are placed expert by expert; inside expert e, by increasing
 // token t (stable, deterministic). offsets[e] is the first row of expert e, offsets[E] the total
 // rows used. With align > 1 each expert's first row is a multiple of `align` (rows in the gaps
-// belong to no assignment; token_of_row holds -1 there). Maps:
+// belong to no assignment; token_of_row holds -1 there): every expert's segment is padded to a
+// multiple of `align`, so offsets is the exclusive scan of round_up(counts, align) and offsets[E]
+// is a multiple of `align` too. Maps:
 //   row_of   [T, k]: the permuted row of assignment (t, j)
 //   token_of_row [rows]: the token a row came from, -1 for padding rows
 #pragma once

@@ -16,6 +16,8 @@
 //   aux  = aux_loss_coeff * E * sum_i f_i * P_i, f_i = count_i / (T k) (no gradient),
 //          P_i = mean_t q[t, i], q = softmax(logits_t) (softmax router) or s / sum(s) (sigmoid);
 //   z    = z_loss_coeff * mean_t logsumexp(logits_t)^2.
+// With T = 0 both losses, f and P are 0. options.use_score_bias with the softmax router is
+// rejected (InvalidArgument "config.router.use_score_bias").
 #pragma once
 
 #include <vector>

@@ -64,6 +64,8 @@ TEST(MoeConfig, RejectsEachBadField) {
   expect_rejects(c, "config.router.aux_loss_coeff");
   c = small(), c.router.z_loss_coeff = NAN;
   expect_rejects(c, "config.router.z_loss_coeff");
+  c = small(), c.router.use_score_bias = true;  // softmax router has no score bias
+  expect_rejects(c, "config.router.use_score_bias");
 }
 
 TEST(MoeConfig, RejectsBadGroupRouting) {

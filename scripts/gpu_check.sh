@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The whole GPU check in one command, for the H200 machine (device tool): device facts, the GPU and
+# CPU test suites, the SASS check (HGMMA present, no C7510-serialised wgmma), then the benchmarks.
+# Build here first (scripts/build.sh) and carry build/release; results land in $OUT (default
+# ./gpu-out), at most 8 files so that the device tool brings them all back.
+#
+#   scripts/gpu_check.sh [tests] [bench] [sass]     (default: all three)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+BUILD=${BUILD:-build/release}
+mkdir -p "$OUT"
+stages=${*:-tests sass bench}
+export PATH=/usr/local/cuda/bin:$PATH
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+    --format=csv
+} 2>&1 | tee "$OUT/device.txt"
+
+status=0
+if [[ " $stages " == *" tests "* ]]; then
+  echo "== GPU tests"
+  "$BUILD/moefuse_gpu_tests" --gtest_brief=1 2>&1 | tee "$OUT/tests.log" || status=1
+  echo "== CPU tests"
+  "$BUILD/moefuse_cpu_tests" --gtest_brief=1 2>&1 | tail -n 3 | tee -a "$OUT/tests.log" || status=1
+fi
+
+if [[ " $stages " == *" sass "* ]]; then
+  echo "== SASS"
+  {
+    for f in "$BUILD"/moefuse-bench; do
+      echo "$f: HGMMA $(cuobjdump --dump-sass "$f" | grep -c HGMMA)," \
+           "QGMMA $(cuobjdump --dump-sass "$f" | grep -c QGMMA)"
+    done
+    cuobjdump --dump-resource-usage "$BUILD/moefuse-bench" 2>/dev/null | grep -E "Function|REG" | head -80
+  } 2>&1 | tee "$OUT/sass.txt"
+fi
+
+if [[ " $stages " == *" bench "* ]]; then
+  echo "== benchmarks"
+  bench="$BUILD/moefuse-bench"
+  for mode in $($bench help | awk '/^  [a-z]/ {print $1}'); do
+    [[ $mode == reference ]] && continue
+    echo "-- moefuse-bench $mode"
+    $bench "$mode" --json "$OUT/bench_$mode.json" 2>&1 | tee -a "$OUT/bench.log" || status=1
+  done
+fi
+exit $status
