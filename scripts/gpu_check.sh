@@ -4,7 +4,8 @@
 # Build here first (scripts/build.sh) and carry build/release; results land in $OUT (default
 # ./gpu-out), at most 8 files so that the device tool brings them all back.
 #
-#   scripts/gpu_check.sh [tests] [bench] [sass]     (default: all three)
+#   scripts/gpu_check.sh [tests] [sanitize] [sass] [bench]   (default: tests sass bench)
+# Environment: GTEST_FILTER narrows the GPU tests; BENCH_MODES lists the bench modes to run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -22,9 +23,17 @@ export PATH=/usr/local/cuda/bin:$PATH
 status=0
 if [[ " $stages " == *" tests "* ]]; then
   echo "== GPU tests"
-  "$BUILD/moefuse_gpu_tests" --gtest_brief=1 2>&1 | tee "$OUT/tests.log" || status=1
+  timeout 600 "$BUILD/moefuse_gpu_tests" --gtest_brief=1 --gtest_filter="${GTEST_FILTER:-*}" 2>&1 |
+    tee "$OUT/tests.log" || status=1
   echo "== CPU tests"
   "$BUILD/moefuse_cpu_tests" --gtest_brief=1 2>&1 | tail -n 3 | tee -a "$OUT/tests.log" || status=1
+fi
+
+if [[ " $stages " == *" sanitize "* ]]; then
+  echo "== compute-sanitizer memcheck"
+  timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --print-limit 20 "$BUILD/moefuse_gpu_tests" \
+    --gtest_brief=1 --gtest_filter="${SANITIZE_FILTER:-*}" 2>&1 | tail -n 60 |
+    tee "$OUT/sanitize.log" || status=1
 fi
 
 if [[ " $stages " == *" sass "* ]]; then
@@ -41,10 +50,11 @@ fi
 if [[ " $stages " == *" bench "* ]]; then
   echo "== benchmarks"
   bench="$BUILD/moefuse-bench"
-  for mode in $($bench help | awk '/^  [a-z]/ {print $1}'); do
+  for mode in ${BENCH_MODES:-$($bench help | awk '/^  [a-z]/ {print $1}')}; do
     [[ $mode == reference ]] && continue
     echo "-- moefuse-bench $mode"
-    $bench "$mode" --json "$OUT/bench_$mode.json" 2>&1 | tee -a "$OUT/bench.log" || status=1
+    timeout 900 $bench "$mode" --json "$OUT/bench_$mode.json" 2>&1 | tee -a "$OUT/bench.log" ||
+      status=1
   done
 fi
 exit $status

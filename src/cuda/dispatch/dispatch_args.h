@@ -1,0 +1,36 @@
+// Validation of the dispatch entry points (host only, before any CUDA call).
+#pragma once
+
+#include <cstdint>
+
+#include "moefuse/dispatch.h"
+#include "moefuse/tensor.h"
+
+namespace moefuse::cuda {
+
+struct MapsShape {
+  int64_t tokens, top_k, experts, rows;
+};
+
+void check_expert_offsets(const TensorView& counts, const TensorView& offsets, int64_t align);
+
+MapsShape check_dispatch_maps(const TensorView& expert_idx, int64_t num_experts, int64_t align,
+                              const DispatchMaps& maps);
+
+// Shapes of the row-moving ops: T tokens, k, R rows, H hidden.
+struct RowsShape {
+  int64_t tokens, top_k, rows, hidden;
+};
+
+RowsShape check_permute(const TensorView& x, const TensorView& row_of,
+                        const TensorView& token_of_row, const TensorView& xs);
+RowsShape check_permute_backward(const TensorView& dxs, const TensorView& row_of,
+                                 const TensorView& dx);
+RowsShape check_combine(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
+                        const TensorView& y);
+RowsShape check_combine_backward(const TensorView& dy, const TensorView& ys,
+                                 const TensorView& probs, const TensorView& row_of,
+                                 const TensorView& token_of_row, const TensorView& dys,
+                                 const TensorView& d_probs);
+
+}  // namespace moefuse::cuda

@@ -1,0 +1,66 @@
+// Device helpers of the row-moving kernels (permute, combine and their backward): rows are
+// H bf16 = H/8 16-byte vectors; one warp works on one token and walks its rows in chunks of
+// 32 lanes × a few vectors so that several 16-byte loads per lane are in flight.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "moefuse/health.h"
+
+namespace moefuse::cuda {
+
+inline constexpr int kRowWarps = 8;  // warps (tokens) per block of the row kernels
+
+__device__ __forceinline__ void unpack_bf16x8(const uint4& v, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(h[i]);
+    f[2 * i] = p.x, f[2 * i + 1] = p.y;
+  }
+}
+
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
+  uint4 v;
+  auto* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return v;
+}
+
+// Lane j (< k) loads row_of[t, j]; a row outside [0, R) other than -1 raises
+// kHealthRowOutOfRange. Returns the row, or -1 when there is none to use.
+__device__ __forceinline__ int load_row(const int32_t* row_of, int64_t t, int k, int lane,
+                                        int rows, int32_t* health) {
+  if (lane >= k) return -1;
+  const int r = row_of[t * k + lane];
+  if (r >= 0 && r < rows) return r;
+  if (r != -1 && health) atomicOr(health, kHealthRowOutOfRange);
+  return -1;
+}
+
+// The warp zeroes those of rows [first, first + 32) whose token_of_row is -1 (padding rows and
+// rows past offsets[E]), so every row of the output is written exactly once per call.
+__device__ __forceinline__ void zero_unassigned_rows(const int32_t* token_of_row, uint4* out,
+                                                     int rows, int vecs, int tokens, int first,
+                                                     int lane, int32_t* health) {
+  const int r = first + lane;
+  const int tok = r < rows ? token_of_row[r] : 0;
+  if ((tok < -1 || tok >= tokens) && health) atomicOr(health, kHealthRowOutOfRange);
+  unsigned pending = __ballot_sync(0xffffffffu, r < rows && tok == -1);
+  while (pending) {
+    const int row = first + __ffs(pending) - 1;
+    pending &= pending - 1;
+    uint4* dst = out + static_cast<int64_t>(row) * vecs;
+    for (int c = lane; c < vecs; c += 32) dst[c] = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Blocks of the zeroing part: one warp per 32 rows.
+inline unsigned zero_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + 32 * kRowWarps - 1) / (32 * kRowWarps));
+}
+
+}  // namespace moefuse::cuda

@@ -1,0 +1,41 @@
+// The fused kernel's host launcher (a template; each launch_*.cu instantiates one variant).
+#pragma once
+
+#include <algorithm>
+
+#include "cuda/check.h"
+#include "cuda/gemm/kernel.cuh"
+#include "cuda/gemm/launch.h"
+#include "cuda/gemm/tma_descriptor.h"
+
+namespace moefuse::gemm {
+
+template <class OutT, bool kGather>
+void launch_grouped_gemm(const GemmLaunch& launch, cudaStream_t stream) {
+  const GemmProblem& p = launch.problem;
+  if (p.m_cap == 0) return;  // nothing can be written
+  int device = 0, num_sms = 0;
+  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+
+  // The A map is unused by the gather variant but still a valid descriptor (over B's memory) so
+  // that the kernel signature stays one.
+  const CUtensorMap tmap_a = kGather
+      ? make_tma_2d_bf16(launch.b, int64_t{p.num_experts} * p.n, p.k, kBlockM, kBlockK)
+      : make_tma_2d_bf16(launch.a, p.m_cap, p.k, kBlockM, kBlockK);
+  const CUtensorMap tmap_b = make_tma_3d_bf16(launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
+
+  // The host cannot know the tile count; this bound (each expert adds at most one partial
+  // m-block) only trims the grid for tiny problems.
+  const int64_t max_tiles = (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) *
+                            ceil_div(p.n, kBlockN);
+  const int grid = static_cast<int>(std::min<int64_t>(num_sms, max_tiles));
+  const int64_t smem_bytes = gemm_smem_bytes(p.num_experts);
+  auto* kernel = &grouped_gemm_kernel<OutT, kGather>;
+  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem_bytes)));
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(tmap_a, tmap_b, p, launch.epilogue);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moefuse::gemm

@@ -1,0 +1,194 @@
+// The grouped GEMM's mainloop: producers that fill the shared-memory stages and the consumer
+// warpgroups that run wgmma over them.
+//
+// Pipeline protocol (kStages stages, each with a `full` and an `empty` mbarrier):
+//   producer: wait empty[s] (parity phase ^ 1; a fresh barrier passes), then
+//     TMA variant:    one thread arrive.expect_tx(full[s], A + B bytes), TMA A and TMA B.
+//                     full[s] arrive count 1.
+//     gather variant: thread 0 arrive.expect_tx(full[s], B bytes) and TMA B; all 128 producer
+//                     threads cp.async their A chunks and cp.async.mbarrier.arrive.noinc.
+//                     full[s] arrive count 1 + 128.
+//   consumers: wait full[s] (parity phase), issue 4 wgmma (K = 64), commit; once the *previous*
+//     stage's wgmmas retire (wait_group 1) every consumer thread arrives on that stage's empty
+//     barrier (arrive count 256). One wgmma batch stays in flight across stage boundaries.
+// Both roles walk the same tiles and the same number of K blocks per tile, so their (stage,
+// phase) counters stay in lockstep across the persistent loop.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include <utility>
+
+#include "cuda/gemm/config.h"
+#include "cuda/gemm/params.h"
+#include "cuda/gemm/smem.cuh"
+
+namespace moefuse::gemm {
+
+using cutlass::arch::ClusterBarrier;
+using cutlass::arch::ClusterTransactionBarrier;
+
+inline constexpr uint64_t kCacheHintNormal =
+    static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
+
+struct PipelineState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// The first row of A that a tile reads and the end of its expert's rows (exclusive, capped at
+// m_cap so that bad offsets can never make the epilogue write out of bounds).
+struct TileRows {
+  int first;
+  int end;
+};
+
+__device__ __forceinline__ TileRows tile_rows(const GemmProblem& p, const TileCoord& c) {
+  const int first = __ldg(p.offsets + c.expert) + c.m_block * kBlockM;
+  return TileRows{.first = first, .end = min(__ldg(p.offsets + c.expert + 1), p.m_cap)};
+}
+
+// TMA producer: one thread. A through a 2D map over [m_cap, K] (rows past m_cap zero-filled,
+// rows of the next expert loaded and masked in the epilogue); B through a 3D map over
+// [E, N, K] with the expert as the outer coordinate (n past N zero-filled, never another expert).
+__device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
+                                            const GemmProblem& p, const SharedLayout& smem,
+                                            const TileShape& shape, int total_tiles) {
+  const int k_blocks = ceil_div(p.k, kBlockK);
+  PipelineState pipe;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+    const TileRows rows = tile_rows(p, c);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      uint64_t* full = &smem.full[pipe.stage];
+      ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes + kBBytes);
+      cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, smem.a_stage(pipe.stage),
+                                   kb * kBlockK, rows.first);
+      cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
+                                   kb * kBlockK, c.n_block * kBlockN, c.expert);
+      pipe.advance();
+    }
+  }
+}
+
+// 16-byte cp.async into shared memory; src_bytes = 0 writes zeros (rows without a token, K tail).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+// Gather producer: the 128 threads of warpgroup 0. Thread i copies 16-byte chunk i % 8 of rows
+// i / 8 + 16·j (j < 8), so 8 neighbouring threads read one 128-byte row segment, written to the
+// 128B-swizzled position TMA would have used: chunk c of row r lands at r·128 + (c ^ r % 8)·16.
+__device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const GemmProblem& p,
+                                               const SharedLayout& smem, const TileShape& shape,
+                                               int total_tiles) {
+  constexpr int kChunks = kBlockK * 2 / 16;                     // 8 per 128-byte row
+  constexpr int kRowsPerPass = kWarpgroupThreads / kChunks;     // 16
+  constexpr int kPasses = kBlockM / kRowsPerPass;               // 8
+  const int tid = threadIdx.x;  // 0..127 in warpgroup 0
+  const int chunk = tid % kChunks;
+  const int row_in_pass = tid / kChunks;
+  const int k_blocks = ceil_div(p.k, kBlockK);
+  PipelineState pipe;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+    const TileRows rows = tile_rows(p, c);
+    // The source token of each of this thread's rows; -1 reads zeros.
+    int token[kPasses];
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      const int r = rows.first + row_in_pass + kRowsPerPass * j;
+      const int tok = r < rows.end ? __ldg(p.gather_index + r) : -1;
+      token[j] = (tok >= 0 && tok < p.gather_rows) ? tok : -1;
+    }
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      uint64_t* full = &smem.full[pipe.stage];
+      if (tid == 0) {
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, kBBytes);
+        cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
+                                     kb * kBlockK, c.n_block * kBlockN, c.expert);
+      }
+      const int k_col = kb * kBlockK + chunk * 8;
+      const bool k_ok = k_col < p.k;
+      uint8_t* a_stage = smem.a_stage(pipe.stage);
+#pragma unroll
+      for (int j = 0; j < kPasses; ++j) {
+        const int r = row_in_pass + kRowsPerPass * j;
+        const bool ok = k_ok && token[j] >= 0;
+        const __nv_bfloat16* src =
+            ok ? p.gather_x + static_cast<int64_t>(token[j]) * p.k + k_col : p.gather_x;
+        cp_async_16(a_stage + r * 128 + ((chunk ^ (r % 8)) * 16), src, ok ? 16 : 0);
+      }
+      cutlass::arch::cpasync_barrier_arrive_noinc(full);
+      pipe.advance();
+    }
+  }
+  // Do not leave the kernel with copies in flight.
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// acc += A_slab · B_stageᵀ for one 64-row slab and the 256-column stage: 4 wgmma m64n256k16.
+template <size_t... I>
+__device__ __forceinline__ void wgmma_m64n256k16(uint64_t desc_a, uint64_t desc_b,
+                                                 float (&acc)[128], std::index_sequence<I...>) {
+  using Mma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K,
+                                                             cute::SM90::GMMA::Major::K>;
+  Mma::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+__device__ __forceinline__ void fence_accumulators(float (&acc)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
+// One tile's K loop for consumer warpgroup `slab` (0 or 1: rows 64·slab .. 64·slab + 63).
+template <bool kGather>
+__device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProblem& p,
+                                             const SharedLayout& smem, PipelineState& pipe,
+                                             int slab) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  fence_accumulators(acc);
+  const int k_blocks = ceil_div(p.k, kBlockK);
+  int previous_stage = -1;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
+    // cp.async wrote A through the generic proxy; wgmma reads through the async proxy.
+    if constexpr (kGather) cutlass::arch::fence_view_async_shared();
+    const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + slab * (kBlockM / 2) * 128);
+    const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage));
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
+      // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
+      wgmma_m64n256k16(desc_a + 2 * k, desc_b + 2 * k, acc, std::make_index_sequence<128>{});
+    }
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<1>();
+    fence_accumulators(acc);
+    if (previous_stage >= 0) ClusterBarrier::arrive(&smem.empty[previous_stage]);
+    previous_stage = pipe.stage;
+    pipe.advance();
+  }
+  cute::warpgroup_wait<0>();
+  fence_accumulators(acc);
+  ClusterBarrier::arrive(&smem.empty[previous_stage]);
+}
+
+}  // namespace moefuse::gemm

@@ -1,0 +1,166 @@
+// Router backward to the logits: one warp per token, recomputing softmax (and sigmoid) from the
+// logits. Per token, with r the routing score (p or s), c the scaling factor, S = Σ_j r[idx_j]:
+//   d_score[idx_j] = renormalize ? c·(g_j/S − Σ_i g_i r[idx_i] / S²) : c·g_j
+//   aux: dq_e = α·E·f_e / T (one value per expert, staged in shared memory)
+//   softmax: dl = p ⊙ (d_score + dq − <d_score + dq, p>)
+//   sigmoid: dl = (d_score + (dq − <dq, q>)/Σs) ⊙ s ⊙ (1 − s),  q = s/Σs
+//   z:       dl += 2β·lse/T · p
+// fp32 math, fixed butterfly reductions: bitwise repeatable.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/check.h"
+#include "cuda/router/router_args.h"
+#include "cuda/router/warp_select.cuh"
+#include "moefuse/router.h"
+
+namespace moefuse {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+struct BackwardParams {
+  const float* logits;
+  const int32_t* expert_idx;
+  const int32_t* counts;
+  const float* d_probs;
+  float* d_logits;
+  int tokens, experts, top_k;
+  bool sigmoid, renormalize;
+  float scale, aux_coeff, z_coeff;
+};
+
+template <int S>
+__global__ void __launch_bounds__(kWarps * 32) router_topk_backward_kernel(BackwardParams p) {
+  extern __shared__ float s_dq[];  // [E]
+  const int E = p.experts, k = p.top_k;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const double f = static_cast<double>(p.counts[e]) / (static_cast<double>(p.tokens) * k);
+    s_dq[e] = static_cast<float>(static_cast<double>(p.aux_coeff) * E * f / p.tokens);
+  }
+  __syncthreads();
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= p.tokens) return;
+
+  const float* row = p.logits + static_cast<int64_t>(t) * E;
+  float v[S], prob[S], score[S], dq[S], d_score[S];
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < S; ++i) {
+    const int e = i * 32 + lane;
+    v[i] = e < E ? row[e] : -INFINITY;
+    dq[i] = e < E ? s_dq[e] : 0.0f;
+    d_score[i] = 0;
+    m = fmaxf(m, v[i]);
+  }
+  m = warp_max(m);
+  float sum_exp = 0;
+#pragma unroll
+  for (int i = 0; i < S; ++i) {
+    prob[i] = i * 32 + lane < E ? expf(v[i] - m) : 0.0f;
+    sum_exp += prob[i];
+  }
+  sum_exp = warp_sum(sum_exp);
+  const float lse = m + logf(sum_exp);
+#pragma unroll
+  for (int i = 0; i < S; ++i) {
+    prob[i] /= sum_exp;
+    score[i] = !p.sigmoid ? prob[i] : (i * 32 + lane < E ? 1.0f / (1.0f + expf(-v[i])) : 0.0f);
+  }
+
+  // Lane j holds assignment j; the score of its expert comes from the owning lane. Sums in j
+  // order, as the reference.
+  const int64_t at = static_cast<int64_t>(t) * k + lane;
+  const int my_e = lane < k ? p.expert_idx[at] : 0;
+  const float my_g = lane < k ? p.d_probs[at] : 0.0f;
+  float sum = 0, dot = 0;
+  for (int j = 0; j < k; ++j) {
+    const int e = __shfl_sync(kFullMask, my_e, j);
+    const float g = __shfl_sync(kFullMask, my_g, j);
+    float r = 0;
+#pragma unroll
+    for (int i = 0; i < S; ++i)
+      if (i * 32 + lane == e) r = score[i];
+    r = __shfl_sync(kFullMask, r, e & 31);
+    sum += r;
+    dot += g * r;
+  }
+  for (int j = 0; j < k; ++j) {
+    const int e = __shfl_sync(kFullMask, my_e, j);
+    const float g = __shfl_sync(kFullMask, my_g, j);
+    const float ds = p.renormalize ? p.scale * (g / sum - dot / (sum * sum)) : p.scale * g;
+#pragma unroll
+    for (int i = 0; i < S; ++i)
+      if (i * 32 + lane == e) d_score[i] += ds;
+  }
+
+  float dl[S];
+  if (!p.sigmoid) {
+    float dpp = 0;
+#pragma unroll
+    for (int i = 0; i < S; ++i) dpp += (d_score[i] + dq[i]) * prob[i];
+    dpp = warp_sum(dpp);
+#pragma unroll
+    for (int i = 0; i < S; ++i) dl[i] = prob[i] * (d_score[i] + dq[i] - dpp);
+  } else {
+    float s_sum = 0, dq_s = 0;
+#pragma unroll
+    for (int i = 0; i < S; ++i) s_sum += score[i], dq_s += dq[i] * score[i];
+    s_sum = warp_sum(s_sum);
+    const float dqq = warp_sum(dq_s) / s_sum;
+#pragma unroll
+    for (int i = 0; i < S; ++i)
+      dl[i] = (d_score[i] + (dq[i] - dqq) / s_sum) * score[i] * (1.0f - score[i]);
+  }
+  const float dz = 2.0f * p.z_coeff * lse / static_cast<float>(p.tokens);
+  float* out = p.d_logits + static_cast<int64_t>(t) * E;
+#pragma unroll
+  for (int i = 0; i < S; ++i)
+    if (i * 32 + lane < E) out[i * 32 + lane] = dl[i] + dz * prob[i];
+}
+
+template <int S>
+void launch_backward(const BackwardParams& p, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((p.tokens + kWarps - 1) / kWarps);
+  router_topk_backward_kernel<S><<<blocks, kWarps * 32, sizeof(float) * p.experts, stream>>>(p);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace cuda
+
+void router_topk_backward(const RouterOptions& options, int64_t top_k, const TensorView& logits,
+                          const TensorView& expert_idx, const TensorView& counts,
+                          const TensorView& d_probs, const TensorView& d_logits,
+                          cudaStream_t stream) {
+  const cuda::RouterShape shape = cuda::check_router_topk_backward(
+      options, top_k, logits, expert_idx, counts, d_probs, d_logits);
+  if (shape.tokens == 0) return;
+  const cuda::BackwardParams p{
+      .logits = logits.as<const float>(),
+      .expert_idx = expert_idx.as<const int32_t>(),
+      .counts = counts.as<const int32_t>(),
+      .d_probs = d_probs.as<const float>(),
+      .d_logits = d_logits.as<float>(),
+      .tokens = static_cast<int>(shape.tokens),
+      .experts = static_cast<int>(shape.experts),
+      .top_k = static_cast<int>(top_k),
+      .sigmoid = options.kind == RouterKind::kSigmoidGroupTopK,
+      .renormalize = options.renormalize,
+      .scale = options.routed_scaling_factor,
+      .aux_coeff = options.aux_loss_coeff,
+      .z_coeff = options.z_loss_coeff,
+  };
+  if (shape.experts <= 32) {
+    cuda::launch_backward<1>(p, stream);
+  } else if (shape.experts <= 128) {
+    cuda::launch_backward<4>(p, stream);
+  } else {
+    cuda::launch_backward<16>(p, stream);
+  }
+}
+
+}  // namespace moefuse

@@ -1,0 +1,55 @@
+// Warp-wide selection helpers of the router kernels: order-preserving integer keys for scores and
+// an arg-max with the reference's tie rule (higher score first, equal scores lower index first).
+#pragma once
+
+#include <cstdint>
+
+namespace moefuse::cuda {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+// Maps a double to a uint64 whose unsigned order is the numeric order (-inf < ... < +inf), so
+// the arg-max can run on the warp's integer reductions. Key 0 is kept for "no candidate": it is
+// the image of a negative NaN pattern only.
+__device__ __forceinline__ uint64_t ordered_key(double v) {
+  const uint64_t bits = static_cast<uint64_t>(__double_as_longlong(v));
+  return (bits >> 63) ? ~bits : (bits | (uint64_t{1} << 63));
+}
+
+__device__ __forceinline__ double key_value(uint64_t key) {
+  const uint64_t bits = (key >> 63) ? (key & ~(uint64_t{1} << 63)) : ~key;
+  return __longlong_as_double(static_cast<long long>(bits));
+}
+
+struct ArgMax {
+  uint64_t key;   // the best key of the warp (0 when no lane had a candidate)
+  unsigned index; // the lowest index holding it
+};
+
+// Every lane offers (key, index); all lanes get the best key and the lowest index among the lanes
+// that hold it. Three redux instructions instead of a shuffle tree.
+__device__ __forceinline__ ArgMax warp_argmax(uint64_t key, unsigned index) {
+  const unsigned hi = static_cast<unsigned>(key >> 32), lo = static_cast<unsigned>(key);
+  const unsigned best_hi = __reduce_max_sync(kFullMask, hi);
+  const unsigned best_lo = __reduce_max_sync(kFullMask, hi == best_hi ? lo : 0u);
+  const bool holds = hi == best_hi && lo == best_lo;
+  const unsigned best_index = __reduce_min_sync(kFullMask, holds ? index : ~0u);
+  return {.key = (uint64_t{best_hi} << 32) | best_lo, .index = best_index};
+}
+
+// Butterfly sums: every lane ends with the same bits (a + b == b + a exactly), so the result
+// does not depend on the lane that later writes it.
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(kFullMask, v, d);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
+  return v;
+}
+
+}  // namespace moefuse::cuda

@@ -1,0 +1,48 @@
+// CPU reference of the low-precision quantisation recipes: fp32 host tensors in, low-precision
+// values plus scales out, and back. The per-group arithmetic lives in src/formats/recipes.h,
+// shared with the GPU kernels; docs/formats.md gives the exact definitions.
+//
+// Every entry point validates its views (dtype, Device::kCpu, contiguous, shapes) and throws
+// InvalidArgument naming the bad one. Scale tensors are row-major, one entry per group:
+//
+//   recipe                 values                     scales
+//   blockwise FP8, 1x128   q [M, K] e4m3              [M, ceil(K/128)] fp32
+//   blockwise FP8, 128x128 q [N, K] / [E, N, K] e4m3  [ceil(N/128), ceil(K/128)] / [E, ...] fp32
+//   MXFP8, 1x32            q [M, K] e4m3              [M, ceil(K/32)] e8m0
+//   NVFP4, 1x16            q [M, K] e2m1 (K even,     [M, ceil(K/16)] e4m3, plus
+//                          two per byte, low first)   tensor_scale [1] fp32
+//
+// A last group shorter than the group size (K or N not a multiple of it) is a group of its own
+// over the elements that exist.
+#pragma once
+
+#include "moefuse/tensor.h"
+
+namespace moefuse::ref {
+
+// Activations, 1x128 groups along K: x [M, K] fp32 -> q [M, K] e4m3, scales [M, ceil(K/128)].
+void quantize_fp8_blockwise_1x128(const TensorView& x, const TensorView& q,
+                                  const TensorView& scales);
+void dequantize_fp8_blockwise_1x128(const TensorView& q, const TensorView& scales,
+                                    const TensorView& x);
+
+// Weights, 128x128 blocks: w [N, K] or stacked [E, N, K] fp32 -> q of the same shape, e4m3,
+// scales [ceil(N/128), ceil(K/128)] or [E, ceil(N/128), ceil(K/128)].
+void quantize_fp8_blockwise_128x128(const TensorView& w, const TensorView& q,
+                                    const TensorView& scales);
+void dequantize_fp8_blockwise_128x128(const TensorView& q, const TensorView& scales,
+                                      const TensorView& w);
+
+// MXFP8, 32-element blocks along K: x [M, K] fp32 -> q [M, K] e4m3, scales [M, ceil(K/32)] e8m0.
+void quantize_mxfp8(const TensorView& x, const TensorView& q, const TensorView& scales);
+void dequantize_mxfp8(const TensorView& q, const TensorView& scales, const TensorView& x);
+
+// NVFP4, 16-element blocks along K (K even): x [M, K] fp32 -> q [M, K] e2m1 (packed),
+// block_scales [M, ceil(K/16)] e4m3, tensor_scale [1] fp32 (the decode scale, amax / (448 * 6)
+// up to rounding; docs/formats.md).
+void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,
+                    const TensorView& tensor_scale);
+void dequantize_nvfp4(const TensorView& q, const TensorView& block_scales,
+                      const TensorView& tensor_scale, const TensorView& x);
+
+}  // namespace moefuse::ref

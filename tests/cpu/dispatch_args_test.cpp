@@ -1,0 +1,209 @@
+// Bad-input paths of the GPU router and dispatch ops. Validation runs before any CUDA call, so
+// these run on the CPU: views point at a fake (never dereferenced) device address.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "moefuse/dispatch.h"
+#include "moefuse/error.h"
+#include "moefuse/router.h"
+
+namespace moefuse {
+namespace {
+
+void* const kFake = reinterpret_cast<void*>(uintptr_t{1} << 20);
+
+TensorView dev(DType dtype, std::initializer_list<int64_t> shape, void* data = kFake) {
+  return TensorView::contiguous(data, dtype, shape, Device::kCuda);
+}
+
+void expect_invalid(const std::function<void()>& call, const std::string& argument) {
+  try {
+    call();
+    ADD_FAILURE() << "no InvalidArgument; expected one naming '" << argument << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
+}
+
+constexpr int64_t T = 6, E = 8, K = 2, H = 16;
+
+struct RouterSetup {
+  RouterOptions options{};
+  TensorView logits = dev(DType::kFloat32, {T, E});
+  TensorView bias{};
+  RouterOutputs out{
+      .expert_idx = dev(DType::kInt32, {T, K}),
+      .probs = dev(DType::kFloat32, {T, K}),
+      .counts = dev(DType::kInt32, {E}),
+      .aux_f = dev(DType::kFloat32, {E}),
+      .aux_P = dev(DType::kFloat32, {E}),
+      .losses = dev(DType::kFloat32, {2}),
+  };
+  TensorView health = dev(DType::kInt32, {1});
+  Workspace ws{.data = kFake, .bytes = router_topk_workspace_size(T, E)};
+  int64_t k = K;
+
+  void run() const { router_topk(options, k, logits, bias, out, health, ws, nullptr); }
+};
+
+TEST(RouterTopkArgs, RejectsBadTensorsAndOptions) {
+  auto with = [](auto edit) {
+    RouterSetup s;
+    edit(s);
+    return [s] { s.run(); };
+  };
+  expect_invalid(with([](RouterSetup& s) { s.logits.device = Device::kCpu; }), "logits");
+  expect_invalid(with([](RouterSetup& s) { s.logits.dtype = DType::kBFloat16; }), "logits");
+  expect_invalid(with([](RouterSetup& s) { s.k = 0; }), "top_k");
+  expect_invalid(with([](RouterSetup& s) { s.k = 17; }), "top_k");
+  expect_invalid(with([](RouterSetup& s) { s.k = E + 1; }), "config.top_k");
+  expect_invalid(with([](RouterSetup& s) { s.logits = dev(DType::kFloat32, {T, 513}); }),
+                 "num_experts");
+  expect_invalid(with([](RouterSetup& s) { s.out.expert_idx = dev(DType::kInt32, {T, K + 1}); }),
+                 "expert_idx");
+  expect_invalid(with([](RouterSetup& s) { s.out.probs = dev(DType::kFloat32, {T + 1, K}); }),
+                 "probs");
+  expect_invalid(with([](RouterSetup& s) { s.out.counts = dev(DType::kFloat32, {E}); }), "counts");
+  expect_invalid(with([](RouterSetup& s) { s.out.aux_P = dev(DType::kFloat32, {E - 1}); }),
+                 "aux_P");
+  expect_invalid(with([](RouterSetup& s) { s.out.losses = dev(DType::kFloat32, {1}); }), "losses");
+  expect_invalid(with([](RouterSetup& s) { s.bias = dev(DType::kFloat32, {E}); }), "score_bias");
+  expect_invalid(with([](RouterSetup& s) { s.options.use_score_bias = true; }),
+                 "config.router.use_score_bias");
+  expect_invalid(with([](RouterSetup& s) {
+                   s.options.kind = RouterKind::kSigmoidGroupTopK;
+                   s.options.use_score_bias = true;
+                 }),
+                 "score_bias");
+  expect_invalid(with([](RouterSetup& s) {
+                   s.options.kind = RouterKind::kSigmoidGroupTopK;
+                   s.options.num_groups = 3;
+                 }),
+                 "config.router.num_groups");
+  expect_invalid(with([](RouterSetup& s) {
+                   s.logits = dev(DType::kFloat32, {T, 256});
+                   s.out.counts = dev(DType::kInt32, {256});
+                   s.options.kind = RouterKind::kSigmoidGroupTopK;
+                   s.options.num_groups = 64;
+                   s.options.topk_groups = 2;
+                 }),
+                 "config.router.num_groups");
+  expect_invalid(with([](RouterSetup& s) { s.health = dev(DType::kInt32, {2}); }), "health");
+  expect_invalid(with([](RouterSetup& s) { s.ws.bytes = 16; }), "workspace");
+  expect_invalid(with([](RouterSetup& s) { s.ws.data = static_cast<char*>(kFake) + 4; }),
+                 "workspace");
+}
+
+TEST(RouterTopkArgs, RejectsBadBackwardTensors) {
+  const RouterOptions o{};
+  const auto logits = dev(DType::kFloat32, {T, E}), idx = dev(DType::kInt32, {T, K}),
+             counts = dev(DType::kInt32, {E}), dp = dev(DType::kFloat32, {T, K}),
+             dl = dev(DType::kFloat32, {T, E});
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dev(DType::kFloat32, {T, 1}), dl, nullptr); },
+                 "d_probs");
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, dev(DType::kFloat32, {T, E + 1}), nullptr); },
+                 "d_logits");
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, dev(DType::kInt32, {E, 1}), dp, dl, nullptr); },
+                 "counts");
+}
+
+TEST(RouterLogitsArgs, RejectsBadGemmArguments) {
+  const auto x = dev(DType::kBFloat16, {T, H}), w = dev(DType::kBFloat16, {E, H}),
+             logits = dev(DType::kFloat32, {T, E});
+  const Workspace ws{.data = kFake, .bytes = router_logits_workspace_size()};
+  auto* fake_handle = reinterpret_cast<cublasHandle_t>(kFake);
+  expect_invalid([&] { router_logits(nullptr, x, w, logits, ws, nullptr); }, "cublas");
+  expect_invalid([&] { router_logits(fake_handle, dev(DType::kFloat32, {T, H}), w, logits, ws, nullptr); },
+                 "x");
+  expect_invalid([&] { router_logits(fake_handle, x, dev(DType::kBFloat16, {E, H + 8}), logits, ws, nullptr); },
+                 "x");
+  expect_invalid([&] { router_logits(fake_handle, x, w, dev(DType::kBFloat16, {T, E}), ws, nullptr); },
+                 "logits");
+  expect_invalid([&] { router_logits(fake_handle, x, w, logits, Workspace{}, nullptr); }, "workspace");
+  const Workspace bws{.data = kFake, .bytes = router_logits_backward_workspace_size(T, E)};
+  const auto dx = dev(DType::kBFloat16, {T, H}), dw = dev(DType::kFloat32, {E, H});
+  expect_invalid([&] { router_logits_backward(fake_handle, x, w, logits, dev(DType::kFloat32, {T, H}), dw, bws, nullptr); },
+                 "dx");
+  expect_invalid([&] { router_logits_backward(fake_handle, x, w, logits, dx, dev(DType::kFloat32, {E, 1}), bws, nullptr); },
+                 "d_w_router");
+  expect_invalid([&] { router_logits_backward(fake_handle, x, w, dev(DType::kFloat32, {T, 1}), dx, dw, bws, nullptr); },
+                 "d_logits");
+  expect_invalid([&] { router_logits_backward(fake_handle, x, w, logits, dx, dw, ws, nullptr); },
+                 "workspace");
+  expect_invalid([] { router_topk_workspace_size(-1, E); }, "tokens");
+  expect_invalid([] { router_logits_backward_workspace_size(T, 0); }, "num_experts");
+}
+
+TEST(DispatchArgs, RejectsBadOffsetsAndMaps) {
+  const auto counts = dev(DType::kInt32, {E}), offsets = dev(DType::kInt32, {E + 1});
+  expect_invalid([&] { expert_offsets(counts, offsets, 0, nullptr); }, "align");
+  expect_invalid([&] { expert_offsets(counts, dev(DType::kInt32, {E}), 1, nullptr); }, "offsets");
+  expect_invalid([&] { expert_offsets(dev(DType::kInt32, {2000}), offsets, 1, nullptr); },
+                 "counts.shape[0]");
+
+  const auto idx = dev(DType::kInt32, {T, K});
+  const DispatchMaps maps{.offsets = offsets,
+                          .row_of = dev(DType::kInt32, {T, K}),
+                          .token_of_row = dev(DType::kInt32, {T * K})};
+  const Workspace ws{.data = kFake, .bytes = dispatch_maps_workspace_size(T, E)};
+  const TensorView no_health{};
+  expect_invalid([&] { dispatch_maps(idx, 0, 1, maps, no_health, ws, nullptr); }, "num_experts");
+  expect_invalid([&] { dispatch_maps(idx, E, 0, maps, no_health, ws, nullptr); }, "align");
+  expect_invalid([&] { dispatch_maps(dev(DType::kInt32, {T, 17}), E, 1, maps, no_health, ws, nullptr); },
+                 "expert_idx.shape[1]");
+  expect_invalid([&] { dispatch_maps(dev(DType::kFloat32, {T, K}), E, 1, maps, no_health, ws, nullptr); },
+                 "expert_idx");
+  auto small = maps;
+  small.token_of_row = dev(DType::kInt32, {T * K - 1});
+  expect_invalid([&] { dispatch_maps(idx, E, 1, small, no_health, ws, nullptr); }, "token_of_row");
+  auto bad_row_of = maps;
+  bad_row_of.row_of = dev(DType::kInt32, {T, K + 1});
+  expect_invalid([&] { dispatch_maps(idx, E, 1, bad_row_of, no_health, ws, nullptr); }, "row_of");
+  expect_invalid([&] { dispatch_maps(idx, E + 1, 1, maps, no_health, ws, nullptr); }, "offsets");
+  expect_invalid([&] { dispatch_maps(idx, E, 1, maps, dev(DType::kFloat32, {1}), ws, nullptr); },
+                 "health");
+  expect_invalid([&] { dispatch_maps(idx, E, 1, maps, no_health, Workspace{}, nullptr); },
+                 "workspace");
+}
+
+TEST(DispatchArgs, RejectsBadRowTensors) {
+  constexpr int64_t R = T * K;
+  const auto x = dev(DType::kBFloat16, {T, H}), xs = dev(DType::kBFloat16, {R, H}),
+             row_of = dev(DType::kInt32, {T, K}), tor = dev(DType::kInt32, {R}),
+             probs = dev(DType::kFloat32, {T, K});
+  const TensorView none{};
+  expect_invalid([&] { permute(dev(DType::kBFloat16, {T, 12}), row_of, tor, xs, none, nullptr); },
+                 "x");
+  expect_invalid([&] { permute(dev(DType::kBFloat16, {T, H}, static_cast<char*>(kFake) + 8), row_of, tor, xs, none, nullptr); },
+                 "x");
+  expect_invalid([&] { permute(x, row_of, tor, dev(DType::kBFloat16, {R + 1, H}), none, nullptr); },
+                 "xs");
+  expect_invalid([&] { permute(x, dev(DType::kInt32, {T + 1, K}), tor, xs, none, nullptr); },
+                 "row_of");
+  expect_invalid([&] { permute(x, row_of, dev(DType::kInt64, {R}), xs, none, nullptr); },
+                 "token_of_row");
+  expect_invalid([&] { permute_backward(xs, row_of, dev(DType::kBFloat16, {T, 2 * H}), none, nullptr); },
+                 "dx");
+  expect_invalid([&] { combine(xs, dev(DType::kFloat32, {T, K + 1}), row_of, x, none, nullptr); },
+                 "probs");
+  expect_invalid([&] { combine(xs, probs, row_of, dev(DType::kFloat32, {T, H}), none, nullptr); },
+                 "y");
+  expect_invalid([&] { combine(xs, probs, dev(DType::kInt32, {T, 0}), x, none, nullptr); },
+                 "row_of.shape[1]");
+  const auto dp = dev(DType::kFloat32, {T, K});
+  expect_invalid([&] { combine_backward(x, xs, none, row_of, tor, xs, dp, none, nullptr); },
+                 "d_probs");
+  expect_invalid([&] { combine_backward(x, xs, probs, row_of, tor, xs, none, none, nullptr); },
+                 "d_probs");
+  expect_invalid([&] { combine_backward(x, xs, probs, row_of, tor, dev(DType::kBFloat16, {R, H + 8}), dp, none, nullptr); },
+                 "dys");
+  expect_invalid([&] { combine_backward(x, none, probs, row_of, tor, xs, dp, none, nullptr); },
+                 "ys");
+  expect_invalid([&] { combine_backward(x, xs, probs, row_of, tor, xs, dp, dev(DType::kInt32, {1, 1}), nullptr); },
+                 "health");
+}
+
+}  // namespace
+}  // namespace moefuse

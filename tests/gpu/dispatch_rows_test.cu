@@ -1,0 +1,180 @@
+// GPU permute, combine and their backward vs the CPU reference: H 8..7168 (with a partial last
+// chunk), k 1..16, T 0..1024, padded maps (align 8); permute bitwise, the sums within bf16
+// rounding; bitwise repeatability.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gpu/dispatch_test_util.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/health.h"
+#include "ref/dispatch.h"
+
+namespace moefuse {
+namespace {
+
+using test::Bf16;
+using test::DeviceBuffer;
+
+constexpr double kBf16Tolerance = 8e-3;
+
+struct Case {
+  int64_t T, H, E, k, align;
+  std::string name() const {
+    return "T=" + std::to_string(T) + " H=" + std::to_string(H) + " E=" + std::to_string(E) +
+           " k=" + std::to_string(k) + " align=" + std::to_string(align);
+  }
+};
+
+const Case kCases[] = {{37, 2048, 64, 8, 1},  {1024, 2880, 128, 4, 8}, {300, 7168, 32, 4, 1},
+                       {1, 8, 1, 1, 1},       {5, 24, 16, 16, 8},      {0, 2048, 8, 2, 1},
+                       {1024, 4096, 8, 2, 1}, {64, 520, 512, 16, 8}};
+
+// Maps from the reference for random distinct routes.
+struct RefMaps {
+  int64_t R;
+  std::vector<int32_t> row_of, token_of_row;
+};
+RefMaps make_maps(const Case& c) {
+  std::vector<int32_t> idx(c.T * c.k), perm(c.E), counts(c.E, 0), offsets(c.E + 1);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::shuffle(perm.begin(), perm.end(), test::rng());
+    std::copy(perm.begin(), perm.begin() + c.k, idx.begin() + t * c.k);
+  }
+  for (int32_t e : idx) ++counts[e];
+  RefMaps m{.R = c.T * c.k + c.E * (c.align - 1) + 3};
+  m.row_of.resize(c.T * c.k);
+  m.token_of_row.resize(m.R);
+  ref::expert_offsets(test::host_view(counts, DType::kInt32, {c.E}),
+                      test::host_view(offsets, DType::kInt32, {c.E + 1}), c.align);
+  ref::dispatch_maps(test::host_view(idx, DType::kInt32, {c.T, c.k}),
+                     test::host_view(offsets, DType::kInt32, {c.E + 1}),
+                     test::host_view(m.row_of, DType::kInt32, {c.T, c.k}),
+                     test::host_view(m.token_of_row, DType::kInt32, {m.R}));
+  return m;
+}
+
+TEST(DispatchRows, PermuteAndPermuteBackwardMatchReference) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name() + " seed=" + std::to_string(test::seed()));
+    RefMaps m = make_maps(c);
+    const int64_t T = c.T, H = c.H, k = c.k, R = m.R;
+    std::vector<float> x = test::bf16_rounded(test::random_normal(T * H)), xs(R * H);
+    ref::permute(test::host_view(x, DType::kFloat32, {T, H}),
+                 test::host_view(m.token_of_row, DType::kInt32, {R}),
+                 test::host_view(xs, DType::kFloat32, {R, H}));
+    DeviceBuffer<Bf16> g_x(test::to_bf16(x)), g_xs(R * H);
+    DeviceBuffer<int32_t> g_row_of(m.row_of), g_tor(m.token_of_row), health(1);
+    g_xs.poison();
+    const auto hv = health.view(DType::kInt32, {1});
+    reset_health_flags(hv, nullptr);
+    permute(g_x.view(DType::kBFloat16, {T, H}), g_row_of.view(DType::kInt32, {T, k}),
+            g_tor.view(DType::kInt32, {R}), g_xs.view(DType::kBFloat16, {R, H}), hv, nullptr);
+    EXPECT_TRUE(test::same_bits(test::from_bf16(g_xs.download()), xs, "xs"));
+
+    std::vector<float> dxs = test::bf16_rounded(test::random_normal(R * H)), dx(T * H);
+    // The reference reads every row_of entry; padding rows of dxs are never read.
+    ref::permute_backward(test::host_view(dxs, DType::kFloat32, {R, H}),
+                          test::host_view(m.row_of, DType::kInt32, {T, k}),
+                          test::host_view(dx, DType::kFloat32, {T, H}));
+    DeviceBuffer<Bf16> g_dxs(test::to_bf16(dxs)), g_dx(T * H);
+    g_dx.poison();
+    permute_backward(g_dxs.view(DType::kBFloat16, {R, H}), g_row_of.view(DType::kInt32, {T, k}),
+                     g_dx.view(DType::kBFloat16, {T, H}), hv, nullptr);
+    EXPECT_LE(test::rel_norm_error(test::from_bf16(g_dx.download()), dx), kBf16Tolerance);
+    EXPECT_EQ(read_health_flags(hv, nullptr), 0);
+  }
+}
+
+TEST(DispatchRows, CombineAndBackwardMatchReference) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name() + " seed=" + std::to_string(test::seed()));
+    RefMaps m = make_maps(c);
+    const int64_t T = c.T, H = c.H, k = c.k, R = m.R;
+    std::vector<float> ys = test::bf16_rounded(test::random_normal(R * H)),
+                       probs = test::random_uniform(T * k, 0.0f, 1.0f), y(T * H);
+    ref::combine(test::host_view(ys, DType::kFloat32, {R, H}),
+                 test::host_view(probs, DType::kFloat32, {T, k}),
+                 test::host_view(m.row_of, DType::kInt32, {T, k}),
+                 test::host_view(y, DType::kFloat32, {T, H}));
+    DeviceBuffer<Bf16> g_ys(test::to_bf16(ys)), g_y(T * H);
+    DeviceBuffer<float> g_probs(probs);
+    DeviceBuffer<int32_t> g_row_of(m.row_of), g_tor(m.token_of_row), health(1);
+    const auto hv = health.view(DType::kInt32, {1});
+    reset_health_flags(hv, nullptr);
+    auto run_combine = [&] {
+      g_y.poison();
+      combine(g_ys.view(DType::kBFloat16, {R, H}), g_probs.view(DType::kFloat32, {T, k}),
+              g_row_of.view(DType::kInt32, {T, k}), g_y.view(DType::kBFloat16, {T, H}), hv,
+              nullptr);
+      return test::from_bf16(g_y.download());
+    };
+    const auto y_gpu = run_combine();
+    EXPECT_LE(test::rel_norm_error(y_gpu, y), kBf16Tolerance);
+    EXPECT_TRUE(test::same_bits(run_combine(), y_gpu, "y (second run)"));
+
+    std::vector<float> dy = test::bf16_rounded(test::random_normal(T * H)), dys(R * H),
+                       d_probs(T * k);
+    ref::combine_backward(test::host_view(dy, DType::kFloat32, {T, H}),
+                          test::host_view(ys, DType::kFloat32, {R, H}),
+                          test::host_view(probs, DType::kFloat32, {T, k}),
+                          test::host_view(m.row_of, DType::kInt32, {T, k}),
+                          test::host_view(dys, DType::kFloat32, {R, H}),
+                          test::host_view(d_probs, DType::kFloat32, {T, k}));
+    DeviceBuffer<Bf16> g_dy(test::to_bf16(dy)), g_dys(R * H);
+    DeviceBuffer<float> g_dp(T * k);
+    auto run_backward = [&] {
+      g_dys.poison(), g_dp.poison();
+      combine_backward(g_dy.view(DType::kBFloat16, {T, H}), g_ys.view(DType::kBFloat16, {R, H}),
+                       g_probs.view(DType::kFloat32, {T, k}), g_row_of.view(DType::kInt32, {T, k}),
+                       g_tor.view(DType::kInt32, {R}), g_dys.view(DType::kBFloat16, {R, H}),
+                       g_dp.view(DType::kFloat32, {T, k}), hv, nullptr);
+      return std::pair{test::from_bf16(g_dys.download()), g_dp.download()};
+    };
+    const auto [dys_gpu, dp_gpu] = run_backward();
+    EXPECT_LE(test::rel_norm_error(dys_gpu, dys), kBf16Tolerance);
+    EXPECT_LE(test::rel_norm_error(dp_gpu, d_probs), 1e-5);
+    const auto [dys_again, dp_again] = run_backward();
+    EXPECT_TRUE(test::same_bits(dys_again, dys_gpu, "dys (second run)"));
+    EXPECT_TRUE(test::same_bits(dp_again, dp_gpu, "d_probs (second run)"));
+
+    // The unweighted forms (weights applied by the FC2 epilogue): probs = 1 in the reference.
+    std::vector<float> ones(T * k, 1.0f), dys1(R * H), dp1(T * k);
+    ref::combine_backward(test::host_view(dy, DType::kFloat32, {T, H}),
+                          test::host_view(ys, DType::kFloat32, {R, H}),
+                          test::host_view(ones, DType::kFloat32, {T, k}),
+                          test::host_view(m.row_of, DType::kInt32, {T, k}),
+                          test::host_view(dys1, DType::kFloat32, {R, H}),
+                          test::host_view(dp1, DType::kFloat32, {T, k}));
+    g_dys.poison();
+    combine_backward(g_dy.view(DType::kBFloat16, {T, H}), TensorView{}, TensorView{},
+                     g_row_of.view(DType::kInt32, {T, k}), g_tor.view(DType::kInt32, {R}),
+                     g_dys.view(DType::kBFloat16, {R, H}), TensorView{}, hv, nullptr);
+    EXPECT_TRUE(test::same_bits(test::from_bf16(g_dys.download()), dys1, "dys (unweighted)"));
+    EXPECT_EQ(read_health_flags(hv, nullptr), 0);
+  }
+}
+
+TEST(DispatchRows, BadRowSetsHealthFlag) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const int64_t T = 4, H = 64, k = 2, R = 8;
+  std::vector<int32_t> row_of = {0, 1, 2, 3, 4, 99, 6, 7};
+  DeviceBuffer<Bf16> ys(test::to_bf16(test::random_normal(R * H))), y(T * H);
+  DeviceBuffer<float> probs(test::random_uniform(T * k, 0, 1));
+  DeviceBuffer<int32_t> g_row_of(row_of), health(1);
+  const auto hv = health.view(DType::kInt32, {1});
+  reset_health_flags(hv, nullptr);
+  combine(ys.view(DType::kBFloat16, {R, H}), probs.view(DType::kFloat32, {T, k}),
+          g_row_of.view(DType::kInt32, {T, k}), y.view(DType::kBFloat16, {T, H}), hv, nullptr);
+  EXPECT_EQ(read_health_flags(hv, nullptr) & kHealthRowOutOfRange, kHealthRowOutOfRange);
+}
+
+}  // namespace
+}  // namespace moefuse

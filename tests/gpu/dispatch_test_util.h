@@ -1,0 +1,90 @@
+// Helpers of the router/dispatch GPU tests: owning device buffers with poison, bf16 conversion,
+// views, and bitwise comparison that reports the first differing index.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/check.h"
+#include "moefuse/tensor.h"
+
+namespace moefuse::test {
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_) MOEFUSE_CUDA_CHECK(cudaMalloc(&ptr_, n_ * sizeof(T)));
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { if (ptr_) cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void upload(const std::vector<T>& host) {
+    ASSERT_EQ(host.size(), n_);
+    if (n_) MOEFUSE_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_) MOEFUSE_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // 0xFF bytes: NaN for fp32/bf16; for int32 pass 0x7F (a huge index no op ever writes).
+  void poison(int byte = 0xFF) {
+    if (n_) MOEFUSE_CUDA_CHECK(cudaMemset(ptr_, byte, n_ * sizeof(T)));
+  }
+  TensorView view(DType dtype, std::initializer_list<int64_t> shape) const {
+    return TensorView::contiguous(ptr_, dtype, shape, Device::kCuda);
+  }
+  T* data() const { return ptr_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+using Bf16 = __nv_bfloat16;
+
+inline std::vector<Bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<Bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16_rn(v[i]);
+  return out;
+}
+
+inline std::vector<float> from_bf16(const std::vector<Bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = __bfloat162float(v[i]);
+  return out;
+}
+
+// Values rounded to bf16 (what the GPU sees), kept as floats for the reference.
+inline std::vector<float> bf16_rounded(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
+
+template <class T>
+TensorView host_view(std::vector<T>& v, DType dtype, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(v.data(), dtype, shape, Device::kCpu);
+}
+
+// Bitwise equality with the first mismatch in the message ("what[index]: got vs want").
+template <class T>
+::testing::AssertionResult same_bits(const std::vector<T>& got, const std::vector<T>& want,
+                                     const std::string& what) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " vs " << want.size()
+                                         << " elements";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
+      return ::testing::AssertionFailure() << what << "[" << i << "]: got " << +got[i]
+                                           << ", want " << +want[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace moefuse::test

@@ -1,0 +1,163 @@
+// moefuse-bench quant: the GPU quantise / dequantise kernels (moefuse/quant.h), each timed as the
+// median of many launches, with achieved TB/s (bytes read + written once) and the ratio to a
+// cudaMemcpyAsync device-to-device copy moving the same number of bytes, measured in the same run.
+//
+//   moefuse-bench quant [--m 16384] [--k 7168] [--dtype bf16|fp32] [--experts 8] [--n 2048]
+//                       [--iters 50] [--warmup 10] [--json FILE]
+// Activations are x [m, k]; weights (128x128 blocks) are w [experts, n, k].
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/mode.h"
+#include "bench/report.h"
+#include "bench/timing.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "moefuse/error.h"
+#include "moefuse/quant.h"
+
+namespace moefuse::bench {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) {
+    MOEFUSE_CUDA_CHECK(cudaMalloc(&ptr, bytes ? bytes : 1));
+    // Non-zero, finite input data: a bf16/fp32 pattern of moderate values (0x3C3C...).
+    MOEFUSE_CUDA_CHECK(cudaMemset(ptr, 0x3C, bytes ? bytes : 1));
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct Case {
+  std::string name;
+  std::string shape;
+  double bytes;  // read + written, once each
+  std::function<void(cudaStream_t)> launch;
+};
+
+int run_quant(Args& args) {
+  const int64_t m = args.get_int("m", 16384, 1, 1 << 20);
+  const int64_t k = args.get_int("k", 7168, 16, 1 << 20);
+  const int64_t experts = args.get_int("experts", 8, 1, 1024);
+  const int64_t n = args.get_int("n", 2048, 1, 1 << 20);
+  const std::string dtype_arg = args.get("dtype", "bf16");
+  const int iters = static_cast<int>(args.get_int("iters", 50, 1, 100000));
+  const int warmup = static_cast<int>(args.get_int("warmup", 10, 0, 100000));
+  const std::string json = args.get("json", "");
+  args.finish();
+  MOEFUSE_EXPECT(dtype_arg == "bf16" || dtype_arg == "fp32", "--dtype", "bf16 or fp32",
+                 "'" + dtype_arg + "'");
+  MOEFUSE_EXPECT(k % 16 == 0, "--k", "a multiple of 16", std::to_string(k));
+  std::string why;
+  if (!cuda::hopper_available(&why)) {
+    std::printf("moefuse-bench quant: needs an sm_90 GPU (%s)\n", why.c_str());
+    return 1;
+  }
+  const DType in = dtype_arg == "bf16" ? DType::kBFloat16 : DType::kFloat32;
+  const double in_bytes = dtype_arg == "bf16" ? 2 : 4;
+  const int64_t wn = experts * n;
+  const int64_t big = std::max(m, wn) * k;
+  DeviceBuffer x(big * 4), q(big), scales(ceil_div(big, 16) * 4), amax(4), ts(4), out(big * 4),
+      copy_src(big * 8), copy_dst(big * 8);
+  auto dev = [](const DeviceBuffer& b, DType t, std::initializer_list<int64_t> s) {
+    return TensorView::contiguous(b.ptr, t, s, Device::kCuda);
+  };
+  const std::string act = "[" + std::to_string(m) + ", " + std::to_string(k) + "]";
+  const std::string wsh = "[" + std::to_string(experts) + ", " + std::to_string(n) + ", " +
+                          std::to_string(k) + "]";
+  const double mk = double(m) * k, nk = double(wn) * k;
+  const int64_t g128 = ceil_div(k, 128), g32 = ceil_div(k, 32), g16 = ceil_div(k, 16);
+  const int64_t bn = ceil_div(n, 128);
+
+  std::vector<Case> cases = {
+      {"quantize 1x128 fp8", act, mk * (in_bytes + 1) + m * g128 * 4.0,
+       [&](cudaStream_t s) {
+         quantize_fp8_blockwise_1x128(dev(x, in, {m, k}), dev(q, DType::kFloat8E4M3, {m, k}),
+                                      dev(scales, DType::kFloat32, {m, g128}), s);
+       }},
+      {"quantize mxfp8", act, mk * (in_bytes + 1) + m * g32 * 1.0,
+       [&](cudaStream_t s) {
+         quantize_mxfp8(dev(x, in, {m, k}), dev(q, DType::kFloat8E4M3, {m, k}),
+                        dev(scales, DType::kFloat8E8M0, {m, g32}), s);
+       }},
+      {"quantize nvfp4 (amax + quantise)", act, mk * (in_bytes + 0.5) + m * g16 * 1.0,
+       [&](cudaStream_t s) {
+         quantize_nvfp4(dev(x, in, {m, k}), dev(q, DType::kFloat4E2M1, {m, k}),
+                        dev(scales, DType::kFloat8E4M3, {m, g16}), dev(amax, DType::kFloat32, {1}),
+                        dev(ts, DType::kFloat32, {1}), s);
+       }},
+      {"quantize 128x128 fp8", wsh, nk * (in_bytes + 1) + experts * bn * g128 * 4.0,
+       [&](cudaStream_t s) {
+         quantize_fp8_blockwise_128x128(dev(x, in, {experts, n, k}),
+                                        dev(q, DType::kFloat8E4M3, {experts, n, k}),
+                                        dev(scales, DType::kFloat32, {experts, bn, g128}), s);
+       }},
+      {"dequantize 1x128 fp8", act, mk * (1 + 4) + m * g128 * 4.0,
+       [&](cudaStream_t s) {
+         dequantize_fp8_blockwise_1x128(dev(q, DType::kFloat8E4M3, {m, k}),
+                                        dev(scales, DType::kFloat32, {m, g128}),
+                                        dev(out, DType::kFloat32, {m, k}), s);
+       }},
+      {"dequantize mxfp8", act, mk * (1 + 4) + m * g32 * 1.0,
+       [&](cudaStream_t s) {
+         dequantize_mxfp8(dev(q, DType::kFloat8E4M3, {m, k}), dev(scales, DType::kFloat8E8M0, {m, g32}),
+                          dev(out, DType::kFloat32, {m, k}), s);
+       }},
+      {"dequantize nvfp4", act, mk * (0.5 + 4) + m * g16 * 1.0,
+       [&](cudaStream_t s) {
+         dequantize_nvfp4(dev(q, DType::kFloat4E2M1, {m, k}), dev(scales, DType::kFloat8E4M3, {m, g16}),
+                          dev(ts, DType::kFloat32, {1}), dev(out, DType::kFloat32, {m, k}), s);
+       }},
+      {"dequantize 128x128 fp8", wsh, nk * (1 + 4) + experts * bn * g128 * 4.0,
+       [&](cudaStream_t s) {
+         dequantize_fp8_blockwise_128x128(dev(q, DType::kFloat8E4M3, {experts, n, k}),
+                                          dev(scales, DType::kFloat32, {experts, bn, g128}),
+                                          dev(out, DType::kFloat32, {experts, n, k}), s);
+       }},
+  };
+
+  cudaStream_t stream;
+  MOEFUSE_CUDA_CHECK(cudaStreamCreate(&stream));
+  Report report("quant kernels (" + dtype_arg + " input), vs cudaMemcpyAsync D2D of the same bytes",
+                {"kernel", "shape", "median us", "TB/s", "copy TB/s", "ratio to copy"});
+  for (const Case& c : cases) {
+    progress("quant: " + c.name);
+    const Timing t = time_on_stream(c.launch, stream, warmup, iters);
+    // A copy of bytes/2 reads and writes bytes/2 each: the same traffic as the kernel.
+    const size_t copy_bytes = static_cast<size_t>(c.bytes / 2);
+    const Timing ct = time_on_stream(
+        [&](cudaStream_t s) {
+          MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.ptr, copy_src.ptr, copy_bytes,
+                                             cudaMemcpyDeviceToDevice, s));
+        },
+        stream, warmup, iters);
+    const double tbs = c.bytes / (t.median_ms * 1e-3) / 1e12;
+    const double copy_tbs = 2.0 * copy_bytes / (ct.median_ms * 1e-3) / 1e12;
+    report.add_row({c.name, c.shape, t.median_ms * 1e3, tbs, copy_tbs, tbs / copy_tbs});
+  }
+  progress_done();
+  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  MOEFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
+  report.set_meta("iterations", static_cast<long long>(iters));
+  report.print();
+  if (!json.empty()) write_json_file(json, args.command(), {&report});
+  return 0;
+}
+
+}  // namespace
+
+MOEFUSE_BENCH_MODE(quant, "quant",
+                   "GPU quantise/dequantise kernels (blockwise FP8, MXFP8, NVFP4): TB/s vs D2D copy",
+                   run_quant);
+
+}  // namespace moefuse::bench
