@@ -5,6 +5,7 @@
 #ifndef MOEFUSE_MOEFUSE_H_
 #define MOEFUSE_MOEFUSE_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -72,6 +73,62 @@ moefuse_status_t moefuse_config_preset(const char* name, moefuse_config_t* confi
 
 /* Checks every field; on failure the message names the field, the expected and the actual value. */
 moefuse_status_t moefuse_config_validate(const moefuse_config_t* config);
+
+/* ---- The MoE layer on the GPU (moefuse/layer.h) ------------------------------------------------
+ * Device pointers, contiguous, shapes from the config and T: x, dy, y, dx [T, H] bf16;
+ * w_router [E, H] bf16; w1 [E, fc1, H] bf16 (GLU rows interleaved); w2 [E, H, F] bf16;
+ * shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16; score_bias [E], b1 [E, fc1],
+ * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight.
+ * NULL for a tensor the config does not have. `stream` is a cudaStream_t. */
+typedef struct moefuse_layer moefuse_layer_t;
+
+typedef enum {
+  MOEFUSE_LAYER_FUSED = 0,
+  MOEFUSE_LAYER_UNFUSED = 1,
+} moefuse_layer_mode_t;
+
+typedef struct {
+  const void* w_router;
+  const float* score_bias;
+  const void* w1;
+  const float* b1;
+  const void* w2;
+  const float* b2;
+  const void* shared_w1;
+  const void* shared_w2;
+} moefuse_layer_weights_t;
+
+typedef struct {
+  void* dx;
+  float* d_w_router;
+  float* d_w1;
+  float* d_b1;
+  float* d_w2;
+  float* d_b2;
+  float* d_shared_w1;
+  float* d_shared_w2;
+} moefuse_layer_grads_t;
+
+/* Bytes of the per-layer cache and of the workspace for `tokens` tokens. No GPU needed. */
+moefuse_status_t moefuse_layer_sizes(const moefuse_config_t* config, moefuse_layer_mode_t mode,
+                                     int32_t recompute_pre, int64_t tokens, size_t* cache_bytes,
+                                     size_t* workspace_bytes);
+
+/* Creates the layer (a cuBLAS handle and a second stream); not capturable. */
+moefuse_status_t moefuse_layer_create(const moefuse_config_t* config, moefuse_layer_mode_t mode,
+                                      int32_t recompute_pre, moefuse_layer_t** layer);
+moefuse_status_t moefuse_layer_destroy(moefuse_layer_t* layer);
+
+/* Enqueue forward / backward on `stream`; no allocation, no sync: CUDA-graph safe. */
+moefuse_status_t moefuse_layer_forward(moefuse_layer_t* layer, int64_t tokens, const void* x,
+                                       const moefuse_layer_weights_t* weights, void* y,
+                                       float* losses, void* cache, size_t cache_bytes,
+                                       void* workspace, size_t workspace_bytes, void* stream);
+moefuse_status_t moefuse_layer_backward(moefuse_layer_t* layer, int64_t tokens, const void* x,
+                                        const void* dy, const moefuse_layer_weights_t* weights,
+                                        const moefuse_layer_grads_t* grads, void* cache,
+                                        size_t cache_bytes, void* workspace,
+                                        size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 }

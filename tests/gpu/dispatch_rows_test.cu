@@ -174,6 +174,22 @@ TEST(DispatchRows, BadRowSetsHealthFlag) {
   combine(ys.view(DType::kBFloat16, {R, H}), probs.view(DType::kFloat32, {T, k}),
           g_row_of.view(DType::kInt32, {T, k}), y.view(DType::kBFloat16, {T, H}), hv, nullptr);
   EXPECT_EQ(read_health_flags(hv, nullptr) & kHealthRowOutOfRange, kHealthRowOutOfRange);
+
+  // A token_of_row entry outside [-1, T) is reported by the zeroing warps; a good map is not,
+  // whatever R is (the warps' lanes past R read nothing).
+  std::vector<int32_t> good_row_of = {0, 1, 2, 3, 4, 5, 6, 7}, tor = {0, 0, 1, 1, 2, 2, 3, 3};
+  DeviceBuffer<int32_t> g_good(good_row_of);
+  DeviceBuffer<Bf16> x(test::to_bf16(test::random_normal(T * H))), xs(R * H);
+  for (int32_t entry : {2, static_cast<int32_t>(T), -2}) {  // 2 is row 5's true token
+    SCOPED_TRACE("token_of_row[5] = " + std::to_string(entry));
+    std::vector<int32_t> m = tor;
+    m[5] = entry;
+    DeviceBuffer<int32_t> g_tor(m);
+    reset_health_flags(hv, nullptr);
+    permute(x.view(DType::kBFloat16, {T, H}), g_good.view(DType::kInt32, {T, k}),
+            g_tor.view(DType::kInt32, {R}), xs.view(DType::kBFloat16, {R, H}), hv, nullptr);
+    EXPECT_EQ(read_health_flags(hv, nullptr), entry == 2 ? 0 : kHealthRowOutOfRange);
+  }
 }
 
 }  // namespace

@@ -131,6 +131,40 @@ TEST(RouterTopk, TiesFollowTheLowerIndexRule) {
   check_against_reference(RouterKind::kSigmoidGroupTopK, false, Logits::kQuantised);
 }
 
+// -0 and +0 are equal scores (the lower index first), and a NaN ranks below -inf (the key rule
+// of cuda/router/ordered_key.h): every token ranks all E experts, the expected order written out.
+TEST(RouterTopk, SignedZerosTieAndNaNRanksLast) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (int64_t E : {8, 40}) {
+    SCOPED_TRACE("E=" + std::to_string(E));
+    const int64_t T = 37, k = std::min<int64_t>(E, 16);
+    std::vector<float> logits(T * E);
+    std::vector<int32_t> want(T * k);
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = logits.data() + t * E;
+      std::vector<int32_t> order;  // the expected rank order
+      const int64_t lo = t % (E - 2), hi = lo + 1 + t % (E - 1 - lo);  // -0 at lo < hi: +0
+      for (int64_t e = 0; e < E; ++e) row[e] = -1.0f - static_cast<float>(e);  // distinct, below 0
+      row[lo] = -0.0f, row[hi] = 0.0f;
+      order = {static_cast<int32_t>(lo), static_cast<int32_t>(hi)};
+      for (int64_t e = 0; e < E; ++e)
+        if (e != lo && e != hi) order.push_back(static_cast<int32_t>(e));
+      if (t % 2) {  // a NaN on the best finite expert after the zeros: it moves to the end
+        const int32_t n = order[2];
+        row[n] = NAN;
+        order.erase(order.begin() + 2);
+        order.push_back(n);
+      }
+      std::copy(order.begin(), order.begin() + k, want.begin() + t * k);
+    }
+    int32_t health = 0;
+    const GpuRouting got =
+        run_gpu(options_for(RouterKind::kSoftmaxTopK, E, true), k, T, E, logits, {}, &health);
+    EXPECT_TRUE(test::same_bits(got.idx, want, "expert_idx"));
+    EXPECT_EQ(health & kHealthNonFiniteLogit, kHealthNonFiniteLogit);
+  }
+}
+
 TEST(RouterTopk, AllTokensChooseTheSameExperts) {
   MOEFUSE_REQUIRE_HOPPER();
   check_against_reference(RouterKind::kSoftmaxTopK, true, Logits::kSameForAllTokens);

@@ -1,15 +1,19 @@
 // moefuse-bench dispatch: the router and dispatch kernels per preset, as achieved bytes per
 // second against a device-to-device copy of the same traffic measured in the same run, and
-// against the same step in torch (bench/torch_dispatch.py).
+// against the same step in eager torch (bench/torch_dispatch.py, run once per preset).
 //
 // Bytes are the minimum traffic of each kernel (every input read once, every output written
 // once); the copy baseline is cudaMemcpyAsync of bytes/2 (a copy reads and writes each byte).
 // Router kernels read random logits; with --routing zipf the dispatch kernels get skewed routes.
+// Targets (docs/dispatch.md): permute and combine reach 0.85 of the copy's TB/s, router_topk is
+// 5x faster than torch's router sequence; the `met` column says whether this run met them.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,19 +33,84 @@ namespace moefuse::bench {
 namespace {
 
 constexpr int kWarmup = 5, kIters = 50;
+constexpr double kCopyTarget = 0.85;  // fraction of the copy's TB/s
+constexpr double kTorchTarget = 5.0;  // speed-up over the torch sequence
+
+enum class Target { kNone, kCopy, kTorch };
 
 struct Kernel {
   std::string name;
-  std::string torch_name;  // the torch line it compares with ("" for none)
+  std::string torch_name;  // the `torch <name>` line it compares with ("" for none)
   double bytes;
+  Target target;
   std::function<void(cudaStream_t)> launch;
 };
+
+using TorchTimes = std::optional<std::map<std::string, double>>;
+
+TorchTimes torch_times(const MoeConfig& c, int64_t T) {
+  const bool sigmoid = c.router.kind == RouterKind::kSigmoidGroupTopK;
+  char args[320];
+  std::snprintf(args, sizeof args,
+                "--tokens %lld --hidden %lld --experts %lld --topk %lld --router %s --groups %d "
+                "--topk-groups %d --scale %g",
+                static_cast<long long>(T), static_cast<long long>(c.hidden),
+                static_cast<long long>(c.num_experts), static_cast<long long>(c.top_k),
+                sigmoid ? "sigmoid" : "softmax", sigmoid ? c.router.num_groups : 1,
+                sigmoid ? c.router.topk_groups : 1,
+                static_cast<double>(c.router.routed_scaling_factor));
+  std::string why;
+  TorchTimes times = run_torch_baseline("bench/torch_dispatch.py", args, &why);
+  if (!times) std::printf("torch: unavailable (%s)\n", why.c_str());
+  return times;
+}
+
+// Times every kernel and a copy of its bytes, and adds one report row per kernel.
+void time_kernels(std::string_view preset_name, const std::vector<Kernel>& kernels,
+                  const TorchTimes& torch, Report& report, cudaStream_t stream) {
+  double max_bytes = 0;
+  for (const auto& kr : kernels) max_bytes = std::max(max_bytes, kr.bytes);
+  const DeviceBuffer copy_src(static_cast<size_t>(max_bytes / 2) + 16),
+      copy_dst(static_cast<size_t>(max_bytes / 2) + 16);
+  fill_uniform_bf16(copy_src.get(), copy_src.bytes() / 2, -1, 1, 7, stream);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const Kernel& kr = kernels[i];
+    progress("[" + std::string(preset_name) + " " + std::to_string(i + 1) + "/" +
+             std::to_string(kernels.size()) + "] " + kr.name);
+    const Timing t = time_on_stream(kr.launch, stream, kWarmup, kIters);
+    const size_t copy_bytes = static_cast<size_t>(kr.bytes / 2);
+    const Timing copy = time_on_stream(
+        [&](cudaStream_t s) {
+          MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.get(), copy_src.get(), copy_bytes,
+                                             cudaMemcpyDeviceToDevice, s));
+        },
+        stream, kWarmup, kIters);
+    const double tbs = kr.bytes / (t.median_ms * 1e-3) / 1e12;
+    const double copy_tbs = kr.bytes / (copy.median_ms * 1e-3) / 1e12;
+    double torch_us = -1, speedup = -1;
+    if (torch && !kr.torch_name.empty() && torch->count(kr.torch_name)) {
+      torch_us = torch->at(kr.torch_name) * 1e3;
+      speedup = torch_us / (t.median_ms * 1e3);
+    }
+    char target[32] = "-";
+    std::string met = "-";
+    if (kr.target == Target::kCopy) {
+      std::snprintf(target, sizeof target, "vs_copy>=%.2f", kCopyTarget);
+      met = tbs / copy_tbs >= kCopyTarget ? "yes" : "NO";
+    } else if (kr.target == Target::kTorch) {
+      std::snprintf(target, sizeof target, "speedup>=%.0f", kTorchTarget);
+      met = speedup < 0 ? "n/a" : speedup >= kTorchTarget ? "yes" : "NO";
+    }
+    report.add_row({std::string(preset_name), kr.name, t.median_ms * 1e3, kr.bytes / 1e6, tbs,
+                    copy_tbs, tbs / copy_tbs, torch_us, speedup, std::string(target), met});
+  }
+  progress_done();
+}
 
 void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint64_t seed,
                 Report& report, cudaStream_t stream) {
   const MoeConfig c = preset(name);
   const int64_t H = c.hidden, E = c.num_experts, k = c.top_k, R = T * k;
-  const bool sigmoid = c.router.kind == RouterKind::kSigmoidGroupTopK;
   const SyntheticRouting routing = draw_routing(T, E, k, dist, seed);
 
   DeviceBuffer logits(4 * T * E), bias(4 * E), probs(4 * T * k), f(4 * E), P(4 * E), losses(8),
@@ -52,7 +121,7 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
   DeviceBuffer routes = upload(routing.expert_idx), offsets(4 * (E + 1)), row_of(4 * T * k),
                token_of_row(4 * R);
   DeviceBuffer x(2 * T * H), xs(2 * R * H), ys(2 * R * H), y(2 * T * H), dy(2 * T * H),
-      dys(2 * R * H);
+      dys(2 * R * H), dx(2 * T * H);
   fill_uniform_bf16(x.get(), T * H, -1, 1, seed + 4, stream);
   fill_uniform_bf16(ys.get(), R * H, -1, 1, seed + 5, stream);
   fill_uniform_bf16(dy.get(), T * H, -1, 1, seed + 6, stream);
@@ -81,79 +150,55 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
                                .row_of = v_row_of, .token_of_row = v_tor},
                   none, Workspace{.data = ws_maps.get(), .bytes = ws_maps.bytes()}, s);
   };
-  route(stream);  // counts and idx for the backward; maps for the row kernels
+  const auto permute_rows = [&](cudaStream_t s) {
+    permute(x.view(DType::kBFloat16, {T, H}), v_row_of, v_tor, xs.view(DType::kBFloat16, {R, H}),
+            none, s);
+  };
+  route(stream);  // idx and counts for the router backward; maps for the row kernels
   maps(stream);
 
   const double act = 2.0 * T * H;  // one bf16 [T, H]
-  std::vector<Kernel> kernels = {
-      {"router_topk", "router", 4.0 * T * E + 8.0 * T * k, route},
-      {"dispatch_maps", "", 4.0 * T * k * 2 + 4.0 * R, maps},
-      {"permute", "permute", act * (1 + k) + 4.0 * T * k,
-       [&](cudaStream_t s) {
-         permute(x.view(DType::kBFloat16, {T, H}), v_row_of, v_tor,
-                 xs.view(DType::kBFloat16, {R, H}), none, s);
-       }},
-      {"combine", "combine", act * (1 + k) + 8.0 * T * k,
-       [&](cudaStream_t s) {
-         combine(ys.view(DType::kBFloat16, {R, H}), v_probs, v_row_of,
-                 y.view(DType::kBFloat16, {T, H}), none, s);
-       }},
-      {"combine_backward", "combine_backward", act * (1 + 2 * k) + 12.0 * T * k,
-       [&](cudaStream_t s) {
-         combine_backward(dy.view(DType::kBFloat16, {T, H}), ys.view(DType::kBFloat16, {R, H}),
-                          v_probs, v_row_of, v_tor, dys.view(DType::kBFloat16, {R, H}),
-                          d_probs_out.view(DType::kFloat32, {T, k}), none, s);
-       }},
-      {"router_backward", "", 8.0 * T * E + 8.0 * T * k,
+  const double maps_bytes = 4.0 * T * k * 2 + 4.0 * R, permute_bytes = act * (1 + k) + 4.0 * T * k;
+  const std::vector<Kernel> kernels = {
+      {"router_topk", "router", 4.0 * T * E + 8.0 * T * k, Target::kTorch, route},
+      {"router_backward", "router_backward", 8.0 * T * E + 8.0 * T * k, Target::kNone,
        [&](cudaStream_t s) {
          router_topk_backward(c.router, k, v_logits, v_idx, v_counts,
                               d_probs.view(DType::kFloat32, {T, k}),
                               d_logits.view(DType::kFloat32, {T, E}), s);
        }},
+      {"dispatch_maps", "", maps_bytes, Target::kNone, maps},
+      {"permute", "permute", permute_bytes, Target::kCopy, permute_rows},
+      {"maps+permute", "dispatch", maps_bytes + permute_bytes, Target::kNone,
+       [&](cudaStream_t s) {
+         maps(s);
+         permute_rows(s);
+       }},
+      {"permute_backward", "permute_backward", act * (1 + k) + 4.0 * T * k, Target::kNone,
+       [&](cudaStream_t s) {
+         permute_backward(xs.view(DType::kBFloat16, {R, H}), v_row_of,
+                          dx.view(DType::kBFloat16, {T, H}), none, s);
+       }},
+      {"combine", "combine", act * (1 + k) + 8.0 * T * k, Target::kCopy,
+       [&](cudaStream_t s) {
+         combine(ys.view(DType::kBFloat16, {R, H}), v_probs, v_row_of,
+                 y.view(DType::kBFloat16, {T, H}), none, s);
+       }},
+      {"combine_backward", "combine_backward", act * (1 + 2 * k) + 12.0 * T * k, Target::kNone,
+       [&](cudaStream_t s) {
+         combine_backward(dy.view(DType::kBFloat16, {T, H}), ys.view(DType::kBFloat16, {R, H}),
+                          v_probs, v_row_of, v_tor, dys.view(DType::kBFloat16, {R, H}),
+                          d_probs_out.view(DType::kFloat32, {T, k}), none, s);
+       }},
   };
-
-  double max_bytes = 0;
-  for (const auto& kr : kernels) max_bytes = std::max(max_bytes, kr.bytes);
-  DeviceBuffer copy_src(static_cast<size_t>(max_bytes / 2) + 16),
-      copy_dst(static_cast<size_t>(max_bytes / 2) + 16);
-
-  char torch_args[256];
-  std::snprintf(torch_args, sizeof torch_args,
-                "--tokens %lld --hidden %lld --experts %lld --topk %lld --router %s",
-                static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(E),
-                static_cast<long long>(k), sigmoid ? "sigmoid" : "softmax");
-  std::string why;
-  const auto torch = run_torch_baseline("bench/torch_dispatch.py", torch_args, &why);
-  if (!torch) std::printf("torch: unavailable (%s)\n", why.c_str());
-
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    const Kernel& kr = kernels[i];
-    progress("[" + std::string(name) + " " + std::to_string(i + 1) + "/" +
-             std::to_string(kernels.size()) + "] " + kr.name);
-    const Timing t = time_on_stream(kr.launch, stream, kWarmup, kIters);
-    const size_t copy_bytes = static_cast<size_t>(kr.bytes / 2);
-    const Timing copy = time_on_stream(
-        [&](cudaStream_t s) {
-          MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.get(), copy_src.get(), copy_bytes,
-                                             cudaMemcpyDeviceToDevice, s));
-        },
-        stream, kWarmup, kIters);
-    const double tbs = kr.bytes / (t.median_ms * 1e-3) / 1e12;
-    const double copy_tbs = kr.bytes / (copy.median_ms * 1e-3) / 1e12;
-    double torch_us = -1, speedup = -1;
-    if (torch && !kr.torch_name.empty() && torch->count(kr.torch_name)) {
-      torch_us = torch->at(kr.torch_name) * 1e3;
-      speedup = torch_us / (t.median_ms * 1e3);
-    }
-    report.add_row({std::string(name), kr.name, t.median_ms * 1e3, kr.bytes / 1e6, tbs, copy_tbs,
-                    tbs / copy_tbs, torch_us, speedup});
-  }
-  progress_done();
+  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const TorchTimes torch = torch_times(c, T);
+  time_kernels(name, kernels, torch, report, stream);
 }
 
 int run_dispatch(Args& args) {
   const std::string preset_arg = args.get("preset", "all");
-  const int64_t T = args.get_int("tokens", 16384, 0, 1 << 24);
+  const int64_t T = args.get_int("tokens", 16384, 1, 1 << 24);
   const std::string routing = args.get("routing", "uniform");
   const RoutingDistribution dist = parse_routing(routing);
   const std::string json = args.get("json", "");
@@ -175,7 +220,7 @@ int run_dispatch(Args& args) {
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Report report("dispatch: router and token dispatch kernels (torch_us -1: not measured)",
                 {"preset", "kernel", "median_us", "MB", "TB/s", "copy_TB/s", "vs_copy",
-                 "torch_us", "speedup"});
+                 "torch_us", "speedup", "target", "met"});
   report.set_meta("tokens", static_cast<long long>(T));
   report.set_meta("routing", routing);
   report.set_meta("reproduce", args.command());

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/dispatch/row_index.h"
 #include "moefuse/health.h"
 
 namespace moefuse::cuda {
@@ -30,15 +31,15 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
   return v;
 }
 
-// Lane j (< k) loads row_of[t, j]; a row outside [0, R) other than -1 raises
-// kHealthRowOutOfRange. Returns the row, or -1 when there is none to use.
+// Lane j (< k) loads row_of[t, j] (classify_row). Returns the row, or -1 when there is none to
+// use.
 __device__ __forceinline__ int load_row(const int32_t* row_of, int64_t t, int k, int lane,
                                         int rows, int32_t* health) {
   if (lane >= k) return -1;
-  const int r = row_of[t * k + lane];
-  if (r >= 0 && r < rows) return r;
-  if (r != -1 && health) atomicOr(health, kHealthRowOutOfRange);
-  return -1;
+  const int32_t r = row_of[t * k + lane];
+  const RowUse use = classify_row(r, rows);
+  if (use == RowUse::kBad && health) atomicOr(health, kHealthRowOutOfRange);
+  return use == RowUse::kUse ? r : -1;
 }
 
 // The warp zeroes those of rows [first, first + 32) whose token_of_row is -1 (padding rows and
@@ -46,10 +47,9 @@ __device__ __forceinline__ int load_row(const int32_t* row_of, int64_t t, int k,
 __device__ __forceinline__ void zero_unassigned_rows(const int32_t* token_of_row, uint4* out,
                                                      int rows, int vecs, int tokens, int first,
                                                      int lane, int32_t* health) {
-  const int r = first + lane;
-  const int tok = r < rows ? token_of_row[r] : 0;
-  if ((tok < -1 || tok >= tokens) && health) atomicOr(health, kHealthRowOutOfRange);
-  unsigned pending = __ballot_sync(0xffffffffu, r < rows && tok == -1);
+  const RowFill fill = classify_fill(token_of_row, first + lane, rows, tokens);
+  if (fill == RowFill::kBad && health) atomicOr(health, kHealthRowOutOfRange);
+  unsigned pending = __ballot_sync(0xffffffffu, fill == RowFill::kZero);
   while (pending) {
     const int row = first + __ffs(pending) - 1;
     pending &= pending - 1;

@@ -9,12 +9,15 @@ namespace moefuse::gemm {
 inline constexpr int kBlockM = 128;  // rows per tile: 2 consumer warpgroups × 64
 inline constexpr int kBlockN = 256;  // columns of h per tile (128 GLU outputs)
 inline constexpr int kBlockK = 64;   // 64 bf16 = 128 bytes: one 128B-swizzle row
-inline constexpr int kStages = 4;
+// Three stages leave room for the overlapped epilogue's tile buffer (kTileStageBytes); the
+// mainloop measured no slower with three than with four (docs/measurements.md).
+inline constexpr int kStages = 3;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
 
 // Warp roles: warpgroup 0 produces (one thread issues TMA; all 128 threads issue cp.async in the
-// gather variant), warpgroups 1 and 2 consume (each owns 64 rows of the 128-row tile).
+// gather variant) and, in the overlapped variant, warps 1-3 of it run the epilogue; warpgroups 1
+// and 2 consume (each owns 64 rows of the 128-row tile).
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kConsumerWarpgroups = 2;
 inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
@@ -23,8 +26,9 @@ inline constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
 // setmaxnreg budgets: 128 × producer + 256 × consumer must not exceed the 168 × 384 registers
 // __launch_bounds__(384, 1) gives the CTA. The gather producer keeps row indices and addresses
 // live, so it gets more and the consumers (128 fp32 accumulators each) a little less.
-inline constexpr int kProducerRegs = 40;
-inline constexpr int kConsumerRegs = 232;
+inline constexpr int kProducerRegs = 56;  // with the epilogue warps' 8-wide row pieces
+inline constexpr int kConsumerRegs = 224;
+inline constexpr int kEpilogueWarps = 3;  // warps 1-3 of warpgroup 0
 inline constexpr int kGatherProducerRegs = 72;
 inline constexpr int kGatherConsumerRegs = 216;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads);
@@ -39,11 +43,18 @@ static_assert((kBlockM / kConsumerWarpgroups) * 128 % kSwizzleAtomBytes == 0,
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kBlockN <= 256 && kBlockM <= 256, "TMA box extents are at most 256");
 
-// Dynamic shared memory: stages, then 2 × kStages mbarriers, then tile_start[E + 1]; plus slack
-// to align the base to the 1024-byte swizzle atom.
+// The epilogue's staging region: the overlapped variant's bf16 tile buffer (128 rows of 256
+// columns, padded to a 528-byte pitch: epilogues/tile_epilogue.cuh); the in-consumer variant uses
+// its start as two 64-row × 144-byte chunk buffers (epilogues/staged_store.cuh).
+inline constexpr int kTileStageBytes = kBlockM * (kBlockN * 2 + 16);
+inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
+static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileStageBytes);
+
+// Dynamic shared memory: stages, the staging region, then 2 × kStages + 2 mbarriers, then
+// tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
 constexpr int64_t gemm_smem_bytes(int num_experts) {
-  return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + 2 * kStages * 8 +
-         4 * (int64_t{num_experts} + 1);
+  return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileStageBytes +
+         (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
 }
 static_assert(gemm_smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 

@@ -3,28 +3,57 @@
 // Timeline of a CTA:
 //   all:        warp 0 computes tile_start[] from the offsets; thread 0 initialises the
 //               mbarriers; __syncthreads (the only CTA-wide barrier).
-//   warpgroup 0 (producer, setmaxnreg down): walks tiles blockIdx.x, +gridDim.x, ... and fills
-//               stages ahead of the consumers (mainloop.cuh has the protocol).
+//   warpgroup 0 (setmaxnreg down): warp 0 produces, walking tiles blockIdx.x, +gridDim.x, ... and
+//               filling stages ahead of the consumers (mainloop.cuh has the protocol); in the
+//               overlapped variant warps 1-3 are the epilogue warps, draining each finished tile
+//               from shared memory to global memory (epilogues/tile_epilogue.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
-//               fp32 registers each (rows 0-63 and 64-127 of the tile), then the fused epilogue
-//               from registers to global memory while the producer already loads the next tile.
+//               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
+//               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
+//               stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
+//               and the gather variant, whose producer needs all of warpgroup 0).
 #pragma once
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 
 #include <cutlass/arch/reg_reconfig.h>
 
+#include <type_traits>
+
 #include "cuda/gemm/device_scheduler.cuh"
 #include "cuda/gemm/epilogues/register_epilogue.cuh"
+#include "cuda/gemm/epilogues/tile_epilogue.cuh"
 #include "cuda/gemm/mainloop.cuh"
 
 namespace moefuse::gemm {
+
+// Warps 1-3 of warpgroup 0: drain every tile the consumers stage, in the consumers' tile order.
+__device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const EpilogueParams& ep,
+                                                   const SharedLayout& smem,
+                                                   const TileShape& shape, int total_tiles) {
+  constexpr int kWorkers = kEpilogueWarps * 32;
+  const int worker = threadIdx.x - 32;
+  uint32_t phase = 0;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+    const TileRows rows = tile_rows(p, c);
+    ClusterBarrier::wait(smem.tile_full, phase);
+    dispatch_epilogue_op(ep.op, [&](auto op) {
+      drain_tile<decltype(op)::value>(smem.stage, p, ep, rows.first, rows.end,
+                                      c.n_block * kBlockN, worker, kWorkers);
+    });
+    ClusterBarrier::arrive(smem.tile_empty);
+    phase ^= 1u;
+  }
+}
 
 template <class OutT, bool kGather>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                         const __grid_constant__ CUtensorMap tmap_b, const GemmProblem p,
                         const EpilogueParams ep) {
+  constexpr bool kOverlap = std::is_same_v<OutT, __nv_bfloat16> && !kGather;
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
@@ -36,6 +65,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       ClusterBarrier::init(&smem.full[s], kGather ? 1 + kWarpgroupThreads : 1);
       ClusterBarrier::init(&smem.empty[s], kConsumerThreads);
     }
+    ClusterBarrier::init(smem.tile_full, kConsumerThreads);
+    ClusterBarrier::init(smem.tile_empty, kEpilogueWarps * 32);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -48,18 +79,30 @@ __global__ void __launch_bounds__(kThreads, 1)
       produce_gather(&tmap_b, p, smem, shape, total_tiles);
     } else if (threadIdx.x == 0) {
       produce_tma(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
+    } else if (kOverlap && threadIdx.x >= 32) {
+      run_epilogue_warps(p, ep, smem, shape, total_tiles);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<kGather ? kGatherConsumerRegs : kConsumerRegs>();
     const int slab = warpgroup - 1;
     float acc[128];
     PipelineState pipe;
+    uint32_t tile_phase = 0;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
       const TileRows rows = tile_rows(p, c);
       consume_tile<kGather>(acc, p, smem, pipe, slab);
-      epilogue_tile<OutT>(acc, p, ep, c.expert, rows.first + slab * (kBlockM / 2), rows.end,
-                          c.n_block * kBlockN);
+      if constexpr (kOverlap) {
+        ClusterBarrier::wait(smem.tile_empty, tile_phase ^ 1u);
+        stage_accumulators(acc, smem.stage, slab,
+                           ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr,
+                           c.n_block * kBlockN, p.n);
+        ClusterBarrier::arrive(smem.tile_full);
+        tile_phase ^= 1u;
+      } else {
+        epilogue_tile<OutT>(acc, p, ep, smem.stage + slab * kStageBytes, slab, c.expert,
+                            rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kBlockN);
+      }
     }
   }
 }

@@ -11,8 +11,11 @@ namespace moefuse::gemm {
 struct SharedLayout {
   uint8_t* a;             // kStages × [kBlockM rows × 128 B], 128B-swizzled
   uint8_t* b;             // kStages × [kBlockN rows × 128 B], 128B-swizzled
+  uint8_t* stage;         // kTileStageBytes: the epilogue's staging region
   uint64_t* full;         // [kStages] producer → consumers: the stage holds data
   uint64_t* empty;        // [kStages] consumers → producer: the stage may be overwritten
+  uint64_t* tile_full;    // consumers → epilogue warps: the staged tile is complete
+  uint64_t* tile_empty;   // epilogue warps → consumers: the tile buffer may be overwritten
   int* tile_start;        // [E + 1] exclusive prefix of the tile counts
 
   __device__ static SharedLayout carve(uint8_t* raw) {
@@ -23,9 +26,12 @@ struct SharedLayout {
     SharedLayout s;
     s.a = base;
     s.b = s.a + kStages * kABytes;
-    s.full = reinterpret_cast<uint64_t*>(s.b + kStages * kBBytes);
+    s.stage = s.b + kStages * kBBytes;
+    s.full = reinterpret_cast<uint64_t*>(s.stage + kTileStageBytes);
     s.empty = s.full + kStages;
-    s.tile_start = reinterpret_cast<int*>(s.empty + kStages);
+    s.tile_full = s.empty + kStages;
+    s.tile_empty = s.tile_full + 1;
+    s.tile_start = reinterpret_cast<int*>(s.tile_empty + 1);
     return s;
   }
   __device__ uint8_t* a_stage(int stage) const { return a + stage * kABytes; }

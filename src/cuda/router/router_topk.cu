@@ -94,9 +94,9 @@ int max_blocks(int64_t tokens) {
 template <int S>
 __device__ void restrict_to_groups(uint64_t (&key)[S], const TopkParams& p, int lane) {
   const int per = p.experts / p.num_groups;
-  uint64_t my_group_key = 0;  // lane g holds group g's
+  uint64_t my_group_key = kNoCandidateKey;  // lane g holds group g's
   for (int g = 0; g < p.num_groups; ++g) {
-    uint64_t b1 = 0, b2 = 0;
+    uint64_t b1 = kNoCandidateKey, b2 = kNoCandidateKey;
     unsigned i1 = ~0u;
 #pragma unroll
     for (int i = 0; i < S; ++i) {
@@ -116,12 +116,12 @@ __device__ void restrict_to_groups(uint64_t (&key)[S], const TopkParams& p, int 
   unsigned chosen = 0;
   for (int r = 0; r < p.topk_groups; ++r) {
     const bool open = lane < p.num_groups && !((chosen >> lane) & 1u);
-    chosen |= 1u << warp_argmax(open ? my_group_key : 0, lane).index;
+    chosen |= 1u << warp_argmax(open ? my_group_key : kNoCandidateKey, lane).index;
   }
 #pragma unroll
   for (int i = 0; i < S; ++i) {
     const int e = i * 32 + lane;
-    if (e < p.experts && !((chosen >> (e / per)) & 1u)) key[i] = 0;
+    if (e < p.experts && !((chosen >> (e / per)) & 1u)) key[i] = kNoCandidateKey;
   }
 }
 
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
     if (!p.sigmoid) {
 #pragma unroll
       for (int i = 0; i < S; ++i) {
-        key[i] = i * 32 + lane < E ? ordered_key(static_cast<double>(v[i])) : 0;
+        key[i] = i * 32 + lane < E ? ordered_key(static_cast<double>(v[i])) : kNoCandidateKey;
         p_acc[i] += ex[i] / sum_exp;
       }
     } else {
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
 #pragma unroll
       for (int i = 0; i < S; ++i) {
         const int e = i * 32 + lane;
-        key[i] = 0;
+        key[i] = kNoCandidateKey;
         s32[i] = 0;
         if (e < E) {
           const double s = 1.0 / (1.0 + exp(-static_cast<double>(v[i])));
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
     double w_sum = 0, my_w = 0;
     unsigned my_idx = 0;
     for (int r = 0; r < p.top_k; ++r) {
-      uint64_t best = 0;
+      uint64_t best = kNoCandidateKey;
       unsigned best_e = ~0u;
 #pragma unroll
       for (int i = 0; i < S; ++i)
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
 #pragma unroll
         for (int i = 0; i < S; ++i) {
           if (i != static_cast<int>(slot)) continue;
-          key[i] = 0;
+          key[i] = kNoCandidateKey;  // taken
           w = p.sigmoid ? 1.0 / (1.0 + exp(-static_cast<double>(v[i])))
                         : static_cast<double>(ex[i] / sum_exp);
         }

@@ -1,28 +1,17 @@
-// Warp-wide selection helpers of the router kernels: order-preserving integer keys for scores and
-// an arg-max with the reference's tie rule (higher score first, equal scores lower index first).
+// Warp-wide selection helpers of the router kernels: an arg-max over ordered_key keys with the
+// reference's tie rule (higher score first, equal scores lower index first), and warp sums.
 #pragma once
 
 #include <cstdint>
+
+#include "cuda/router/ordered_key.h"
 
 namespace moefuse::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
-// Maps a double to a uint64 whose unsigned order is the numeric order (-inf < ... < +inf), so
-// the arg-max can run on the warp's integer reductions. Key 0 is kept for "no candidate": it is
-// the image of a negative NaN pattern only.
-__device__ __forceinline__ uint64_t ordered_key(double v) {
-  const uint64_t bits = static_cast<uint64_t>(__double_as_longlong(v));
-  return (bits >> 63) ? ~bits : (bits | (uint64_t{1} << 63));
-}
-
-__device__ __forceinline__ double key_value(uint64_t key) {
-  const uint64_t bits = (key >> 63) ? (key & ~(uint64_t{1} << 63)) : ~key;
-  return __longlong_as_double(static_cast<long long>(bits));
-}
-
 struct ArgMax {
-  uint64_t key;   // the best key of the warp (0 when no lane had a candidate)
+  uint64_t key;   // the best key of the warp (kNoCandidateKey when no lane had a candidate)
   unsigned index; // the lowest index holding it
 };
 

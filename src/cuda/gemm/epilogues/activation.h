@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/gemm/params.h"
 
@@ -19,27 +20,51 @@ namespace moefuse::gemm {
 
 MOEFUSE_EPI_FN float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-MOEFUSE_EPI_FN float apply_epilogue_op(const EpilogueParams& ep, float g, float u) {
-  switch (ep.op) {
-    case EpilogueOp::kLinear:
-      return g;
-    case EpilogueOp::kSwiGLU:
-      return g * sigmoid_f32(g) * u;
-    case EpilogueOp::kGeGLU:
-      return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
-    case EpilogueOp::kReGLU:
-      return fmaxf(g, 0.0f) * u;
-    case EpilogueOp::kClampedSwiGLU: {
-      const float gc = fminf(g, ep.clamp_limit);
-      const float uc = fminf(fmaxf(u, -ep.clamp_limit), ep.clamp_limit);
-      return gc * sigmoid_f32(ep.clamp_alpha * gc) * (uc + 1.0f);
-    }
-    case EpilogueOp::kSquaredReLU: {
-      const float r = fmaxf(g, 0.0f);
-      return r * r;
-    }
+// The operation as a compile-time choice: the fused epilogue instantiates its fully unrolled
+// loop once per op, so each copy holds only its own math. (One loop with the switch inside
+// inlined every op's code for each of the 128 accumulators: the code outgrew the instruction
+// cache and the epilogue took longer than the mainloop; docs/measurements.md.)
+template <EpilogueOp kOp>
+MOEFUSE_EPI_FN float apply_op(const EpilogueParams& ep, float g, float u) {
+  if constexpr (kOp == EpilogueOp::kLinear) {
+    return g;
+  } else if constexpr (kOp == EpilogueOp::kSwiGLU) {
+    return g * sigmoid_f32(g) * u;
+  } else if constexpr (kOp == EpilogueOp::kGeGLU) {
+    return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
+  } else if constexpr (kOp == EpilogueOp::kReGLU) {
+    return fmaxf(g, 0.0f) * u;
+  } else if constexpr (kOp == EpilogueOp::kClampedSwiGLU) {
+    const float gc = fminf(g, ep.clamp_limit);
+    const float uc = fminf(fmaxf(u, -ep.clamp_limit), ep.clamp_limit);
+    return gc * sigmoid_f32(ep.clamp_alpha * gc) * (uc + 1.0f);
+  } else {
+    static_assert(kOp == EpilogueOp::kSquaredReLU);
+    const float r = fmaxf(g, 0.0f);
+    return r * r;
   }
-  return g;
+}
+
+// Calls f(std::integral_constant<EpilogueOp, op>{}) for the runtime `op`: one switch, outside
+// whatever loop f runs.
+template <class F>
+MOEFUSE_EPI_FN decltype(auto) dispatch_epilogue_op(EpilogueOp op, F&& f) {
+  switch (op) {
+    case EpilogueOp::kSwiGLU: return f(std::integral_constant<EpilogueOp, EpilogueOp::kSwiGLU>{});
+    case EpilogueOp::kGeGLU: return f(std::integral_constant<EpilogueOp, EpilogueOp::kGeGLU>{});
+    case EpilogueOp::kReGLU: return f(std::integral_constant<EpilogueOp, EpilogueOp::kReGLU>{});
+    case EpilogueOp::kClampedSwiGLU:
+      return f(std::integral_constant<EpilogueOp, EpilogueOp::kClampedSwiGLU>{});
+    case EpilogueOp::kSquaredReLU:
+      return f(std::integral_constant<EpilogueOp, EpilogueOp::kSquaredReLU>{});
+    case EpilogueOp::kLinear: break;
+  }
+  return f(std::integral_constant<EpilogueOp, EpilogueOp::kLinear>{});
+}
+
+// The runtime form, for elementwise kernels whose loop body is small.
+MOEFUSE_EPI_FN float apply_epilogue_op(const EpilogueParams& ep, float g, float u) {
+  return dispatch_epilogue_op(ep.op, [&](auto op) { return apply_op<decltype(op)::value>(ep, g, u); });
 }
 
 }  // namespace moefuse::gemm

@@ -1,0 +1,192 @@
+// One MoE layer on the GPU, forward and backward, sync-free and capturable as one CUDA graph.
+//
+//   x [T,H] ─router─▶ idx, probs ─dispatch─▶ maps ─FC1 (+GLU)─▶ act ─FC2 (· prob)─▶ ys ─combine─▶ y
+//   y += shared_expert(x)  (a dense MLP through the same grouped GEMM, on a second stream)
+//
+// Memory is the caller's, in two regions sized by the layer (docs/layer.md has the plan):
+// - the cache [cache_size(T) bytes]: what forward leaves for backward. Keep one per layer between
+//   a layer's forward and its backward. It holds the routing metadata (logits, idx, probs, maps,
+//   the per-row probabilities) and FC1's pre-activation (unless options.recompute_pre). Never the
+//   permuted x, FC2's output or dY. x itself stays the caller's tensor: pass it to backward again.
+// - the workspace [workspace_size(T) bytes]: scratch of one call, reusable by the next layer.
+// Both 256-byte aligned (cudaMalloc's pointers are).
+//
+// Every call validates its arguments first (InvalidArgument names the bad one), then enqueues
+// work on `stream` (and on the layer's second stream, joined back before the call returns)
+// without allocating, synchronising or reading device memory on the host: forward and backward
+// can be captured together in one CUDA graph and replayed on new data in the same buffers.
+// Results are bitwise repeatable (no floating-point atomics anywhere on the path).
+//
+// Dtypes: activations, weights and dx are bf16; biases, routing probabilities, losses and every
+// gradient except dx are fp32. GLU expert weights (w1, b1, shared_w1) use the grouped GEMM's
+// interleaved layout: convert a [gate; up] weight with interleave_glu_weight (grouped_gemm.h);
+// gradients of interleaved weights come back interleaved (deinterleave_glu_weight converts them).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moefuse/config.h"
+#include "moefuse/tensor.h"
+#include "moefuse/workspace.h"
+
+namespace moefuse {
+
+enum class LayerMode : uint8_t {
+  kFused,    // gather in FC1's loads, GLU + pre-activation in FC1's epilogue, prob in FC2's
+  kUnfused,  // every op its own kernel: permute, plain GEMMs, activation and scaling passes
+};
+std::string_view layer_mode_name(LayerMode m);
+
+struct LayerOptions {
+  LayerMode mode = LayerMode::kFused;
+  // Backward recomputes FC1's pre-activation (one more FC1 GEMM) instead of reading it from the
+  // cache: the cache shrinks to x-sized metadata.
+  bool recompute_pre = false;
+};
+
+// Stages of the layer, each wrapped in an NVTX range of its name and reported to an observer.
+enum class LayerStage : uint8_t {
+  kRouter,          // logits GEMM + fused top-k, aux/z statistics
+  kDispatch,        // offsets, row maps, per-row probabilities
+  kPermute,         // unfused only: x → xs (fused: the gather is in FC1's loads)
+  kFc1,             // FC1 grouped GEMM (+ activation)
+  kFc2,             // FC2 grouped GEMM (+ prob scale)
+  kCombine,         // Σ_j over a token's rows (+ shared expert's output)
+  kSharedExpert,    // the shared expert's MLP (second stream)
+  kRecomputeFc1,    // backward with recompute_pre: FC1 again, pre-activation only
+  kCombineBackward,
+  kFc2Dgrad,        // d act (+ dGLU → d pre, + d prob)
+  kFc1Dgrad,        // d xs
+  kPermuteBackward, // d x = Σ_j d xs
+  kRouterBackward,  // d probs → d logits (+ aux, z) → d x +=, d w_router
+  kFc2Wgrad,        // d w2 (+ d b2)   (second stream)
+  kFc1Wgrad,        // d w1 (+ d b1)   (second stream)
+  kSharedExpertBackward,
+  kCount
+};
+std::string_view layer_stage_name(LayerStage s);
+bool layer_stage_is_backward(LayerStage s);
+
+// Told where each stage starts and ends, on the stream that runs it (the benchmark records CUDA
+// events here). Called on the host while enqueueing; it must only enqueue work.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  virtual void begin(LayerStage stage, cudaStream_t stream) = 0;
+  virtual void end(LayerStage stage, cudaStream_t stream) = 0;
+};
+
+// Caller-provided device views. Experts stacked along dim 0.
+struct MoeLayerWeights {
+  TensorView w_router;    // [E, H] bf16
+  TensorView score_bias;  // [E] fp32 when config.router.use_score_bias, else empty
+  TensorView w1;          // [E, fc1, H] bf16 (GLU: interleaved)
+  TensorView b1;          // [E, fc1] fp32 (GLU: interleaved) when config.expert_bias, else empty
+  TensorView w2;          // [E, H, F] bf16
+  TensorView b2;          // [E, H] fp32 when config.expert_bias, else empty
+  TensorView shared_w1;   // [shared_fc1, H] bf16 (GLU: interleaved) when shared_expert_ffn > 0
+  TensorView shared_w2;   // [H, shared_F] bf16 when shared_expert_ffn > 0
+};
+
+// Gradients of <y, dy> + aux_loss + z_loss, same shapes as the weights (and x). Overwritten.
+struct MoeLayerGrads {
+  TensorView dx;           // [T, H] bf16
+  TensorView d_w_router;   // [E, H] fp32
+  TensorView d_w1;         // [E, fc1, H] fp32 (interleaved like w1)
+  TensorView d_b1;         // [E, fc1] fp32 when config.expert_bias, else empty
+  TensorView d_w2;         // [E, H, F] fp32
+  TensorView d_b2;         // [E, H] fp32 when config.expert_bias, else empty
+  TensorView d_shared_w1;  // [shared_fc1, H] fp32 when shared_expert_ffn > 0
+  TensorView d_shared_w2;  // [H, shared_F] fp32 when shared_expert_ffn > 0
+};
+
+struct MoeLayerOutputs {
+  TensorView y;       // [T, H] bf16
+  TensorView losses;  // [2] fp32 device scalars {aux_loss, z_loss}, coefficients included;
+                      // backward adds their gradients (each enters the loss with weight 1)
+};
+
+// Optional per-call extras.
+struct LayerRun {
+  LayerObserver* observer = nullptr;  // stage boundaries (benchmark); nullptr: none
+  TensorView health;                  // [1] int32 device flag (moefuse/health.h) or empty
+};
+
+// Where a buffer of the memory plan lives. The forward and backward parts of the workspace
+// start at the same offset (after the part both use): a step runs them one after the other.
+enum class LayerRegion : uint8_t {
+  kCache,              // written by forward, read by backward; keep one per layer
+  kWorkspaceBoth,      // scratch used by forward and by backward
+  kWorkspaceForward,   // scratch of forward only
+  kWorkspaceBackward,  // scratch of backward only
+};
+
+// One buffer of the memory plan, for reports and docs.
+struct LayerBuffer {
+  std::string name;
+  LayerRegion region;
+  size_t offset;  // bytes from its region's start (the cache's or the workspace's)
+  size_t bytes;
+};
+
+struct LayerMemoryPlan {
+  std::vector<LayerBuffer> buffers;
+  size_t cache_bytes = 0;
+  size_t workspace_bytes = 0;
+};
+
+// The plan for T tokens; sizes depend only on (config, options, T). No CUDA call.
+LayerMemoryPlan layer_memory_plan(const MoeConfig& config, const LayerOptions& options,
+                                  int64_t tokens);
+
+class MoeLayer {
+ public:
+  // Validates the config (InvalidArgument naming the field; precision must be kBF16 for now),
+  // then creates the cuBLAS handle, the second stream and its fork/join events. Not capturable.
+  explicit MoeLayer(const MoeConfig& config, const LayerOptions& options = {});
+  ~MoeLayer();
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+
+  const MoeConfig& config() const { return config_; }
+  const LayerOptions& options() const { return options_; }
+
+  size_t cache_size(int64_t max_tokens) const;
+  size_t workspace_size(int64_t max_tokens) const;
+
+  // y and losses from x [T, H] bf16. Writes the cache for backward. CUDA-graph safe: yes.
+  void forward(const TensorView& x, const MoeLayerWeights& weights, const MoeLayerOutputs& out,
+               Workspace cache, Workspace workspace, cudaStream_t stream,
+               const LayerRun& run = {});
+
+  // Every gradient from dy [T, H] bf16, the same x and weights, and the cache the forward wrote.
+  // The cache is only read. CUDA-graph safe: yes.
+  void backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& weights,
+                const MoeLayerGrads& grads, Workspace cache, Workspace workspace,
+                cudaStream_t stream, const LayerRun& run = {});
+
+ private:
+  // Records `event` on `from` and makes `to` wait for it.
+  static void fork(cudaEvent_t event, cudaStream_t from, cudaStream_t to);
+  void release() noexcept;
+
+  MoeConfig config_;
+  LayerOptions options_;
+  cublasHandle_t cublas_ = nullptr;
+  cudaStream_t side_ = nullptr;  // the second stream: shared expert, weight gradients
+  cudaEvent_t fork_ = nullptr, shared_done_ = nullptr, join_ = nullptr;
+};
+
+// interleaved → [gate; up] along dim 1 (the inverse of interleave_glu_weight): for gradients.
+// Same shape, dtypes and device rules as interleave_glu_weight.
+void deinterleave_glu_weight(const TensorView& src, const TensorView& dst,
+                             cudaStream_t stream = nullptr);
+
+}  // namespace moefuse

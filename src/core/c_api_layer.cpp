@@ -1,0 +1,154 @@
+// The C twin of moefuse::MoeLayer (moefuse.h): raw pointers become views shaped by the config.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/c_api.h"
+#include "moefuse/error.h"
+#include "moefuse/layer.h"
+#include "moefuse/moefuse.h"
+
+struct moefuse_layer {
+  moefuse::MoeLayer layer;
+};
+
+namespace moefuse::capi {
+namespace {
+
+LayerOptions layer_options(moefuse_layer_mode_t mode, int32_t recompute_pre) {
+  MOEFUSE_EXPECT(mode == MOEFUSE_LAYER_FUSED || mode == MOEFUSE_LAYER_UNFUSED, "mode",
+                 "MOEFUSE_LAYER_FUSED or MOEFUSE_LAYER_UNFUSED",
+                 std::to_string(static_cast<int>(mode)));
+  return {.mode = mode == MOEFUSE_LAYER_FUSED ? LayerMode::kFused : LayerMode::kUnfused,
+          .recompute_pre = recompute_pre != 0};
+}
+
+template <class P>
+void expect_pointer(P* p, const char* name, const char* what) {
+  MOEFUSE_EXPECT(p != nullptr, name, what, "NULL");
+}
+
+// A device view over `p` (absent when NULL: the layer says whether it must be there).
+TensorView dev(const void* p, DType dtype, std::initializer_list<int64_t> shape) {
+  if (!p) return TensorView{};
+  return TensorView::contiguous(const_cast<void*>(p), dtype, shape, Device::kCuda);
+}
+
+MoeConfig shared_of(const MoeConfig& c) {
+  MoeConfig s = c;
+  s.ffn = c.shared_expert_ffn;
+  return s;
+}
+
+MoeLayerWeights weights_of(const MoeConfig& c, const moefuse_layer_weights_t& w) {
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig s = shared_of(c);
+  const DType bf = DType::kBFloat16, f32 = DType::kFloat32;
+  return {.w_router = dev(w.w_router, bf, {E, H}),
+          .score_bias = dev(w.score_bias, f32, {E}),
+          .w1 = dev(w.w1, bf, {E, fc1, H}),
+          .b1 = dev(w.b1, f32, {E, fc1}),
+          .w2 = dev(w.w2, bf, {E, H, F}),
+          .b2 = dev(w.b2, f32, {E, H}),
+          .shared_w1 = dev(w.shared_w1, bf, {s.fc1_width(), H}),
+          .shared_w2 = dev(w.shared_w2, bf, {H, s.ffn})};
+}
+
+MoeLayerGrads grads_of(const MoeConfig& c, int64_t T, const moefuse_layer_grads_t& g) {
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig s = shared_of(c);
+  const DType f32 = DType::kFloat32;
+  return {.dx = dev(g.dx, DType::kBFloat16, {T, H}),
+          .d_w_router = dev(g.d_w_router, f32, {E, H}),
+          .d_w1 = dev(g.d_w1, f32, {E, fc1, H}),
+          .d_b1 = dev(g.d_b1, f32, {E, fc1}),
+          .d_w2 = dev(g.d_w2, f32, {E, H, F}),
+          .d_b2 = dev(g.d_b2, f32, {E, H}),
+          .d_shared_w1 = dev(g.d_shared_w1, f32, {s.fc1_width(), H}),
+          .d_shared_w2 = dev(g.d_shared_w2, f32, {H, s.ffn})};
+}
+
+void expect_tokens(int64_t tokens) {
+  MOEFUSE_EXPECT(tokens >= 1, "tokens", "at least 1", std::to_string(tokens));
+}
+
+}  // namespace
+}  // namespace moefuse::capi
+
+using moefuse::capi::guarded;
+
+extern "C" {
+
+moefuse_status_t moefuse_layer_sizes(const moefuse_config_t* config, moefuse_layer_mode_t mode,
+                                     int32_t recompute_pre, int64_t tokens, size_t* cache_bytes,
+                                     size_t* workspace_bytes) {
+  return guarded([&] {
+    using namespace moefuse::capi;
+    expect_pointer(config, "config", "a pointer to a moefuse_config_t");
+    expect_pointer(cache_bytes, "cache_bytes", "a pointer to a size_t");
+    expect_pointer(workspace_bytes, "workspace_bytes", "a pointer to a size_t");
+    const moefuse::LayerMemoryPlan p = moefuse::layer_memory_plan(
+        from_c(*config), layer_options(mode, recompute_pre), tokens);
+    *cache_bytes = p.cache_bytes;
+    *workspace_bytes = p.workspace_bytes;
+  });
+}
+
+moefuse_status_t moefuse_layer_create(const moefuse_config_t* config, moefuse_layer_mode_t mode,
+                                      int32_t recompute_pre, moefuse_layer_t** layer) {
+  return guarded([&] {
+    using namespace moefuse::capi;
+    expect_pointer(config, "config", "a pointer to a moefuse_config_t");
+    expect_pointer(layer, "layer", "a pointer to receive the layer");
+    *layer = nullptr;
+    *layer = new moefuse_layer{moefuse::MoeLayer(from_c(*config),
+                                                 layer_options(mode, recompute_pre))};
+  });
+}
+
+moefuse_status_t moefuse_layer_destroy(moefuse_layer_t* layer) {
+  return guarded([&] { delete layer; });
+}
+
+moefuse_status_t moefuse_layer_forward(moefuse_layer_t* layer, int64_t tokens, const void* x,
+                                       const moefuse_layer_weights_t* weights, void* y,
+                                       float* losses, void* cache, size_t cache_bytes,
+                                       void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    using namespace moefuse::capi;
+    using moefuse::DType;
+    expect_pointer(layer, "layer", "a layer from moefuse_layer_create");
+    expect_pointer(weights, "weights", "a pointer to a moefuse_layer_weights_t");
+    expect_tokens(tokens);
+    const moefuse::MoeConfig& c = layer->layer.config();
+    layer->layer.forward(
+        dev(x, DType::kBFloat16, {tokens, c.hidden}), weights_of(c, *weights),
+        {.y = dev(y, DType::kBFloat16, {tokens, c.hidden}),
+         .losses = dev(losses, DType::kFloat32, {2})},
+        {.data = cache, .bytes = cache_bytes}, {.data = workspace, .bytes = workspace_bytes},
+        static_cast<cudaStream_t>(stream));
+  });
+}
+
+moefuse_status_t moefuse_layer_backward(moefuse_layer_t* layer, int64_t tokens, const void* x,
+                                        const void* dy, const moefuse_layer_weights_t* weights,
+                                        const moefuse_layer_grads_t* grads, void* cache,
+                                        size_t cache_bytes, void* workspace,
+                                        size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    using namespace moefuse::capi;
+    using moefuse::DType;
+    expect_pointer(layer, "layer", "a layer from moefuse_layer_create");
+    expect_pointer(weights, "weights", "a pointer to a moefuse_layer_weights_t");
+    expect_pointer(grads, "grads", "a pointer to a moefuse_layer_grads_t");
+    expect_tokens(tokens);
+    const moefuse::MoeConfig& c = layer->layer.config();
+    layer->layer.backward(dev(x, DType::kBFloat16, {tokens, c.hidden}),
+                          dev(dy, DType::kBFloat16, {tokens, c.hidden}), weights_of(c, *weights),
+                          grads_of(c, tokens, *grads), {.data = cache, .bytes = cache_bytes},
+                          {.data = workspace, .bytes = workspace_bytes},
+                          static_cast<cudaStream_t>(stream));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,275 @@
+// The public backward grouped-GEMM API (moefuse/grouped_gemm_backward.h): validation, then
+// dispatch to the kernels (launch_*.cu, elementwise.cu).
+#include "moefuse/grouped_gemm_backward.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "cuda/gemm/backward/config.h"
+#include "cuda/gemm/backward/launch.h"
+#include "cuda/gemm/launch.h"
+#include "moefuse/error.h"
+
+namespace moefuse {
+namespace {
+
+bool present(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
+
+void expect_aligned(const TensorView& t, std::string_view name) {
+  const uintptr_t misaligned = reinterpret_cast<uintptr_t>(t.data) % 16;
+  MOEFUSE_EXPECT(misaligned == 0, name, "a 16-byte aligned data pointer",
+                 "a pointer misaligned by " + std::to_string(misaligned) + " bytes");
+}
+
+// A row length read by TMA: > 0, a multiple of 8 (16-byte strides), below 2^31.
+void expect_row_length(int64_t v, std::string_view name, std::string_view what) {
+  MOEFUSE_EXPECT(v > 0 && v % 8 == 0 && v <= std::numeric_limits<int32_t>::max(), name,
+                 std::string(what) + " > 0, a multiple of 8 and below 2^31",
+                 std::string(what) + " = " + std::to_string(v));
+}
+
+void expect_rows(const TensorView& t, std::string_view name) {
+  MOEFUSE_EXPECT(t.size(0) <= std::numeric_limits<int32_t>::max(), name, "rows below 2^31",
+                 std::to_string(t.size(0)));
+}
+
+int64_t expect_experts(int64_t e, std::string_view name) {
+  MOEFUSE_EXPECT(e >= 1 && e <= kGroupedGemmMaxExperts, name,
+                 "1 to " + std::to_string(kGroupedGemmMaxExperts) + " experts (dim 0)",
+                 std::to_string(e));
+  return e;
+}
+
+gemm::EpilogueOp activation_op(Activation a) {
+  switch (a) {
+    case Activation::kSwiGLU: return gemm::EpilogueOp::kSwiGLU;
+    case Activation::kGeGLU: return gemm::EpilogueOp::kGeGLU;
+    case Activation::kReGLU: return gemm::EpilogueOp::kReGLU;
+    case Activation::kSquaredReLU: return gemm::EpilogueOp::kSquaredReLU;
+    case Activation::kClampedSwiGLU: return gemm::EpilogueOp::kClampedSwiGLU;
+  }
+  throw InvalidArgument("activation", "a moefuse::Activation",
+                        std::to_string(static_cast<int>(a)));
+}
+
+gemm::bwd::DgradLaunch dgrad_launch(const GroupedGemmDgradArgs& args) {
+  return gemm::bwd::DgradLaunch{
+      .problem = {.offsets = args.offsets.as<const int>(),
+                  .num_experts = static_cast<int>(args.b.size(0)),
+                  .m_cap = static_cast<int>(args.a.size(0)),
+                  .n = static_cast<int>(args.b.size(2)),
+                  .k = static_cast<int>(args.b.size(1)),
+                  .d = args.d.data,
+                  .d_fp32 = args.d.dtype == DType::kFloat32},
+      .dglu = {},
+      .a = args.a.data,
+      .b = args.b.data};
+}
+
+// The FC2 dgrad's epilogue parameters and dp reduction from validated args.
+gemm::bwd::DGluEpilogue dglu_epilogue(const Fc2DgradArgs& args, float* dp_partial) {
+  return gemm::bwd::DGluEpilogue{
+      .act = {.op = activation_op(args.activation),
+              .clamp_alpha = args.clamped_swiglu.alpha,
+              .clamp_limit = args.clamped_swiglu.limit},
+      .pre = args.pre.as<const __nv_bfloat16>(),
+      .d_pre = args.d_pre.as<__nv_bfloat16>(),
+      .scaled_act = present(args.scaled_act) ? args.scaled_act.as<__nv_bfloat16>() : nullptr,
+      .row_scale = present(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
+      .dp_partial = dp_partial,
+      .dp_blocks = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2)))};
+}
+
+gemm::bwd::DpReduce dp_reduce(const Fc2DgradArgs& args, const float* dp_partial) {
+  return gemm::bwd::DpReduce{
+      .offsets = args.offsets.as<const int>(),
+      .num_experts = static_cast<int>(args.w2.size(0)),
+      .m_cap = static_cast<int>(args.dys.size(0)),
+      .hidden = static_cast<int>(args.w2.size(1)),
+      .dp_partial = dp_partial,
+      .dp_blocks = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2))),
+      .dys = args.dys.as<const __nv_bfloat16>(),
+      .b2 = present(args.b2) ? args.b2.as<const float>() : nullptr,
+      .dp = present(args.d_row_scale) ? args.d_row_scale.as<float>() : nullptr};
+}
+
+GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView& g) {
+  return GroupedGemmDgradArgs{.a = args.dys, .b = args.w2, .offsets = args.offsets, .d = g};
+}
+
+gemm::bwd::WgradLaunch wgrad_launch(const GroupedGemmWgradArgs& args) {
+  const bool gather = present(args.gather_index);
+  const int64_t rows = args.a.size(0);
+  return gemm::bwd::WgradLaunch{
+      .problem = {.offsets = args.offsets.as<const int>(),
+                  .num_experts = static_cast<int>(args.d.size(0)),
+                  .m_cap = static_cast<int>(rows),
+                  .m_out = static_cast<int>(args.d.size(1)),
+                  .n_out = static_cast<int>(args.d.size(2)),
+                  .d = args.d.data,
+                  .d_fp32 = args.d.dtype == DType::kFloat32,
+                  .accumulate = args.accumulate,
+                  .gather_x = gather ? args.b.as<const __nv_bfloat16>() : nullptr,
+                  .gather_index = gather ? args.gather_index.as<const int>() : nullptr,
+                  .gather_rows = gather ? static_cast<int>(args.b.size(0)) : 0},
+      .a = args.a.data,
+      .b = args.b.data};
+}
+
+}  // namespace
+
+// ---- dgrad ---------------------------------------------------------------------------------
+
+void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args) {
+  const Device cuda = Device::kCuda;
+  MOEFUSE_EXPECT(args.b.rank == 3, "b", "rank 3 [E, K, N]", "rank " + std::to_string(args.b.rank));
+  expect_tensor(args.b, "b", DType::kBFloat16, cuda, {kAnyExtent, kAnyExtent, kAnyExtent});
+  const int64_t e = expect_experts(args.b.size(0), "b"), k = args.b.size(1), n = args.b.size(2);
+  expect_row_length(k, "b", "K (dim 1)");
+  expect_row_length(n, "b", "N (dim 2)");
+  expect_aligned(args.b, "b");
+  expect_tensor(args.offsets, "offsets", DType::kInt32, cuda, {e + 1});
+  expect_tensor(args.a, "a", DType::kBFloat16, cuda, {kAnyExtent, k});
+  expect_aligned(args.a, "a");
+  expect_rows(args.a, "a");
+  MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16 || args.d.dtype == DType::kFloat32, "d",
+                 "dtype bf16 or fp32", "dtype " + std::string(dtype_name(args.d.dtype)));
+  expect_tensor(args.d, "d", args.d.dtype, cuda, {args.a.size(0), n});
+  expect_aligned(args.d, "d");
+}
+
+void grouped_gemm_dgrad(const GroupedGemmDgradArgs& args, cudaStream_t stream) {
+  validate_grouped_gemm_dgrad(args);
+  gemm::bwd::launch_dgrad(dgrad_launch(args), stream);
+}
+
+// ---- FC2 dgrad + activation backward ------------------------------------------------------
+
+int64_t fc2_dgrad_dp_blocks(int64_t ffn) {
+  return (ffn + gemm::bwd::kBlockN - 1) / gemm::bwd::kBlockN;
+}
+
+void validate_fc2_dgrad(const Fc2DgradArgs& args) {
+  const Device cuda = Device::kCuda;
+  activation_op(args.activation);  // validates the enum
+  MOEFUSE_EXPECT(args.w2.rank == 3, "w2", "rank 3 [E, H, F]",
+                 "rank " + std::to_string(args.w2.rank));
+  expect_tensor(args.w2, "w2", DType::kBFloat16, cuda, {kAnyExtent, kAnyExtent, kAnyExtent});
+  const int64_t e = expect_experts(args.w2.size(0), "w2"), h = args.w2.size(1),
+                f = args.w2.size(2);
+  expect_row_length(h, "w2", "H (dim 1)");
+  expect_row_length(f, "w2", "F (dim 2)");
+  expect_aligned(args.w2, "w2");
+  expect_tensor(args.offsets, "offsets", DType::kInt32, cuda, {e + 1});
+  expect_tensor(args.dys, "dys", DType::kBFloat16, cuda, {kAnyExtent, h});
+  expect_aligned(args.dys, "dys");
+  expect_rows(args.dys, "dys");
+  const int64_t m = args.dys.size(0), fc1 = is_glu(args.activation) ? 2 * f : f;
+  expect_tensor(args.pre, "pre", DType::kBFloat16, cuda, {m, fc1});
+  expect_aligned(args.pre, "pre");
+  expect_tensor(args.d_pre, "d_pre", DType::kBFloat16, cuda, {m, fc1});
+  expect_aligned(args.d_pre, "d_pre");
+  if (present(args.row_scale))
+    expect_tensor(args.row_scale, "row_scale", DType::kFloat32, cuda, {m});
+  if (present(args.scaled_act)) {
+    expect_tensor(args.scaled_act, "scaled_act", DType::kBFloat16, cuda, {m, f});
+    expect_aligned(args.scaled_act, "scaled_act");
+  }
+  if (present(args.d_row_scale))
+    expect_tensor(args.d_row_scale, "d_row_scale", DType::kFloat32, cuda, {m});
+  if (present(args.b2)) {
+    MOEFUSE_EXPECT(present(args.d_row_scale), "b2",
+                   "absent unless d_row_scale is set (it only enters dp)", "a tensor");
+    expect_tensor(args.b2, "b2", DType::kFloat32, cuda, {e, h});
+  }
+}
+
+void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
+                            cudaStream_t stream) {
+  validate_fc2_dgrad(args);
+  const bool dp = present(args.d_row_scale);
+  if (dp)
+    expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
+                  {args.dys.size(0), fc2_dgrad_dp_blocks(args.w2.size(2))});
+  float* partial = dp ? scratch.dp_partial.as<float>() : nullptr;
+  gemm::bwd::DgradLaunch l = dgrad_launch(fc2_plain_dgrad(args, TensorView{}));
+  l.dglu = dglu_epilogue(args, partial);
+  gemm::bwd::launch_dgrad(l, stream);
+  if (dp) gemm::bwd::launch_dp_reduce(dp_reduce(args, partial), stream);
+}
+
+void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
+                                    cudaStream_t stream) {
+  validate_fc2_dgrad(args);
+  expect_tensor(scratch.g, "scratch.g", DType::kBFloat16, Device::kCuda,
+                {args.dys.size(0), args.w2.size(2)});
+  expect_aligned(scratch.g, "scratch.g");
+  const gemm::bwd::DgradLaunch plain = dgrad_launch(fc2_plain_dgrad(args, scratch.g));
+  gemm::bwd::launch_dgrad(plain, stream);
+  gemm::bwd::launch_dglu_elementwise(plain.problem, dglu_epilogue(args, nullptr),
+                                     scratch.g.as<const __nv_bfloat16>(),
+                                     dp_reduce(args, nullptr), stream);
+}
+
+// ---- wgrad ---------------------------------------------------------------------------------
+
+void validate_grouped_gemm_wgrad(const GroupedGemmWgradArgs& args) {
+  const Device cuda = Device::kCuda;
+  MOEFUSE_EXPECT(args.d.rank == 3, "d", "rank 3 [E, M_out, N_out]",
+                 "rank " + std::to_string(args.d.rank));
+  MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16 || args.d.dtype == DType::kFloat32, "d",
+                 "dtype bf16 or fp32", "dtype " + std::string(dtype_name(args.d.dtype)));
+  expect_tensor(args.d, "d", args.d.dtype, cuda, {kAnyExtent, kAnyExtent, kAnyExtent});
+  const int64_t e = expect_experts(args.d.size(0), "d"), m_out = args.d.size(1),
+                n_out = args.d.size(2);
+  expect_row_length(m_out, "d", "M_out (dim 1)");
+  expect_row_length(n_out, "d", "N_out (dim 2)");
+  expect_aligned(args.d, "d");
+  MOEFUSE_EXPECT(!args.accumulate || args.d.dtype == DType::kFloat32, "accumulate",
+                 "false unless d is fp32 (main-grad accumulation)", "true with bf16 d");
+  expect_tensor(args.offsets, "offsets", DType::kInt32, cuda, {e + 1});
+  expect_tensor(args.a, "a", DType::kBFloat16, cuda, {kAnyExtent, m_out});
+  expect_aligned(args.a, "a");
+  expect_rows(args.a, "a");
+  const bool gather = present(args.gather_index);
+  expect_tensor(args.b, "b", DType::kBFloat16, cuda, {gather ? kAnyExtent : args.a.size(0), n_out});
+  expect_aligned(args.b, "b");
+  expect_rows(args.b, "b");
+  if (gather) expect_tensor(args.gather_index, "gather_index", DType::kInt32, cuda, {args.a.size(0)});
+}
+
+void grouped_gemm_wgrad(const GroupedGemmWgradArgs& args, cudaStream_t stream) {
+  validate_grouped_gemm_wgrad(args);
+  const gemm::bwd::WgradLaunch l = wgrad_launch(args);
+  if (present(args.gather_index)) gemm::bwd::launch_wgrad_gather(l, stream);
+  else gemm::bwd::launch_wgrad(l, stream);
+}
+
+void grouped_gemm_wgrad_unfused(const GroupedGemmWgradArgs& args,
+                                const GroupedGemmWgradUnfusedScratch& scratch,
+                                cudaStream_t stream) {
+  validate_grouped_gemm_wgrad(args);
+  gemm::bwd::WgradLaunch l = wgrad_launch(args);
+  if (present(args.gather_index)) {
+    expect_tensor(scratch.gathered_b, "scratch.gathered_b", DType::kBFloat16, Device::kCuda,
+                  {args.a.size(0), args.d.size(2)});
+    expect_aligned(scratch.gathered_b, "scratch.gathered_b");
+    // The forward's gather kernel: rows [offsets[0], offsets[E]) of gathered_b = x[index[r]].
+    const gemm::GemmProblem gather{.offsets = l.problem.offsets,
+                                   .num_experts = l.problem.num_experts,
+                                   .m_cap = l.problem.m_cap,
+                                   .k = l.problem.n_out,
+                                   .gather_x = l.problem.gather_x,
+                                   .gather_index = l.problem.gather_index,
+                                   .gather_rows = l.problem.gather_rows};
+    gemm::launch_gather_rows(gather, scratch.gathered_b.as<__nv_bfloat16>(), stream);
+    l.b = scratch.gathered_b.data;
+    l.problem.gather_x = nullptr;
+    l.problem.gather_index = nullptr;
+    l.problem.gather_rows = 0;
+  }
+  gemm::bwd::launch_wgrad(l, stream);
+}
+
+}  // namespace moefuse

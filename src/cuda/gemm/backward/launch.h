@@ -1,0 +1,50 @@
+// Host entry points of the backward kernels (arguments already validated by
+// grouped_gemm_backward.cpp): one per kernel instantiation, plus the small helper kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/gemm/backward/params.h"
+
+namespace moefuse::gemm::bwd {
+
+struct DgradLaunch {
+  DgradProblem problem;
+  DGluEpilogue dglu;
+  const void* a = nullptr;  // [m_cap, k] bf16
+  const void* b = nullptr;  // [num_experts, k, n] bf16
+};
+void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream);
+
+// The device's SM count (persistent grids).
+int multiprocessor_count();
+
+struct WgradLaunch {
+  WgradProblem problem;
+  const void* a = nullptr;  // [m_cap, m_out] bf16
+  const void* b = nullptr;  // [m_cap, n_out] bf16 (unused when gathering)
+};
+void launch_wgrad(const WgradLaunch& launch, cudaStream_t stream);
+void launch_wgrad_gather(const WgradLaunch& launch, cudaStream_t stream);
+
+// dp[r] = Σ_b dp_partial[r, b] (b in order) + ⟨dys[r], b2[e]⟩ (b2 may be null) for the rows in
+// [offsets[0], min(offsets[E], m_cap)).
+struct DpReduce {
+  const int* offsets = nullptr;
+  int num_experts = 0;
+  int m_cap = 0;
+  int hidden = 0;
+  const float* dp_partial = nullptr;  // [m_cap, dp_blocks]
+  int dp_blocks = 0;
+  const __nv_bfloat16* dys = nullptr;  // [m_cap, hidden]
+  const float* b2 = nullptr;           // [num_experts, hidden] or null
+  float* dp = nullptr;                 // [m_cap]
+};
+void launch_dp_reduce(const DpReduce& r, cudaStream_t stream);
+
+// The unfused twin's elementwise step: from g (bf16 [m_cap, n]) computes what the fused dGLU
+// epilogue writes, and dp (complete, with the b2 term of `r`; r.dp null: no dp).
+void launch_dglu_elementwise(const DgradProblem& problem, const DGluEpilogue& ep,
+                             const __nv_bfloat16* g, const DpReduce& r, cudaStream_t stream);
+
+}  // namespace moefuse::gemm::bwd

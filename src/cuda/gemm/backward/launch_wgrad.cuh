@@ -1,0 +1,42 @@
+// Host launcher template of the wgrad kernel (launch_wgrad.cu and launch_wgrad_gather.cu
+// instantiate it): TMA maps from pointers and shapes only, persistent grid over a tile count
+// known on the host.
+#pragma once
+
+#include <algorithm>
+
+#include "cuda/check.h"
+#include "cuda/gemm/backward/launch.h"
+#include "cuda/gemm/backward/wgrad_kernel.cuh"
+#include "cuda/gemm/tma_descriptor.h"
+
+namespace moefuse::gemm::bwd {
+
+template <bool kGather>
+void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
+  const WgradProblem& p = launch.problem;
+  if (p.m_cap == 0) {  // no rows at all: every expert is empty (and TMA maps need rows)
+    if (!p.accumulate)
+      MOEFUSE_CUDA_CHECK(cudaMemsetAsync(p.d, 0,
+                                         int64_t{p.num_experts} * p.m_out * p.n_out *
+                                             (p.d_fp32 ? 4 : 2),
+                                         stream));
+    return;
+  }
+  // Boxes of 64 K rows × 64 MN columns. The gather variant's B map is unused: A's map stands in
+  // so that the kernel signature stays one.
+  const CUtensorMap tmap_a = make_tma_2d_bf16(launch.a, p.m_cap, p.m_out, kBlockK, kMnChunk);
+  const CUtensorMap tmap_b =
+      kGather ? tmap_a : make_tma_2d_bf16(launch.b, p.m_cap, p.n_out, kBlockK, kMnChunk);
+  const int64_t tiles = int64_t{p.num_experts} * ceil_div(p.m_out, kBlockM) *
+                        ceil_div(p.n_out, kBlockN);
+  const int grid = static_cast<int>(std::min<int64_t>(multiprocessor_count(), tiles));
+  const int64_t bytes = smem_bytes(0);
+  auto* kernel = &wgrad_kernel<kGather>;
+  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)));
+  kernel<<<grid, kThreads, bytes, stream>>>(tmap_a, tmap_b, p);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moefuse::gemm::bwd

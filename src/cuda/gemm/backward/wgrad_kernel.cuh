@@ -1,0 +1,231 @@
+// The k-grouped wgrad kernel: D[e] (+)= A_eᵀ · B_e, where A_e and B_e are the rows
+// [offsets[e], offsets[e+1]) of A [m_cap, m_out] and B [m_cap, n_out]: the reduction length is
+// expert e's row count, read on the device. Both operands are MN-major (rows are K).
+// Persistent, warp-specialised, 384 threads.
+//
+// Tiles: (expert, m-block, n-block) over the fixed [m_out, n_out] output of every expert, experts
+// in turn (m-blocks in groups of 8 inside an expert, as the forward's scheduler); the count is
+// known on the host, no scan. An expert with no rows runs no K block: its tile writes zeros, or
+// nothing with accumulate.
+//
+// Ragged K: K block kb of expert e reads rows offsets[e] + 64·kb .. + 63 (TMA takes any row
+// coordinate; rows past m_cap read zeros). The last block may hold rows of the next expert (or a
+// caller's unused capacity, possibly NaN): the consumers zero those K rows in both operands'
+// stage before the wgmmas read it (an MN-major K row is one contiguous 128-byte line of each
+// 8 KiB chunk): generic-proxy stores, fence.proxy.async, then a named barrier of the 256
+// consumer threads (the B stage is shared by both warpgroups).
+//
+// Gather variant (kGather): B's rows come from x [gather_rows, n_out] through gather_index by
+// 16-byte cp.async issued by the 128 producer threads into the layout TMA would produce (chunk c
+// of K row r of MN chunk i at i·8 KiB + r·128 + (c ^ r%8)·16); rows past the expert or with an
+// index outside [0, gather_rows) are zero-filled (src-size 0). full[s] then counts 1 (thread 0's
+// arrive.expect_tx for A's TMA) + 128 (cp.async.mbarrier.arrive.noinc).
+#pragma once
+
+#include <cuda.h>
+
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "cuda/gemm/backward/mainloop.cuh"
+#include "cuda/gemm/backward/params.h"
+#include "cuda/gemm/tile_scheduler.h"
+
+namespace moefuse::gemm::bwd {
+
+// Expert e's rows, capped at m_cap (bad offsets never make a tile read or write out of bounds).
+struct ExpertRows {
+  int first;
+  int count;  // >= 0
+};
+__device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) {
+  const int first = __ldg(p.offsets + e);
+  return ExpertRows{.first = first, .count = max(0, min(__ldg(p.offsets + e + 1), p.m_cap) - first)};
+}
+
+struct WgradTiles {
+  TileShape shape;
+  int m_blocks;
+  int per_expert;
+  __device__ TileCoord coord(int t) const {
+    TileCoord c = expert_tile_coord(t % per_expert, m_blocks, shape);
+    c.expert = t / per_expert;
+    return c;
+  }
+};
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+// TMA producer (one thread): 2 boxes of A (128 m) and 4 of B (256 n) per 64-row K block.
+__device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
+                                                  const CUtensorMap* tmap_b,
+                                                  const WgradProblem& p, const SharedLayout& smem,
+                                                  const WgradTiles& tiles, int total_tiles) {
+  PipelineState pipe;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tiles.coord(t);
+    const ExpertRows rows = expert_rows(p, c.expert);
+    const int k_blocks = ceil_div(rows.count, kBlockK);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      uint64_t* full = &smem.full[pipe.stage];
+      ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes + kBBytes);
+      const int k0 = rows.first + kb * kBlockK;
+      tma_mn_major_2d(tmap_a, full, smem.a_stage(pipe.stage), kBlockM / kMnChunk,
+                      c.m_block * kBlockM, k0);
+      tma_mn_major_2d(tmap_b, full, smem.b_stage(pipe.stage), kBlockN / kMnChunk,
+                      c.n_block * kBlockN, k0);
+      pipe.advance();
+    }
+  }
+}
+
+// Gather producer (the 128 threads of warpgroup 0): thread i copies 16-byte chunk i % 8 of K rows
+// i / 8 + 16·j (j < 4) in each of the 4 MN chunks of B; thread 0 also issues A's TMA.
+__device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
+                                                     const WgradProblem& p,
+                                                     const SharedLayout& smem,
+                                                     const WgradTiles& tiles, int total_tiles) {
+  constexpr int kPieces = kMnChunk * 2 / 16;                 // 8 per 128-byte K row
+  constexpr int kRowsPerPass = kWarpgroupThreads / kPieces;  // 16
+  constexpr int kPasses = kBlockK / kRowsPerPass;            // 4
+  constexpr int kChunks = kBlockN / kMnChunk;                // 4
+  const int tid = threadIdx.x;
+  const int piece = tid % kPieces;
+  const int row_in_pass = tid / kPieces;
+  PipelineState pipe;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tiles.coord(t);
+    const ExpertRows rows = expert_rows(p, c.expert);
+    const int k_blocks = ceil_div(rows.count, kBlockK);
+    const int n0 = c.n_block * kBlockN + piece * 8;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      // Source tokens of this thread's K rows (-1: zeros), read before waiting for the stage.
+      int token[kPasses];
+#pragma unroll
+      for (int j = 0; j < kPasses; ++j) {
+        const int r = kb * kBlockK + row_in_pass + kRowsPerPass * j;
+        const int tok = r < rows.count ? __ldg(p.gather_index + rows.first + r) : -1;
+        token[j] = (tok >= 0 && tok < p.gather_rows) ? tok : -1;
+      }
+      ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      uint64_t* full = &smem.full[pipe.stage];
+      if (tid == 0) {
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes);
+        tma_mn_major_2d(tmap_a, full, smem.a_stage(pipe.stage), kBlockM / kMnChunk,
+                        c.m_block * kBlockM, rows.first + kb * kBlockK);
+      }
+      uint8_t* b_stage = smem.b_stage(pipe.stage);
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int col = n0 + i * kMnChunk;
+#pragma unroll
+        for (int j = 0; j < kPasses; ++j) {
+          const int r = row_in_pass + kRowsPerPass * j;
+          const bool ok = token[j] >= 0 && col < p.n_out;
+          const __nv_bfloat16* src =
+              ok ? p.gather_x + static_cast<int64_t>(token[j]) * p.n_out + col : p.gather_x;
+          cp_async_16(b_stage + i * kMnChunkBytes + r * 128 + ((piece ^ (r % 8)) * 16), src,
+                      ok ? 16 : 0);
+        }
+      }
+      cutlass::arch::cpasync_barrier_arrive_noinc(full);
+      pipe.advance();
+    }
+  }
+  // Do not leave the kernel with copies in flight.
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// Zeroes K rows [valid, 64) of every MN chunk of the stage (2 of A, 4 of B): 16-byte stores by
+// the 256 consumer threads, then the proxy fence and the consumers' named barrier.
+__device__ __forceinline__ void zero_tail_rows(const SharedLayout& smem, int stage, int valid) {
+  constexpr int kChunksA = kBlockM / kMnChunk, kChunks = kChunksA + kBlockN / kMnChunk;
+  const int per_chunk = (kBlockK - valid) * (128 / 16);
+  const int ctid = threadIdx.x - kWarpgroupThreads;
+  for (int i = ctid; i < kChunks * per_chunk; i += kConsumerThreads) {
+    const int chunk = i / per_chunk;
+    uint8_t* base = chunk < kChunksA ? smem.a_stage(stage) + chunk * kMnChunkBytes
+                                     : smem.b_stage(stage) + (chunk - kChunksA) * kMnChunkBytes;
+    *reinterpret_cast<uint4*>(base + valid * 128 + (i % per_chunk) * 16) = make_uint4(0, 0, 0, 0);
+  }
+  cutlass::arch::fence_view_async_shared();
+  asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumerBarrierId), "r"(kConsumerThreads) : "memory");
+}
+
+template <class OutT>
+__device__ __forceinline__ void wgrad_store(const float (&acc)[128], const WgradProblem& p,
+                                            int expert, int m_first, int n0) {
+  const AccPosition pos = AccPosition::of_thread();
+  OutT* d = static_cast<OutT*>(p.d) + static_cast<int64_t>(expert) * p.m_out * p.n_out;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = m_first + pos.row + 8 * h;
+    if (m >= p.m_out) continue;
+    OutT* d_row = d + static_cast<int64_t>(m) * p.n_out;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const int col = n0 + 8 * j + pos.col;
+      if (col >= p.n_out) continue;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if constexpr (sizeof(OutT) == 4) {
+        if (p.accumulate) {
+          const float2 old = *reinterpret_cast<const float2*>(d_row + col);
+          v0 += old.x, v1 += old.y;
+        }
+      }
+      store_pair(d_row + col, v0, v1);
+    }
+  }
+}
+
+template <bool kGather>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                 const __grid_constant__ CUtensorMap tmap_b, const WgradProblem p) {
+  extern __shared__ uint8_t smem_raw[];
+  const SharedLayout smem = SharedLayout::carve(smem_raw);
+  const int n_blocks = ceil_div(p.n_out, kBlockN), m_blocks = ceil_div(p.m_out, kBlockM);
+  const WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
+                                   .n_blocks = n_blocks},
+                         .m_blocks = m_blocks,
+                         .per_expert = m_blocks * n_blocks};
+  const int total_tiles = p.num_experts * tiles.per_expert;
+  if (threadIdx.x == 0) smem.init_barriers(kGather ? 1 + kWarpgroupThreads : 1);
+  __syncthreads();
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kProducerRegs>();
+    if constexpr (kGather) wgrad_produce_gather(&tmap_a, p, smem, tiles, total_tiles);
+    else if (threadIdx.x == 0) wgrad_produce_tma(&tmap_a, &tmap_b, p, smem, tiles, total_tiles);
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<kGather ? kGatherConsumerRegs : kConsumerRegs>();
+  const int slab = warpgroup - 1;
+  float acc[128];
+  PipelineState pipe;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tiles.coord(t);
+    const ExpertRows rows = expert_rows(p, c.expert);
+    const int k_blocks = ceil_div(rows.count, kBlockK);
+    const int tail = rows.count - (k_blocks - 1) * kBlockK;  // valid rows of the last block
+    consume_tile<Major::MN, Major::MN>(
+        acc, k_blocks, smem, pipe, slab, [&](int stage, int kb) {
+          // cp.async wrote B through the generic proxy; wgmma reads through the async proxy.
+          if constexpr (kGather) cutlass::arch::fence_view_async_shared();
+          if (kb == k_blocks - 1 && tail < kBlockK) zero_tail_rows(smem, stage, tail);
+        });
+    if (k_blocks == 0 && p.accumulate) continue;  // an empty expert leaves D untouched
+    const int m_first = c.m_block * kBlockM + slab * (kBlockM / 2);
+    if (p.d_fp32) wgrad_store<float>(acc, p, c.expert, m_first, c.n_block * kBlockN);
+    else wgrad_store<__nv_bfloat16>(acc, p, c.expert, m_first, c.n_block * kBlockN);
+  }
+}
+
+}  // namespace moefuse::gemm::bwd

@@ -1,0 +1,148 @@
+// MoeLayer::backward. The gradient of <y, dy> + aux_loss + z_loss.
+//
+// Main stream (the critical path):
+//   [recompute FC1 pre-activation] → combine_bwd (dys[row] = dy[t]: the weights were applied by
+//   FC2, or by the combine — the same function of p either way) → FC2 dgrad (+ dGLU → d_pre,
+//   + p·act for dW2, + dp per row) → FC1 dgrad → permute_bwd (dx) → dx += shared dx →
+//   d_probs = dp gathered to [T,k] → router_topk_bwd (+ aux, z) → router_logits_bwd (dx +=, dWr)
+// Second stream: the shared expert's backward (from the start), then, once d_pre exists, the
+// k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·x[token_of_row] (gather-fused) and the
+// bias gradients. The main stream joins it at the end.
+#include <cuda_bf16.h>
+
+#include "cuda/check.h"
+#include "cuda/layer/kernels.h"
+#include "cuda/layer/layer_args.h"
+#include "cuda/layer/ops.h"
+#include "cuda/layer/plan.h"
+#include "cuda/layer/stage.h"
+#include "cuda/layer/views.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_backward.h"
+#include "moefuse/layer.h"
+#include "moefuse/router.h"
+
+// Designated initialisers leave the optional views (bias, row_scale, ...) empty on purpose.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace moefuse {
+
+void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& w,
+                        const MoeLayerGrads& g, Workspace cache, Workspace workspace,
+                        cudaStream_t stream, const LayerRun& run) {
+  const int64_t T =
+      layer::check_layer_backward(config_, options_, x, dy, w, g, cache, workspace, run.health);
+  const layer::Plan p = layer::make_plan(config_, options_, T);
+  const layer::Views v = layer::make_views(config_, p, cache, workspace);
+  const bool fused = options_.mode == LayerMode::kFused;
+  const bool shared = config_.shared_expert_ffn > 0;
+  const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
+  const int64_t fc1 = config_.fc1_width();
+  LayerObserver* obs = run.observer;
+  using layer::one_expert;
+  auto run_gemm = [&](const GroupedGemmArgs& args, const TensorView& gathered, cudaStream_t s) {
+    layer::run_grouped_gemm(args, fused, gathered, s);
+  };
+
+  if (shared) {
+    fork(fork_, stream, side_);
+    layer::run_stage(LayerStage::kSharedExpertBackward, side_, obs, [&] {
+      const TensorView sw1 = one_expert(w.shared_w1), sw2 = one_expert(w.shared_w2);
+      if (options_.recompute_pre)
+        run_gemm({.a = x, .b = sw1, .offsets = v.shared_offsets, .d = v.shared_pre_bwd}, {}, side_);
+      layer::run_fc2_dgrad({.dys = dy,
+                            .w2 = sw2,
+                            .offsets = v.shared_offsets,
+                            .pre = v.shared_pre_bwd,
+                            .d_pre = v.shared_dpre,
+                            .activation = config_.activation,
+                            .clamped_swiglu = config_.clamped_swiglu,
+                            .scaled_act = v.shared_act_bwd},
+                           fused, {}, v.shared_g, side_);
+      grouped_gemm_dgrad(
+          {.a = v.shared_dpre, .b = sw1, .offsets = v.shared_offsets, .d = v.shared_dx}, side_);
+      grouped_gemm_wgrad({.a = dy,
+                          .b = v.shared_act_bwd,
+                          .offsets = v.shared_offsets,
+                          .d = one_expert(g.d_shared_w2)},
+                         side_);
+      grouped_gemm_wgrad(
+          {.a = v.shared_dpre, .b = x, .offsets = v.shared_offsets, .d = one_expert(g.d_shared_w1)},
+          side_);
+    });
+    MOEFUSE_CUDA_CHECK(cudaEventRecord(shared_done_, side_));
+  }
+
+  if (options_.recompute_pre) {
+    layer::run_stage(LayerStage::kRecomputeFc1, stream, obs, [&] {
+      run_gemm({.a = x,
+                .b = w.w1,
+                .offsets = v.offsets,
+                .d = v.pre_bwd,
+                .bias = w.b1,
+                .gather_index = v.token_of_row},
+               v.xs_bwd, stream);
+    });
+  }
+  layer::run_stage(LayerStage::kCombineBackward, stream, obs, [&] {
+    combine_backward(dy, {}, {}, v.row_of, v.token_of_row, v.dys, {}, run.health, stream);
+  });
+  layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
+    layer::run_fc2_dgrad({.dys = v.dys,
+                          .w2 = w.w2,
+                          .offsets = v.offsets,
+                          .pre = v.pre_bwd,
+                          .d_pre = v.dpre,
+                          .activation = config_.activation,
+                          .clamped_swiglu = config_.clamped_swiglu,
+                          .row_scale = v.row_prob,
+                          .scaled_act = v.act_bwd,
+                          .d_row_scale = v.d_row_prob,
+                          .b2 = w.b2},
+                         fused, v.dp_partial, v.g, stream);
+  });
+
+  // dys, p·act and d_pre exist: the weight gradients go to the second stream.
+  fork(fork_, stream, side_);
+  layer::run_stage(LayerStage::kFc2Wgrad, side_, obs, [&] {
+    grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, side_);
+    if (config_.expert_bias)
+      layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
+                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, side_);
+  });
+  layer::run_stage(LayerStage::kFc1Wgrad, side_, obs, [&] {
+    const GroupedGemmWgradArgs args{
+        .a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1, .gather_index = v.token_of_row};
+    if (fused)
+      grouped_gemm_wgrad(args, side_);
+    else
+      grouped_gemm_wgrad_unfused(args, {.gathered_b = v.xs_bwd}, side_);
+    if (config_.expert_bias)
+      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
+                                g.d_b1.as<float>(), E, fc1, side_);
+  });
+  MOEFUSE_CUDA_CHECK(cudaEventRecord(join_, side_));
+
+  layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
+    grouped_gemm_dgrad({.a = v.dpre, .b = w.w1, .offsets = v.offsets, .d = v.dxs}, stream);
+  });
+  layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
+    permute_backward(v.dxs, v.row_of, g.dx, run.health, stream);
+    if (shared) {
+      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_done_, 0));
+      layer::add_bf16(g.dx.as<__nv_bfloat16>(), v.shared_dx.as<__nv_bfloat16>(), T * H, stream);
+    }
+  });
+  layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
+    layer::gather_row_prob_grad(v.d_row_prob.as<float>(), v.row_of.as<int32_t>(),
+                                v.d_probs.as<float>(), T * k, p.rows, stream);
+    router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs, v.d_logits,
+                         stream);
+    router_logits_backward(cublas_, x, w.w_router, v.d_logits, g.dx, g.d_w_router, v.router_gemm,
+                           stream);
+  });
+  MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+}
+
+}  // namespace moefuse

@@ -1,0 +1,158 @@
+#include "cuda/layer/kernels.h"
+
+#include <algorithm>
+
+#include "cuda/check.h"
+#include "moefuse/grouped_gemm.h"
+
+namespace moefuse::layer {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n, int64_t per_block = kThreads, int64_t cap = 4096) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, cap));
+}
+
+__global__ void scatter_row_prob_kernel(const float* __restrict__ probs,
+                                        const int32_t* __restrict__ row_of,
+                                        float* __restrict__ row_prob, int64_t n, int64_t rows) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t r = row_of[i];
+    if (r >= 0 && r < rows) row_prob[r] = probs[i];
+  }
+}
+
+__global__ void gather_row_prob_grad_kernel(const float* __restrict__ d_row_prob,
+                                            const int32_t* __restrict__ row_of,
+                                            float* __restrict__ d_probs, int64_t n,
+                                            int64_t rows) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t r = row_of[i];
+    d_probs[i] = r >= 0 && r < rows ? d_row_prob[r] : 0.0f;
+  }
+}
+
+__global__ void add_bf16_kernel(uint4* __restrict__ y, const uint4* __restrict__ other,
+                                int64_t vectors) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint4 a = y[i];
+    const uint4 b = other[i];
+    auto* pa = reinterpret_cast<__nv_bfloat162*>(&a);
+    const auto* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
+      pa[j] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
+    }
+    y[i] = a;
+  }
+}
+
+__global__ void write_shared_offsets_kernel(int32_t* offsets, int32_t tokens) {
+  if (threadIdx.x == 0) {
+    offsets[0] = 0;
+    offsets[1] = tokens;
+  }
+}
+
+// Block (32, 8) over 64 columns of one expert: lane x owns columns 2x, 2x+1 of the chunk, warp y
+// rows y, y+8, ...; the 8 partial sums are added in warp order through shared memory.
+constexpr int kSumRowsPerBlock = 8;
+__global__ void segment_column_sum_kernel(const __nv_bfloat16* __restrict__ a,
+                                          const float* __restrict__ row_weight,
+                                          const int32_t* __restrict__ offsets,
+                                          float* __restrict__ out, int64_t cols) {
+  __shared__ float2 partial[kSumRowsPerBlock][32];
+  const int64_t e = blockIdx.y;
+  const int64_t col = blockIdx.x * 64 + 2 * threadIdx.x;
+  const int64_t begin = offsets[e], end = offsets[e + 1];
+  float2 acc = make_float2(0.0f, 0.0f);
+  if (col < cols) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kSumRowsPerBlock) {
+      const float2 v = __bfloat1622float2(
+          *reinterpret_cast<const __nv_bfloat162*>(a + r * cols + col));
+      const float w = row_weight ? row_weight[r] : 1.0f;
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float2 s = partial[0][threadIdx.x];
+    for (int y = 1; y < kSumRowsPerBlock; ++y) {
+      s.x += partial[y][threadIdx.x].x;
+      s.y += partial[y][threadIdx.x].y;
+    }
+    out[e * cols + col] = s.x;
+    out[e * cols + col + 1] = s.y;
+  }
+}
+
+__global__ void deinterleave_glu_kernel(const uint16_t* __restrict__ src,
+                                        uint16_t* __restrict__ dst, int64_t ffn,
+                                        int64_t row_words) {
+  // blockIdx.x: destination row within the matrix; blockIdx.y: matrix.
+  const int64_t rows = 2 * ffn;
+  const int64_t r = blockIdx.x;
+  const int64_t base = static_cast<int64_t>(blockIdx.y) * rows;
+  const uint16_t* s = src + (base + glu_interleaved_row(r, ffn)) * row_words;
+  uint16_t* d = dst + (base + r) * row_words;
+  for (int64_t i = threadIdx.x; i < row_words; i += blockDim.x) d[i] = s[i];
+}
+
+}  // namespace
+
+void scatter_row_prob(const float* probs, const int32_t* row_of, float* row_prob,
+                      int64_t assignments, int64_t rows, cudaStream_t stream) {
+  if (assignments == 0) return;
+  scatter_row_prob_kernel<<<blocks_for(assignments), kThreads, 0, stream>>>(
+      probs, row_of, row_prob, assignments, rows);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void gather_row_prob_grad(const float* d_row_prob, const int32_t* row_of, float* d_probs,
+                          int64_t assignments, int64_t rows, cudaStream_t stream) {
+  if (assignments == 0) return;
+  gather_row_prob_grad_kernel<<<blocks_for(assignments), kThreads, 0, stream>>>(
+      d_row_prob, row_of, d_probs, assignments, rows);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void add_bf16(__nv_bfloat16* y, const __nv_bfloat16* other, int64_t n, cudaStream_t stream) {
+  const int64_t vectors = n / 8;
+  if (vectors == 0) return;
+  add_bf16_kernel<<<blocks_for(vectors, kThreads, 8192), kThreads, 0, stream>>>(
+      reinterpret_cast<uint4*>(y), reinterpret_cast<const uint4*>(other), vectors);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream) {
+  write_shared_offsets_kernel<<<1, 32, 0, stream>>>(offsets, static_cast<int32_t>(tokens));
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
+                        float* out, int64_t num_experts, int64_t cols, cudaStream_t stream) {
+  if (num_experts == 0 || cols == 0) return;
+  const dim3 grid(static_cast<unsigned>((cols + 63) / 64), static_cast<unsigned>(num_experts));
+  segment_column_sum_kernel<<<grid, dim3(32, kSumRowsPerBlock), 0, stream>>>(a, row_weight,
+                                                                             offsets, out, cols);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void deinterleave_glu_rows(const void* src, void* dst, int64_t outer, int64_t ffn,
+                           int64_t row_bytes, cudaStream_t stream) {
+  if (outer == 0 || ffn == 0 || row_bytes == 0) return;
+  const dim3 grid(static_cast<unsigned>(2 * ffn), static_cast<unsigned>(outer));
+  deinterleave_glu_kernel<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(src),
+                                                    static_cast<uint16_t*>(dst), ffn,
+                                                    row_bytes / 2);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moefuse::layer

@@ -1,0 +1,37 @@
+// The layer's own small kernels: glue between the router, dispatch and grouped-GEMM ops.
+// Arguments are validated by the layer before these run; all enqueue on `stream` only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moefuse::layer {
+
+// row_prob[row_of[i]] = probs[i] for the T·k assignments i (rows outside [0, rows) skipped):
+// the routing probability per expert-contiguous row, FC2's row scale.
+void scatter_row_prob(const float* probs, const int32_t* row_of, float* row_prob,
+                      int64_t assignments, int64_t rows, cudaStream_t stream);
+
+// d_probs[i] = d_row_prob[row_of[i]] (0 for an assignment without a row): back to [T, k].
+void gather_row_prob_grad(const float* d_row_prob, const int32_t* row_of, float* d_probs,
+                          int64_t assignments, int64_t rows, cudaStream_t stream);
+
+// y[i] = bf16(y[i] + other[i]) for n elements (n % 8 == 0, 16-byte aligned pointers).
+void add_bf16(__nv_bfloat16* y, const __nv_bfloat16* other, int64_t n, cudaStream_t stream);
+
+// offsets = {0, tokens}: the shared expert as a one-expert grouped GEMM over all T rows.
+void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream);
+
+// out[e, n] = Σ_{r ∈ [offsets[e], offsets[e+1])} (row_weight ? row_weight[r] : 1) · a[r, n]:
+// a bias gradient, fp32 accumulation in a fixed order (bitwise repeatable).
+void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
+                        float* out, int64_t num_experts, int64_t cols, cudaStream_t stream);
+
+// dst row r of every matrix = src row glu_interleaved_row(r, ffn): interleaved → [gate; up].
+// `outer` matrices of 2F rows of row_bytes bytes (row_bytes % 2 == 0).
+void deinterleave_glu_rows(const void* src, void* dst, int64_t outer, int64_t ffn,
+                           int64_t row_bytes, cudaStream_t stream);
+
+}  // namespace moefuse::layer

@@ -1,0 +1,143 @@
+#include "cuda/layer/layer_args.h"
+
+#include <climits>
+#include <string>
+
+#include "cuda/layer/ops.h"
+#include "cuda/layer/plan.h"
+#include "cuda/router/checks.h"
+#include "cuda/router/router_args.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/error.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/router.h"
+
+namespace moefuse::layer {
+namespace {
+
+// A device tensor of `dtype`/`shape`, 16-byte aligned (TMA and vector loads).
+void expect_device_aligned(const TensorView& t, std::string_view name, DType dtype,
+                           std::initializer_list<int64_t> shape) {
+  expect_tensor(t, name, dtype, Device::kCuda, shape);
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(t.data) % 16;
+  MOEFUSE_EXPECT(misalign == 0, name, "a 16-byte aligned data pointer",
+                 "a pointer misaligned by " + std::to_string(misalign) + " bytes");
+}
+
+// Present exactly when `required`; `why` says what makes it absent.
+void expect_optional(const TensorView& t, std::string_view name, bool required,
+                     std::string_view why, DType dtype, std::initializer_list<int64_t> shape) {
+  if (required) {
+    expect_device_aligned(t, name, dtype, shape);
+    return;
+  }
+  MOEFUSE_EXPECT(cuda::is_absent(t), name, "an empty view (" + std::string(why) + ")",
+                 "shape " + shape_string(t));
+}
+
+void expect_region(const Workspace& w, std::string_view name, size_t needed) {
+  MOEFUSE_EXPECT(w.bytes >= needed, name, "at least " + std::to_string(needed) + " bytes",
+                 std::to_string(w.bytes) + " bytes");
+  const bool aligned = reinterpret_cast<uintptr_t>(w.data) % 256 == 0;
+  MOEFUSE_EXPECT(needed == 0 || (w.data != nullptr && aligned), name,
+                 "a non-null, 256-byte aligned pointer",
+                 w.data ? "a misaligned pointer" : "nullptr");
+}
+
+void expect_multiple_of_8(int64_t v, std::string_view name) {
+  MOEFUSE_EXPECT(v % 8 == 0, name, "a multiple of 8 (16-byte bf16 rows)", std::to_string(v));
+}
+
+// x [T, H]; returns T.
+int64_t check_x(const MoeConfig& c, const TensorView& x) {
+  MOEFUSE_EXPECT(x.rank == 2, "x", "rank 2 [T, H]", "rank " + std::to_string(x.rank));
+  const int64_t T = x.size(0);
+  MOEFUSE_EXPECT(T >= 1 && T <= INT32_MAX / c.top_k, "x",
+                 "T (dim 0) in [1, 2^31 / top_k) tokens", std::to_string(T));
+  expect_device_aligned(x, "x", DType::kBFloat16, {T, c.hidden});
+  return T;
+}
+
+void check_weights(const MoeConfig& c, const MoeLayerWeights& w) {
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const bool shared = c.shared_expert_ffn > 0;
+  const MoeConfig sc = shared_expert_config(c);
+  expect_device_aligned(w.w_router, "weights.w_router", DType::kBFloat16, {E, H});
+  expect_optional(w.score_bias, "weights.score_bias", c.router.use_score_bias,
+                  "config.router.use_score_bias is false", DType::kFloat32, {E});
+  expect_device_aligned(w.w1, "weights.w1", DType::kBFloat16, {E, fc1, H});
+  expect_device_aligned(w.w2, "weights.w2", DType::kBFloat16, {E, H, F});
+  const char* no_bias = "config.expert_bias is false";
+  expect_optional(w.b1, "weights.b1", c.expert_bias, no_bias, DType::kFloat32, {E, fc1});
+  expect_optional(w.b2, "weights.b2", c.expert_bias, no_bias, DType::kFloat32, {E, H});
+  const char* no_shared = "config.shared_expert_ffn is 0";
+  expect_optional(w.shared_w1, "weights.shared_w1", shared, no_shared, DType::kBFloat16,
+                  {sc.fc1_width(), H});
+  expect_optional(w.shared_w2, "weights.shared_w2", shared, no_shared, DType::kBFloat16,
+                  {H, sc.ffn});
+}
+
+}  // namespace
+
+void check_layer_config(const MoeConfig& c) {
+  c.validate();
+  MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kBF16, "config.precision",
+                 "bf16 (the layer's FP8 recipes are not implemented yet)",
+                 std::string(precision_name(c.precision)));
+  expect_multiple_of_8(c.hidden, "config.hidden");
+  expect_multiple_of_8(c.ffn, "config.ffn");
+  expect_multiple_of_8(c.shared_expert_ffn, "config.shared_expert_ffn");
+  MOEFUSE_EXPECT(c.num_experts <= kRouterMaxExperts, "config.num_experts",
+                 "at most " + std::to_string(kRouterMaxExperts) + " (GPU router)",
+                 std::to_string(c.num_experts));
+  MOEFUSE_EXPECT(c.top_k <= kRouterMaxTopK, "config.top_k",
+                 "at most " + std::to_string(kRouterMaxTopK) + " (GPU router)",
+                 std::to_string(c.top_k));
+  cuda::check_router_options(c.router, c.top_k, c.num_experts);
+}
+
+int64_t check_layer_forward(const MoeConfig& c, const LayerOptions& o, const TensorView& x,
+                            const MoeLayerWeights& w, const MoeLayerOutputs& out,
+                            const Workspace& cache, const Workspace& workspace,
+                            const TensorView& health) {
+  const int64_t T = check_x(c, x);
+  check_weights(c, w);
+  expect_device_aligned(out.y, "out.y", DType::kBFloat16, {T, c.hidden});
+  expect_tensor(out.losses, "out.losses", DType::kFloat32, Device::kCuda, {2});
+  const Plan p = make_plan(c, o, T);
+  expect_region(cache, "cache", p.cache_bytes);
+  expect_region(workspace, "workspace", p.workspace_bytes);
+  cuda::expect_health(health);
+  return T;
+}
+
+int64_t check_layer_backward(const MoeConfig& c, const LayerOptions& o, const TensorView& x,
+                             const TensorView& dy, const MoeLayerWeights& w,
+                             const MoeLayerGrads& g, const Workspace& cache,
+                             const Workspace& workspace, const TensorView& health) {
+  const int64_t T = check_x(c, x);
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  check_weights(c, w);
+  expect_device_aligned(dy, "dy", DType::kBFloat16, {T, H});
+  expect_device_aligned(g.dx, "grads.dx", DType::kBFloat16, {T, H});
+  expect_device_aligned(g.d_w_router, "grads.d_w_router", DType::kFloat32, {E, H});
+  expect_device_aligned(g.d_w1, "grads.d_w1", DType::kFloat32, {E, fc1, H});
+  expect_device_aligned(g.d_w2, "grads.d_w2", DType::kFloat32, {E, H, F});
+  const char* no_bias = "config.expert_bias is false";
+  expect_optional(g.d_b1, "grads.d_b1", c.expert_bias, no_bias, DType::kFloat32, {E, fc1});
+  expect_optional(g.d_b2, "grads.d_b2", c.expert_bias, no_bias, DType::kFloat32, {E, H});
+  const bool shared = c.shared_expert_ffn > 0;
+  const MoeConfig sc = shared_expert_config(c);
+  const char* no_shared = "config.shared_expert_ffn is 0";
+  expect_optional(g.d_shared_w1, "grads.d_shared_w1", shared, no_shared, DType::kFloat32,
+                  {sc.fc1_width(), H});
+  expect_optional(g.d_shared_w2, "grads.d_shared_w2", shared, no_shared, DType::kFloat32,
+                  {H, sc.ffn});
+  const Plan p = make_plan(c, o, T);
+  expect_region(cache, "cache", p.cache_bytes);
+  expect_region(workspace, "workspace", p.workspace_bytes);
+  cuda::expect_health(health);
+  return T;
+}
+
+}  // namespace moefuse::layer

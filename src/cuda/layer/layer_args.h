@@ -1,0 +1,31 @@
+// Validation of the layer's entry points: host only, before any CUDA call, so a bad argument
+// never leaves half a step enqueued (and the bad-input tests run without a GPU).
+#pragma once
+
+#include <cstdint>
+
+#include "moefuse/config.h"
+#include "moefuse/layer.h"
+#include "moefuse/tensor.h"
+#include "moefuse/workspace.h"
+
+namespace moefuse::layer {
+
+// The config's own checks plus what the GPU path needs: bf16 precision, H, F and the shared F
+// multiples of 8 (16-byte rows), E and k within the router's and dispatch's limits.
+void check_layer_config(const MoeConfig& config);
+
+// Returns T. Names: x, weights.*, out.y, out.losses, cache, workspace, health.
+int64_t check_layer_forward(const MoeConfig& config, const LayerOptions& options,
+                            const TensorView& x, const MoeLayerWeights& weights,
+                            const MoeLayerOutputs& out, const Workspace& cache,
+                            const Workspace& workspace, const TensorView& health);
+
+// Returns T. Names: x, dy, weights.*, grads.*, cache, workspace, health.
+int64_t check_layer_backward(const MoeConfig& config, const LayerOptions& options,
+                             const TensorView& x, const TensorView& dy,
+                             const MoeLayerWeights& weights, const MoeLayerGrads& grads,
+                             const Workspace& cache, const Workspace& workspace,
+                             const TensorView& health);
+
+}  // namespace moefuse::layer

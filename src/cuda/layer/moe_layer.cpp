@@ -1,0 +1,258 @@
+// MoeLayer: construction, sizes, names and the forward pass. The backward is in backward.cpp.
+//
+// Forward, main stream (fused mode):
+//   router_logits → router_topk → dispatch_maps → scatter_row_prob
+//   → FC1 gather-fused (x read through token_of_row; GLU + bias in the epilogue; saves pre)
+//   → FC2 (bias, row scale = routing prob in the epilogue) → combine (Σ_j, no weights)
+//   → y += shared expert's output (joined from the second stream)
+// Unfused mode: permute → FC1 plain GEMM → activation kernel → FC2 plain GEMM → bias kernel →
+// combine weighted by the probs (the scaling pass). Second stream: the shared expert's MLP.
+#include <cstring>
+#include <string>
+
+#include "cuda/check.h"
+#include "cuda/layer/kernels.h"
+#include "cuda/layer/layer_args.h"
+#include "cuda/layer/ops.h"
+#include "cuda/layer/plan.h"
+#include "cuda/layer/stage.h"
+#include "cuda/layer/views.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/error.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/layer.h"
+#include "moefuse/router.h"
+
+// Designated initialisers leave the optional views (bias, row_scale, ...) empty on purpose.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace moefuse {
+
+std::string_view layer_mode_name(LayerMode m) {
+  return m == LayerMode::kFused ? "fused" : "unfused";
+}
+
+std::string_view layer_stage_name(LayerStage s) {
+  switch (s) {
+    case LayerStage::kRouter:
+      return "router";
+    case LayerStage::kDispatch:
+      return "dispatch";
+    case LayerStage::kPermute:
+      return "permute";
+    case LayerStage::kFc1:
+      return "fc1";
+    case LayerStage::kFc2:
+      return "fc2";
+    case LayerStage::kCombine:
+      return "combine";
+    case LayerStage::kSharedExpert:
+      return "shared_expert";
+    case LayerStage::kRecomputeFc1:
+      return "recompute_fc1";
+    case LayerStage::kCombineBackward:
+      return "combine_bwd";
+    case LayerStage::kFc2Dgrad:
+      return "fc2_dgrad";
+    case LayerStage::kFc1Dgrad:
+      return "fc1_dgrad";
+    case LayerStage::kPermuteBackward:
+      return "permute_bwd";
+    case LayerStage::kRouterBackward:
+      return "router_bwd";
+    case LayerStage::kFc2Wgrad:
+      return "fc2_wgrad";
+    case LayerStage::kFc1Wgrad:
+      return "fc1_wgrad";
+    case LayerStage::kSharedExpertBackward:
+      return "shared_expert_bwd";
+    case LayerStage::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+bool layer_stage_is_backward(LayerStage s) {
+  return static_cast<int>(s) >= static_cast<int>(LayerStage::kRecomputeFc1) &&
+         s != LayerStage::kCount;
+}
+
+LayerMemoryPlan layer_memory_plan(const MoeConfig& config, const LayerOptions& options,
+                                  int64_t tokens) {
+  layer::check_layer_config(config);
+  MOEFUSE_EXPECT(tokens >= 1, "tokens", "at least 1", std::to_string(tokens));
+  layer::Plan p = layer::make_plan(config, options, tokens);
+  return {.buffers = std::move(p.buffers),
+          .cache_bytes = p.cache_bytes,
+          .workspace_bytes = p.workspace_bytes};
+}
+
+MoeLayer::MoeLayer(const MoeConfig& config, const LayerOptions& options)
+    : config_(config), options_(options) {
+  layer::check_layer_config(config_);
+  MOEFUSE_EXPECT(options.mode == LayerMode::kFused || options.mode == LayerMode::kUnfused,
+                 "options.mode", "kFused or kUnfused",
+                 std::to_string(static_cast<int>(options.mode)));
+  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS)
+    throw CudaError("cublasCreate", "could not create a cuBLAS handle", __FILE__, __LINE__);
+  try {
+    MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    for (cudaEvent_t* e : {&fork_, &shared_done_, &join_})
+      MOEFUSE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+MoeLayer::~MoeLayer() { release(); }
+
+void MoeLayer::release() noexcept {
+  for (cudaEvent_t* e : {&fork_, &shared_done_, &join_}) {
+    if (*e) cudaEventDestroy(*e);
+    *e = nullptr;
+  }
+  if (side_) cudaStreamDestroy(side_);
+  side_ = nullptr;
+  if (cublas_) cublasDestroy(cublas_);
+  cublas_ = nullptr;
+}
+
+size_t MoeLayer::cache_size(int64_t max_tokens) const {
+  return layer_memory_plan(config_, options_, max_tokens).cache_bytes;
+}
+
+size_t MoeLayer::workspace_size(int64_t max_tokens) const {
+  return layer_memory_plan(config_, options_, max_tokens).workspace_bytes;
+}
+
+void MoeLayer::fork(cudaEvent_t event, cudaStream_t from, cudaStream_t to) {
+  MOEFUSE_CUDA_CHECK(cudaEventRecord(event, from));
+  MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(to, event, 0));
+}
+
+void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeLayerOutputs& out,
+                       Workspace cache, Workspace workspace, cudaStream_t stream,
+                       const LayerRun& run) {
+  const int64_t T =
+      layer::check_layer_forward(config_, options_, x, w, out, cache, workspace, run.health);
+  const layer::Plan p = layer::make_plan(config_, options_, T);
+  const layer::Views v = layer::make_views(config_, p, cache, workspace);
+  const bool fused = options_.mode == LayerMode::kFused;
+  const bool shared = config_.shared_expert_ffn > 0;
+  const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
+  LayerObserver* obs = run.observer;
+
+  if (shared) {
+    fork(fork_, stream, side_);
+    layer::run_stage(LayerStage::kSharedExpert, side_, obs, [&] {
+      layer::write_shared_offsets(v.shared_offsets.as<int32_t>(), T, side_);
+      layer::run_grouped_gemm({.a = x,
+                               .b = layer::one_expert(w.shared_w1),
+                               .offsets = v.shared_offsets,
+                               .d = v.shared_act,
+                               .epilogue = GemmEpilogue::kActivation,
+                               .activation = config_.activation,
+                               .clamped_swiglu = config_.clamped_swiglu,
+                               .pre_activation = v.shared_pre},
+                              fused, {}, side_);
+      layer::run_grouped_gemm({.a = v.shared_act,
+                               .b = layer::one_expert(w.shared_w2),
+                               .offsets = v.shared_offsets,
+                               .d = v.shared_y},
+                              fused, {}, side_);
+    });
+    MOEFUSE_CUDA_CHECK(cudaEventRecord(join_, side_));
+  }
+
+  layer::run_stage(LayerStage::kRouter, stream, obs, [&] {
+    router_logits(cublas_, x, w.w_router, v.logits, v.router_gemm, stream);
+    router_topk(config_.router, k, v.logits, w.score_bias,
+                RouterOutputs{.expert_idx = v.expert_idx,
+                              .probs = v.probs,
+                              .counts = v.counts,
+                              .aux_f = v.aux_f,
+                              .aux_P = v.aux_P,
+                              .losses = out.losses},
+                run.health, v.router_topk, stream);
+  });
+  layer::run_stage(LayerStage::kDispatch, stream, obs, [&] {
+    dispatch_maps(
+        v.expert_idx, E, 1,
+        DispatchMaps{.offsets = v.offsets, .row_of = v.row_of, .token_of_row = v.token_of_row},
+        run.health, v.maps, stream);
+    // Both modes: the backward's FC2 dgrad takes the probability per row.
+    layer::scatter_row_prob(v.probs.as<float>(), v.row_of.as<int32_t>(), v.row_prob.as<float>(),
+                            T * k, p.rows, stream);
+  });
+  if (!fused) {
+    layer::run_stage(LayerStage::kPermute, stream, obs,
+                     [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
+  }
+  layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
+    layer::run_grouped_gemm({.a = fused ? x : v.xs,
+                             .b = w.w1,
+                             .offsets = v.offsets,
+                             .d = v.act,
+                             .epilogue = GemmEpilogue::kActivation,
+                             .activation = config_.activation,
+                             .clamped_swiglu = config_.clamped_swiglu,
+                             .bias = w.b1,
+                             .pre_activation = v.pre,
+                             .gather_index = fused ? v.token_of_row : TensorView{}},
+                            fused, {}, stream);
+  });
+  layer::run_stage(LayerStage::kFc2, stream, obs, [&] {
+    layer::run_grouped_gemm({.a = v.act,
+                             .b = w.w2,
+                             .offsets = v.offsets,
+                             .d = v.ys,
+                             .bias = w.b2,
+                             .row_scale = fused ? v.row_prob : TensorView{}},
+                            fused, {}, stream);
+  });
+  layer::run_stage(LayerStage::kCombine, stream, obs, [&] {
+    combine(v.ys, fused ? TensorView{} : v.probs, v.row_of, out.y, run.health, stream);
+    if (shared) {
+      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+      layer::add_bf16(out.y.as<__nv_bfloat16>(), v.shared_y.as<__nv_bfloat16>(), T * H, stream);
+    }
+  });
+}
+
+void deinterleave_glu_weight(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
+  MOEFUSE_EXPECT(src.rank == 2 || src.rank == 3, "src", "rank 3 [E, 2F, H] or rank 2 [E, 2F]",
+                 "rank " + std::to_string(src.rank));
+  MOEFUSE_EXPECT(src.dtype == DType::kBFloat16 || src.dtype == DType::kFloat32, "src",
+                 "dtype bf16 or fp32", "dtype " + std::string(dtype_name(src.dtype)));
+  const int64_t outer = src.size(0), rows = src.size(1), inner = src.rank == 3 ? src.size(2) : 1;
+  MOEFUSE_EXPECT(rows % (2 * kGluInterleave) == 0, "src",
+                 "2F (dim 1) a multiple of " + std::to_string(2 * kGluInterleave),
+                 "2F = " + std::to_string(rows));
+  if (src.rank == 3) {
+    expect_tensor(src, "src", src.dtype, src.device, {outer, rows, inner});
+    expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows, inner});
+  } else {
+    expect_tensor(src, "src", src.dtype, src.device, {outer, rows});
+    expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows});
+  }
+  const int64_t row_bytes = inner * dtype_bits(src.dtype) / 8;
+  const int64_t total = outer * rows * row_bytes;
+  const auto* s = static_cast<const unsigned char*>(src.data);
+  auto* d = static_cast<unsigned char*>(dst.data);
+  MOEFUSE_EXPECT(total == 0 || d + total <= s || s + total <= d, "dst",
+                 "memory that does not overlap src", "overlapping buffers");
+  if (total == 0) return;
+  const int64_t ffn = rows / 2;
+  if (src.device == Device::kCpu) {
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(d + (o * rows + r) * row_bytes,
+                    s + (o * rows + glu_interleaved_row(r, ffn)) * row_bytes,
+                    static_cast<size_t>(row_bytes));
+    return;
+  }
+  layer::deinterleave_glu_rows(src.data, dst.data, outer, ffn, row_bytes, stream);
+}
+
+}  // namespace moefuse

@@ -1,0 +1,41 @@
+// Small helpers of forward and backward: the fused or unfused twin of a GEMM op by mode, and the
+// shared expert seen as a one-expert grouped GEMM.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "moefuse/config.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_backward.h"
+#include "moefuse/tensor.h"
+
+namespace moefuse::layer {
+
+// The shared expert's config: the layer's, with its own F (same activation, no bias).
+inline MoeConfig shared_expert_config(const MoeConfig& c) {
+  MoeConfig s = c;
+  s.ffn = c.shared_expert_ffn;
+  return s;
+}
+
+// A [rows, cols] weight (or its gradient) of the shared expert as the one expert [1, rows, cols].
+inline TensorView one_expert(const TensorView& w) {
+  return TensorView::contiguous(w.data, w.dtype, {1, w.size(0), w.size(1)}, w.device);
+}
+
+// `gathered`: the unfused twin's scratch for args.gather_index (empty without gather).
+inline void run_grouped_gemm(const GroupedGemmArgs& args, bool fused, const TensorView& gathered,
+                             cudaStream_t stream) {
+  if (fused) grouped_gemm(args, stream);
+  else grouped_gemm_unfused(args, {.gathered_a = gathered}, stream);
+}
+
+// Fused: dGLU and dp in the GEMM epilogue (dp_partial needed with d_row_scale); unfused: plain
+// dgrad into g, then the elementwise kernel.
+inline void run_fc2_dgrad(const Fc2DgradArgs& args, bool fused, const TensorView& dp_partial,
+                          const TensorView& g, cudaStream_t stream) {
+  if (fused) grouped_gemm_fc2_dgrad(args, {.dp_partial = dp_partial, .g = {}}, stream);
+  else grouped_gemm_fc2_dgrad_unfused(args, {.dp_partial = {}, .g = g}, stream);
+}
+
+}  // namespace moefuse::layer

@@ -1,0 +1,141 @@
+#include "cuda/layer/plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/layer/ops.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/grouped_gemm_backward.h"
+#include "moefuse/router.h"
+
+namespace moefuse::layer {
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+// Appends named slices to one region (or to one phase of the workspace) at aligned offsets.
+class Carver {
+ public:
+  Carver(LayerRegion region, size_t start, std::vector<LayerBuffer>* names)
+      : region_(region), end_(start), names_(names) {}
+
+  Slice add(const char* name, size_t bytes) {
+    const Slice s{.region = region_ == LayerRegion::kCache ? Region::kCache : Region::kWorkspace,
+                  .offset = end_,
+                  .bytes = bytes};
+    end_ += align_up(bytes);
+    names_->push_back({.name = name, .region = region_, .offset = s.offset, .bytes = bytes});
+    return s;
+  }
+  size_t end() const { return end_; }
+
+ private:
+  LayerRegion region_;
+  size_t end_;
+  std::vector<LayerBuffer>* names_;
+};
+
+}  // namespace
+
+Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
+  Plan p;
+  const size_t T = static_cast<size_t>(tokens), E = static_cast<size_t>(c.num_experts),
+               k = static_cast<size_t>(c.top_k), H = static_cast<size_t>(c.hidden),
+               F = static_cast<size_t>(c.ffn), fc1 = static_cast<size_t>(c.fc1_width());
+  const size_t R = T * k;
+  p.tokens = tokens;
+  p.rows = static_cast<int64_t>(R);
+  p.mode = o.mode;
+  const bool shared = c.shared_expert_ffn > 0;
+  const MoeConfig sc = shared_expert_config(c);
+  const size_t sF = static_cast<size_t>(c.shared_expert_ffn);
+  const size_t s_fc1 = shared ? static_cast<size_t>(sc.fc1_width()) : 0;
+  const bool unfused = o.mode == LayerMode::kUnfused;
+  // The fused forward writes pre only to cache it; the unfused one always needs it (the plain
+  // FC1 GEMM's output, the activation kernel's input).
+  const bool cache_pre = !o.recompute_pre;
+  constexpr size_t bf = 2, f32 = 4, i32 = 4;
+
+  Carver cache(LayerRegion::kCache, 0, &p.buffers);
+  p.logits = cache.add("logits [T,E] fp32", T * E * f32);
+  p.expert_idx = cache.add("expert_idx [T,k] int32", R * i32);
+  p.probs = cache.add("probs [T,k] fp32", R * f32);
+  p.counts = cache.add("counts [E] int32", E * i32);
+  p.offsets = cache.add("offsets [E+1] int32", (E + 1) * i32);
+  p.row_of = cache.add("row_of [T,k] int32", R * i32);
+  p.token_of_row = cache.add("token_of_row [R] int32", R * i32);
+  p.row_prob = cache.add("row_prob [R] fp32", R * f32);
+  if (shared) p.shared_offsets = cache.add("shared_offsets [2] int32", 2 * i32);
+  if (cache_pre) p.pre = cache.add("pre [R,fc1] bf16", R * fc1 * bf);
+  if (cache_pre && shared) p.shared_pre = cache.add("shared_pre [T,shared_fc1] bf16",
+                                                    T * s_fc1 * bf);
+  p.cache_bytes = cache.end();
+
+  Carver common(LayerRegion::kWorkspaceBoth, 0, &p.buffers);
+  // The backward's logits workspace (cuBLAS's plus the bf16 d_logits) covers the forward's.
+  p.router_gemm = common.add("router cuBLAS workspace",
+                             router_logits_backward_workspace_size(tokens, c.num_experts));
+  p.router_topk = common.add("router_topk workspace",
+                             router_topk_workspace_size(tokens, c.num_experts));
+  p.maps = common.add("dispatch_maps workspace", dispatch_maps_workspace_size(tokens,
+                                                                              c.num_experts));
+  p.aux_f = common.add("aux_f [E] fp32", E * f32);
+  p.aux_P = common.add("aux_P [E] fp32", E * f32);
+
+  Carver fwd(LayerRegion::kWorkspaceForward, common.end(), &p.buffers);
+  if (unfused) p.xs = fwd.add("xs [R,H] bf16 (unfused permute)", R * H * bf);
+  if (!cache_pre && unfused) p.pre = fwd.add("pre [R,fc1] bf16 (unfused FC1)", R * fc1 * bf);
+  p.act = fwd.add("act [R,F] bf16", R * F * bf);
+  p.ys = fwd.add("ys [R,H] bf16", R * H * bf);
+  if (shared) {
+    if (!cache_pre && unfused)
+      p.shared_pre = fwd.add("shared_pre [T,shared_fc1] bf16 (unfused)", T * s_fc1 * bf);
+    p.shared_act = fwd.add("shared_act [T,shared_F] bf16", T * sF * bf);
+    p.shared_y = fwd.add("shared_y [T,H] bf16", T * H * bf);
+  }
+
+  Carver bwd(LayerRegion::kWorkspaceBackward, common.end(), &p.buffers);
+  p.pre_bwd = cache_pre ? p.pre : bwd.add("pre [R,fc1] bf16 (recomputed)", R * fc1 * bf);
+  p.dys = bwd.add("dys [R,H] bf16", R * H * bf);
+  p.dpre = bwd.add("d_pre [R,fc1] bf16", R * fc1 * bf);
+  p.act_bwd = bwd.add("scaled_act [R,F] bf16", R * F * bf);
+  p.d_row_prob = bwd.add("d_row_prob [R] fp32", R * f32);
+  // Fused: the dp partial sums; unfused: the plain dgrad's g. One buffer serves either.
+  p.dp_scratch = unfused ? bwd.add("g [R,F] bf16 (unfused FC2 dgrad)", R * F * bf)
+                         : bwd.add("dp_partial [R,blocks] fp32",
+                                   R * static_cast<size_t>(fc2_dgrad_dp_blocks(c.ffn)) * f32);
+  p.d_probs = bwd.add("d_probs [T,k] fp32", R * f32);
+  p.dxs = bwd.add("dxs [R,H] bf16", R * H * bf);
+  p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);
+  // The unfused wgrad gathers xs itself, and unfused recompute permutes x before FC1.
+  if (unfused) p.xs_bwd = bwd.add("xs [R,H] bf16 (unfused dW1 gather)", R * H * bf);
+  if (shared) {
+    p.shared_pre_bwd = cache_pre ? p.shared_pre
+                                 : bwd.add("shared_pre [T,shared_fc1] bf16 (recomputed)",
+                                           T * s_fc1 * bf);
+    p.shared_dpre = bwd.add("shared_d_pre [T,shared_fc1] bf16", T * s_fc1 * bf);
+    p.shared_act_bwd = bwd.add("shared_act [T,shared_F] bf16", T * sF * bf);
+    p.shared_dx = bwd.add("shared_dx [T,H] bf16", T * H * bf);
+    if (unfused) p.shared_g = bwd.add("shared_g [T,shared_F] bf16 (unfused)", T * sF * bf);
+  }
+  p.workspace_bytes = std::max(fwd.end(), bwd.end());
+  return p;
+}
+
+void* slice_ptr(const Slice& s, const Workspace& cache, const Workspace& workspace) {
+  switch (s.region) {
+    case Region::kCache: return static_cast<unsigned char*>(cache.data) + s.offset;
+    case Region::kWorkspace: return static_cast<unsigned char*>(workspace.data) + s.offset;
+    case Region::kNone: break;
+  }
+  return nullptr;
+}
+
+TensorView slice_view(const Slice& s, const Workspace& cache, const Workspace& workspace,
+                      DType dtype, std::initializer_list<int64_t> shape) {
+  if (!s.present()) return TensorView{};
+  return TensorView::contiguous(slice_ptr(s, cache, workspace), dtype, shape, Device::kCuda);
+}
+
+}  // namespace moefuse::layer

@@ -1,0 +1,69 @@
+// The layer's memory plan: where each buffer lives in the caller's cache and workspace.
+//
+// Three byte ranges, each slice 256-byte aligned:
+//   cache      [cache_bytes]      written by forward, read by backward (per layer)
+//   workspace  [common | forward scratch ∪ backward scratch]
+// The forward and backward scratch start at the same offset (after the common part): a step
+// runs them one after the other on the main stream, and each call joins its second stream before
+// it returns, so no buffer of one is live during the other. Inside one call every buffer is
+// distinct, so second-stream work never races the main stream.
+// Pure host arithmetic, tested on the CPU (tests/cpu/layer_plan_test.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "moefuse/config.h"
+#include "moefuse/layer.h"
+#include "moefuse/tensor.h"
+#include "moefuse/workspace.h"
+
+namespace moefuse::layer {
+
+enum class Region : uint8_t { kNone, kCache, kWorkspace };
+
+// A byte range in one region; kNone (bytes 0) means "this configuration has no such buffer".
+struct Slice {
+  Region region = Region::kNone;
+  size_t offset = 0;
+  size_t bytes = 0;
+  bool present() const { return region != Region::kNone; }
+};
+
+struct Plan {
+  int64_t tokens = 0;  // T
+  int64_t rows = 0;    // R = T·k: one row per assignment, no padding (align 1)
+  LayerMode mode = LayerMode::kFused;
+
+  // cache: routing metadata and, unless recomputed, the pre-activations
+  Slice logits, expert_idx, probs, counts, offsets, row_of, token_of_row, row_prob;
+  Slice shared_offsets;  // {0, T}: the shared expert as a one-expert grouped GEMM
+  Slice pre, shared_pre;  // where forward leaves them (workspace when recomputed; fused
+                          // forward with recompute_pre writes none)
+  // workspace, both passes
+  Slice router_gemm, router_topk, maps, aux_f, aux_P;
+  // forward scratch
+  Slice xs, act, ys, shared_act, shared_y;
+  // backward scratch
+  Slice pre_bwd, shared_pre_bwd;  // = pre / shared_pre when cached, else recomputed here
+  Slice dys, dpre, act_bwd, d_row_prob, d_probs, dxs, d_logits, xs_bwd;
+  Slice dp_scratch;  // fused: FC2 dgrad's dp partials [R, blocks] fp32; unfused: its g [R,F] bf16
+  Slice shared_dpre, shared_act_bwd, shared_dx, shared_g;  // shared_g: unfused only
+
+  size_t cache_bytes = 0;
+  size_t workspace_bytes = 0;
+  std::vector<LayerBuffer> buffers;  // every present slice, named, for reports
+};
+
+Plan make_plan(const MoeConfig& config, const LayerOptions& options, int64_t tokens);
+
+// Device pointer of a slice (nullptr when absent).
+void* slice_ptr(const Slice& s, const Workspace& cache, const Workspace& workspace);
+
+// A contiguous cuda view of a slice (an empty view when absent).
+TensorView slice_view(const Slice& s, const Workspace& cache, const Workspace& workspace,
+                      DType dtype, std::initializer_list<int64_t> shape);
+
+}  // namespace moefuse::layer

@@ -1,0 +1,64 @@
+#include "cuda/layer/views.h"
+
+#include "cuda/layer/ops.h"
+#include "moefuse/grouped_gemm_backward.h"
+
+namespace moefuse::layer {
+
+Views make_views(const MoeConfig& c, const Plan& p, const Workspace& cache,
+                 const Workspace& workspace) {
+  const int64_t T = p.tokens, R = p.rows, E = c.num_experts, k = c.top_k, H = c.hidden,
+                F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig sc = shared_expert_config(c);
+  const int64_t sF = sc.ffn, s_fc1 = sc.fc1_width();
+  auto v = [&](const Slice& s, DType dtype, std::initializer_list<int64_t> shape) {
+    return slice_view(s, cache, workspace, dtype, shape);
+  };
+  auto ws = [&](const Slice& s) {
+    return Workspace{.data = slice_ptr(s, cache, workspace), .bytes = s.bytes};
+  };
+  const DType f32 = DType::kFloat32, i32 = DType::kInt32, bf = DType::kBFloat16;
+  const bool unfused = p.mode == LayerMode::kUnfused;
+  return Views{
+      .logits = v(p.logits, f32, {T, E}),
+      .expert_idx = v(p.expert_idx, i32, {T, k}),
+      .probs = v(p.probs, f32, {T, k}),
+      .counts = v(p.counts, i32, {E}),
+      .offsets = v(p.offsets, i32, {E + 1}),
+      .row_of = v(p.row_of, i32, {T, k}),
+      .token_of_row = v(p.token_of_row, i32, {R}),
+      .row_prob = v(p.row_prob, f32, {R}),
+      .shared_offsets = v(p.shared_offsets, i32, {2}),
+      .pre = v(p.pre, bf, {R, fc1}),
+      .shared_pre = v(p.shared_pre, bf, {T, s_fc1}),
+      .router_gemm = ws(p.router_gemm),
+      .router_topk = ws(p.router_topk),
+      .maps = ws(p.maps),
+      .aux_f = v(p.aux_f, f32, {E}),
+      .aux_P = v(p.aux_P, f32, {E}),
+      .xs = v(p.xs, bf, {R, H}),
+      .act = v(p.act, bf, {R, F}),
+      .ys = v(p.ys, bf, {R, H}),
+      .shared_act = v(p.shared_act, bf, {T, sF}),
+      .shared_y = v(p.shared_y, bf, {T, H}),
+      .pre_bwd = v(p.pre_bwd, bf, {R, fc1}),
+      .shared_pre_bwd = v(p.shared_pre_bwd, bf, {T, s_fc1}),
+      .dys = v(p.dys, bf, {R, H}),
+      .dpre = v(p.dpre, bf, {R, fc1}),
+      .act_bwd = v(p.act_bwd, bf, {R, F}),
+      .d_row_prob = v(p.d_row_prob, f32, {R}),
+      .dp_partial = unfused ? TensorView{}
+                            : v(p.dp_scratch, f32, {R, fc2_dgrad_dp_blocks(c.ffn)}),
+      .g = unfused ? v(p.dp_scratch, bf, {R, F}) : TensorView{},
+      .d_probs = v(p.d_probs, f32, {T, k}),
+      .dxs = v(p.dxs, bf, {R, H}),
+      .d_logits = v(p.d_logits, f32, {T, E}),
+      .xs_bwd = v(p.xs_bwd, bf, {R, H}),
+      .shared_dpre = v(p.shared_dpre, bf, {T, s_fc1}),
+      .shared_act_bwd = v(p.shared_act_bwd, bf, {T, sF}),
+      .shared_dx = v(p.shared_dx, bf, {T, H}),
+      .shared_g = v(p.shared_g, bf, {T, sF}),
+  };
+}
+
+}  // namespace moefuse::layer

@@ -1,0 +1,27 @@
+// The plan's slices as typed tensor views over the caller's cache and workspace: what forward
+// and backward hand to the ops. Absent slices are empty views (the ops' "absent").
+#pragma once
+
+#include "cuda/layer/plan.h"
+#include "moefuse/config.h"
+#include "moefuse/tensor.h"
+#include "moefuse/workspace.h"
+
+namespace moefuse::layer {
+
+struct Views {
+  // cache
+  TensorView logits, expert_idx, probs, counts, offsets, row_of, token_of_row, row_prob;
+  TensorView shared_offsets, pre, shared_pre;
+  // workspace
+  Workspace router_gemm, router_topk, maps;
+  TensorView aux_f, aux_P;
+  TensorView xs, act, ys, shared_act, shared_y;
+  TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, g, d_probs,
+      dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
+};
+
+Views make_views(const MoeConfig& config, const Plan& plan, const Workspace& cache,
+                 const Workspace& workspace);
+
+}  // namespace moefuse::layer

@@ -1,0 +1,62 @@
+// Order-preserving integer keys of the router's selection scores, identical on host and device
+// (unit-tested on the CPU against the reference's tie rule: tests/cpu/router_ordered_key_test.cpp).
+//
+// The fused router's arg-max runs on these keys with the warp's integer reductions (max key,
+// then the lowest expert index holding it), so the key order must be exactly the reference's
+// comparison of scores: a > b as doubles, and a == b a tie that the lower index wins. Hence:
+//   * -0 and +0 compare equal, so both get the key of +0 (their raw bit patterns would rank +0
+//     above -0 and break the tie rule; softmax logits are -0 whenever the GEMM rounds to it);
+//   * every NaN gets the one key kNaNKey, below -inf: a NaN score never displaces a number, and
+//     equal-key ties still give distinct, lowest-index experts (the health flag reports the NaN);
+//   * key 0 (kNoCandidateKey) is never produced: it marks lanes that hold no candidate.
+#pragma once
+
+#include <cstdint>
+#if !defined(__CUDA_ARCH__)
+#include <bit>
+#endif
+
+#include "formats/host_device.h"
+
+namespace moefuse::cuda {
+
+inline constexpr uint64_t kNoCandidateKey = 0;
+inline constexpr uint64_t kNaNKey = 1;
+inline constexpr uint64_t kSignBit = uint64_t{1} << 63;
+inline constexpr uint64_t kInfinityBits = 0x7FF0000000000000ull;
+
+MOEFUSE_HD uint64_t double_bits(double v) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(v));
+#else
+  return std::bit_cast<uint64_t>(v);
+#endif
+}
+
+MOEFUSE_HD double bits_double(uint64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
+  return std::bit_cast<double>(bits);
+#endif
+}
+
+// Unsigned order of the result == the tie rule's order of v (see the file comment). Integer
+// tests on the bits, so no compiler flag about NaNs or signed zeros can change the result.
+MOEFUSE_HD uint64_t ordered_key(double v) {
+  const uint64_t bits = double_bits(v);
+  const uint64_t magnitude = bits & ~kSignBit;
+  if (magnitude > kInfinityBits) return kNaNKey;
+  if (magnitude == 0) return kSignBit;  // -0 and +0: the key of +0
+  // Negative: flip all bits (larger magnitude, smaller key); -inf maps to 0x000F..F > kNaNKey.
+  // Non-negative: set the sign bit, above every negative.
+  return (bits & kSignBit) ? ~bits : (bits | kSignBit);
+}
+
+// The score of a key (inverse of ordered_key; NaN for kNaNKey and kNoCandidateKey).
+MOEFUSE_HD double key_value(uint64_t key) {
+  if (key <= kNaNKey) return bits_double(kInfinityBits | (uint64_t{1} << 51));  // quiet NaN
+  return bits_double((key & kSignBit) ? (key & ~kSignBit) : ~key);
+}
+
+}  // namespace moefuse::cuda

@@ -1,0 +1,151 @@
+// Argument validation of the backward grouped GEMMs: every bad input throws InvalidArgument
+// naming the argument, before any CUDA call (so these run without a GPU).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "moefuse/error.h"
+#include "moefuse/grouped_gemm_backward.h"
+
+namespace moefuse {
+namespace {
+
+// Views over a fake, 256-byte aligned device address: validation never dereferences them.
+void* fake_ptr() { return reinterpret_cast<void*>(uintptr_t{1} << 40); }
+
+TensorView dev(DType dtype, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(fake_ptr(), dtype, shape, Device::kCuda);
+}
+
+constexpr int64_t kE = 4, kM = 100, kH = 48, kF = 64;
+
+template <class Args>
+void expect_rejects(void (*validate)(const Args&), const Args& args, const std::string& argument) {
+  try {
+    validate(args);
+    FAIL() << "accepted bad " << argument;
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
+}
+
+GroupedGemmDgradArgs valid_dgrad() {  // FC1 dgrad: d_pre [M, 2F] · W1 [E, 2F, H]
+  return GroupedGemmDgradArgs{.a = dev(DType::kBFloat16, {kM, 2 * kF}),
+                              .b = dev(DType::kBFloat16, {kE, 2 * kF, kH}),
+                              .offsets = dev(DType::kInt32, {kE + 1}),
+                              .d = dev(DType::kBFloat16, {kM, kH})};
+}
+
+Fc2DgradArgs valid_fc2() {
+  return Fc2DgradArgs{.dys = dev(DType::kBFloat16, {kM, kH}),
+                      .w2 = dev(DType::kBFloat16, {kE, kH, kF}),
+                      .offsets = dev(DType::kInt32, {kE + 1}),
+                      .pre = dev(DType::kBFloat16, {kM, 2 * kF}),
+                      .d_pre = dev(DType::kBFloat16, {kM, 2 * kF}),
+                      .activation = Activation::kClampedSwiGLU,
+                      .row_scale = dev(DType::kFloat32, {kM}),
+                      .scaled_act = dev(DType::kBFloat16, {kM, kF}),
+                      .d_row_scale = dev(DType::kFloat32, {kM}),
+                      .b2 = dev(DType::kFloat32, {kE, kH})};
+}
+
+GroupedGemmWgradArgs valid_wgrad() {  // dW1 [E, 2F, H] from d_pre and xs
+  return GroupedGemmWgradArgs{.a = dev(DType::kBFloat16, {kM, 2 * kF}),
+                              .b = dev(DType::kBFloat16, {kM, kH}),
+                              .offsets = dev(DType::kInt32, {kE + 1}),
+                              .d = dev(DType::kFloat32, {kE, 2 * kF, kH}),
+                              .accumulate = true};
+}
+
+TEST(GemmBackwardValidation, AcceptsValidArguments) {
+  EXPECT_NO_THROW(validate_grouped_gemm_dgrad(valid_dgrad()));
+  GroupedGemmDgradArgs fp32 = valid_dgrad();
+  fp32.d = dev(DType::kFloat32, {kM, kH});
+  EXPECT_NO_THROW(validate_grouped_gemm_dgrad(fp32));
+  EXPECT_NO_THROW(validate_fc2_dgrad(valid_fc2()));
+  Fc2DgradArgs minimal = valid_fc2();  // squared ReLU: pre [M, F]; no optional outputs
+  minimal.activation = Activation::kSquaredReLU;
+  minimal.pre = dev(DType::kBFloat16, {kM, kF});
+  minimal.d_pre = dev(DType::kBFloat16, {kM, kF});
+  minimal.row_scale = minimal.scaled_act = minimal.d_row_scale = minimal.b2 = {};
+  EXPECT_NO_THROW(validate_fc2_dgrad(minimal));
+  EXPECT_NO_THROW(validate_grouped_gemm_wgrad(valid_wgrad()));
+  GroupedGemmWgradArgs gather = valid_wgrad();
+  gather.b = dev(DType::kBFloat16, {37, kH});  // x [T, H], T unrelated to M_cap
+  gather.gather_index = dev(DType::kInt32, {kM});
+  EXPECT_NO_THROW(validate_grouped_gemm_wgrad(gather));
+  GroupedGemmWgradArgs empty = valid_wgrad();  // M_cap = 0 is valid
+  empty.a = dev(DType::kBFloat16, {0, 2 * kF});
+  empty.b = dev(DType::kBFloat16, {0, kH});
+  EXPECT_NO_THROW(validate_grouped_gemm_wgrad(empty));
+}
+
+TEST(GemmBackwardValidation, DgradRejectsBadArguments) {
+  const auto v = &validate_grouped_gemm_dgrad;
+  auto with = [](std::function<void(GroupedGemmDgradArgs&)> edit) {
+    GroupedGemmDgradArgs a = valid_dgrad();
+    edit(a);
+    return a;
+  };
+  expect_rejects(v, with([](auto& a) { a.b = dev(DType::kBFloat16, {kE, 2 * kF}); }), "b");
+  expect_rejects(v, with([](auto& a) { a.b = dev(DType::kFloat32, {kE, 2 * kF, kH}); }), "b");
+  expect_rejects(v, with([](auto& a) { a.b = dev(DType::kBFloat16, {kE, 2 * kF, 44}); }), "b");
+  expect_rejects(v, with([](auto& a) { a.b = dev(DType::kBFloat16, {0, 2 * kF, kH}); }), "b");
+  expect_rejects(v, with([](auto& a) { a.offsets = dev(DType::kInt32, {kE}); }), "offsets");
+  expect_rejects(v, with([](auto& a) { a.a = dev(DType::kBFloat16, {kM, kF}); }), "a");
+  expect_rejects(v, with([](auto& a) { a.d = dev(DType::kBFloat16, {kM + 1, kH}); }), "d");
+  expect_rejects(v, with([](auto& a) { a.d = dev(DType::kInt32, {kM, kH}); }), "d");
+  expect_rejects(v, with([](auto& a) {
+                   a.d.data = static_cast<char*>(a.d.data) + 2;
+                 }), "d");
+  expect_rejects(v, with([](auto& a) { a.a.device = Device::kCpu; }), "a");
+}
+
+TEST(GemmBackwardValidation, Fc2DgradRejectsBadArguments) {
+  const auto v = &validate_fc2_dgrad;
+  auto with = [](std::function<void(Fc2DgradArgs&)> edit) {
+    Fc2DgradArgs a = valid_fc2();
+    edit(a);
+    return a;
+  };
+  expect_rejects(v, with([](auto& a) { a.activation = static_cast<Activation>(99); }), "activation");
+  expect_rejects(v, with([](auto& a) { a.w2 = dev(DType::kBFloat16, {kE, kH, 20}); }), "w2");
+  expect_rejects(v, with([](auto& a) { a.dys = dev(DType::kBFloat16, {kM, kF}); }), "dys");
+  expect_rejects(v, with([](auto& a) { a.pre = dev(DType::kBFloat16, {kM, kF}); }), "pre");
+  expect_rejects(v, with([](auto& a) { a.d_pre = dev(DType::kFloat32, {kM, 2 * kF}); }), "d_pre");
+  expect_rejects(v, with([](auto& a) { a.row_scale = dev(DType::kFloat32, {kM - 1}); }), "row_scale");
+  expect_rejects(v, with([](auto& a) { a.scaled_act = dev(DType::kBFloat16, {kM, 2 * kF}); }), "scaled_act");
+  expect_rejects(v, with([](auto& a) { a.d_row_scale = dev(DType::kBFloat16, {kM}); }), "d_row_scale");
+  expect_rejects(v, with([](auto& a) { a.b2 = dev(DType::kFloat32, {kE, kF}); }), "b2");
+  expect_rejects(v, with([](auto& a) { a.d_row_scale = {}; }), "b2");
+  expect_rejects(v, with([](auto& a) { a.offsets = dev(DType::kInt64, {kE + 1}); }), "offsets");
+}
+
+TEST(GemmBackwardValidation, WgradRejectsBadArguments) {
+  const auto v = &validate_grouped_gemm_wgrad;
+  auto with = [](std::function<void(GroupedGemmWgradArgs&)> edit) {
+    GroupedGemmWgradArgs a = valid_wgrad();
+    edit(a);
+    return a;
+  };
+  expect_rejects(v, with([](auto& a) { a.d = dev(DType::kFloat32, {kE, 2 * kF}); }), "d");
+  expect_rejects(v, with([](auto& a) { a.d = dev(DType::kFloat32, {kE, 2 * kF, 50}); }), "d");
+  expect_rejects(v, with([](auto& a) { a.d = dev(DType::kFloat32, {1025, 2 * kF, kH}); }), "d");
+  expect_rejects(v, with([](auto& a) { a.d = dev(DType::kBFloat16, {kE, 2 * kF, kH}); }), "accumulate");
+  expect_rejects(v, with([](auto& a) { a.a = dev(DType::kBFloat16, {kM, kH}); }), "a");
+  expect_rejects(v, with([](auto& a) { a.b = dev(DType::kBFloat16, {kM + 3, kH}); }), "b");
+  expect_rejects(v, with([](auto& a) { a.offsets = dev(DType::kInt32, {kE + 2}); }), "offsets");
+  expect_rejects(v, with([](auto& a) { a.gather_index = dev(DType::kInt32, {kM + 1}); }), "gather_index");
+}
+
+TEST(GemmBackwardValidation, DpBlocksCoverTheFfn) {
+  EXPECT_EQ(fc2_dgrad_dp_blocks(8), 1);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(256), 1);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(2880), 12);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(14336), 56);
+}
+
+}  // namespace
+}  // namespace moefuse

@@ -1,0 +1,531 @@
+// The backward grouped GEMMs on the GPU against fp64 CPU references on the same bf16 inputs.
+//
+// Tolerances (relative norm): bf16 outputs carry bf16 rounding (≈ 1.1e-3 in norm), 5e-3 leaves
+// room for the fp32 activation math and is 2× a cuBLAS-like 2.5e-3; fp32 outputs carry only fp32
+// accumulation error: 1e-4 (dgrad, wgrad), 1e-3 for dp (a sum of F products of fp32 values);
+// the unfused twin's dp goes through a bf16 g: 5e-3. Rows (and experts, with accumulate) that
+// must not be written keep their poison bit for bit; rows past offsets[E] of the wgrad operands
+// hold NaN, so a tail block that were not zeroed would poison the result.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/test_util.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_backward.h"
+#include "ref/expert_mlp.h"
+
+namespace moefuse {
+namespace {
+
+#define CHECK_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+float round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  u &= 0xFFFF0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Values already rounded to bf16 (so the reference sees exactly what the GPU sees).
+std::vector<float> random_bf16(size_t n, float stddev = 1.0f) {
+  std::vector<float> v = test::random_normal(n, stddev);
+  for (float& x : v) x = round_bf16(x);
+  return v;
+}
+std::vector<uint16_t> bits_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &v[i], 4);
+    out[i] = std::isnan(v[i]) ? 0x7FC0 : static_cast<uint16_t>(u >> 16);
+  }
+  return out;
+}
+float from_bits(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A device buffer of bf16 (stored from float values) or fp32 or int32, poisoned on creation.
+struct Buffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DType dtype;
+  explicit Buffer(size_t elems, DType t) : bytes(elems * (dtype_bits(t) / 8)), dtype(t) {
+    if (cudaMalloc(&ptr, std::max<size_t>(bytes, 16)) != cudaSuccess) ptr = nullptr;
+    poison();
+  }
+  ~Buffer() { cudaFree(ptr); }
+  Buffer(const Buffer&) = delete;
+  void poison() { cudaMemset(ptr, 0xFF, bytes); }  // NaN in bf16 and fp32, -1 in int32
+  void upload(const std::vector<float>& v) {
+    if (dtype == DType::kBFloat16) {
+      const auto b = bits_bf16(v);
+      cudaMemcpy(ptr, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+    } else {
+      cudaMemcpy(ptr, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+    }
+  }
+  void upload(const std::vector<int>& v) {
+    cudaMemcpy(ptr, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+  }
+  std::vector<float> download() const {
+    std::vector<float> v(bytes / (dtype_bits(dtype) / 8));
+    if (dtype == DType::kBFloat16) {
+      std::vector<uint16_t> b(v.size());
+      cudaMemcpy(b.data(), ptr, bytes, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = from_bits(b[i]);
+    } else {
+      cudaMemcpy(v.data(), ptr, bytes, cudaMemcpyDeviceToHost);
+    }
+    return v;
+  }
+  std::vector<uint8_t> raw() const {
+    std::vector<uint8_t> v(bytes);
+    cudaMemcpy(v.data(), ptr, bytes, cudaMemcpyDeviceToHost);
+    return v;
+  }
+  TensorView view(std::initializer_list<int64_t> shape) const {
+    return TensorView::contiguous(ptr, dtype, shape, Device::kCuda);
+  }
+};
+using BufferPtr = std::unique_ptr<Buffer>;
+BufferPtr buffer(int64_t elems, DType t) { return std::make_unique<Buffer>(size_t(elems), t); }
+
+std::vector<int> offsets_of(const std::vector<int>& counts, int base) {
+  std::vector<int> o(counts.size() + 1, base);
+  for (size_t e = 0; e < counts.size(); ++e) o[e + 1] = o[e] + counts[e];
+  return o;
+}
+int expert_of(const std::vector<int>& off, int row) {
+  return static_cast<int>(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
+}
+std::vector<int> uniform_counts(int experts, int total) {
+  std::vector<int> c(experts, 0);
+  std::uniform_int_distribution<int> pick(0, experts - 1);
+  for (int i = 0; i < total; ++i) ++c[pick(test::rng())];
+  return c;
+}
+
+// Rows [lo, hi) of a row-major byte image that must still be all 0xFF.
+std::string untouched(const std::vector<uint8_t>& raw, int64_t row_bytes, int64_t rows,
+                      int lo, int hi, const std::string& what) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r >= lo && r < hi) continue;
+    if (!std::all_of(raw.begin() + r * row_bytes, raw.begin() + (r + 1) * row_bytes,
+                     [](uint8_t b) { return b == 0xFF; }))
+      return what + " row " + std::to_string(r) + " outside the experts was written";
+  }
+  return "";
+}
+
+// Up to `budget` rows to check: every expert's first and last row, then random ones.
+std::vector<int> sample_rows(const std::vector<int>& off, size_t budget) {
+  std::vector<int> rows;
+  const int lo = off.front(), hi = off.back();
+  if (hi - lo <= static_cast<int>(budget)) {
+    rows.resize(hi - lo);
+    std::iota(rows.begin(), rows.end(), lo);
+    return rows;
+  }
+  for (size_t e = 0; e + 1 < off.size(); ++e)
+    if (off[e + 1] > off[e]) rows.push_back(off[e]), rows.push_back(off[e + 1] - 1);
+  std::uniform_int_distribution<int> pick(lo, hi - 1);
+  while (rows.size() < budget) rows.push_back(pick(test::rng()));
+  return rows;
+}
+
+// ---- dgrad ---------------------------------------------------------------------------------
+
+struct DgradCase {
+  std::vector<int> counts;
+  int row_base = 0, spare_rows = 0;
+  int64_t k = 128, n = 256;
+  bool fp32 = false;
+};
+
+void run_dgrad(const DgradCase& c, const std::string& name) {
+  SCOPED_TRACE(name + " (seed " + std::to_string(test::seed()) + ")");
+  const int E = static_cast<int>(c.counts.size());
+  const std::vector<int> off = offsets_of(c.counts, c.row_base);
+  const int64_t m_cap = off.back() + c.spare_rows;
+  const std::vector<float> a = random_bf16(m_cap * c.k), b = random_bf16(E * c.k * c.n, 1.0f / std::sqrt(float(c.k)));
+  auto a_d = buffer(m_cap * c.k, DType::kBFloat16), b_d = buffer(E * c.k * c.n, DType::kBFloat16),
+       o_d = buffer(E + 1, DType::kInt32),
+       d_d = buffer(m_cap * c.n, c.fp32 ? DType::kFloat32 : DType::kBFloat16);
+  a_d->upload(a), b_d->upload(b), o_d->upload(off);
+  grouped_gemm_dgrad({.a = a_d->view({m_cap, c.k}), .b = b_d->view({E, c.k, c.n}),
+                      .offsets = o_d->view({E + 1}), .d = d_d->view({m_cap, c.n})},
+                     nullptr);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const std::string violation = untouched(d_d->raw(), c.n * (c.fp32 ? 4 : 2), m_cap, off.front(),
+                                          off.back(), "d");
+  EXPECT_TRUE(violation.empty()) << violation;
+  const std::vector<float> d = d_d->download();
+  std::vector<float> got;
+  std::vector<double> want;
+  for (int r : sample_rows(off, std::clamp<size_t>(size_t(2e9 / double(c.n * c.k)), 16, 2048))) {
+    const int e = expert_of(off, r);
+    for (int64_t j = 0; j < c.n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < c.k; ++q) s += double(a[r * c.k + q]) * b[(e * c.k + q) * c.n + j];
+      want.push_back(s);
+      got.push_back(d[r * c.n + j]);
+    }
+  }
+  EXPECT_LE(test::rel_norm_error(got, want), c.fp32 ? 1e-4 : 5e-3) << "d";
+}
+
+TEST(GroupedGemmBackward, DgradRaggedRowsAndTails) {
+  MOEFUSE_REQUIRE_HOPPER();
+  // N = 328 (not a multiple of 256 or 64), K = 200 (not a multiple of 64), empty experts.
+  for (bool fp32 : {false, true})
+    run_dgrad({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
+               .k = 200, .n = 328, .fp32 = fp32},
+              fp32 ? "fp32" : "bf16");
+  std::vector<int> hot(16, 0);
+  hot[5] = 1000;
+  run_dgrad({.counts = hot, .k = 64, .n = 256}, "one expert holds every row");
+  run_dgrad({.counts = std::vector<int>(8, 0), .spare_rows = 40}, "no rows at all");
+  run_dgrad({.counts = std::vector<int>(4, 0), .k = 64, .n = 64}, "M_cap = 0");
+}
+
+// ---- FC2 dgrad + activation backward -------------------------------------------------------
+
+struct Fc2Case {
+  std::vector<int> counts;
+  int row_base = 0, spare_rows = 0;
+  int64_t h = 128, f = 256;
+  Activation act = Activation::kSwiGLU;
+  bool row_scale = true, bias = true, unfused = false;
+};
+
+// Runs the fused kernel (or the unfused twin) and compares d_pre, scaled_act and dp.
+class Fc2Runner {
+ public:
+  explicit Fc2Runner(const Fc2Case& c) : c_(c) {
+    E_ = static_cast<int>(c.counts.size());
+    glu_ = is_glu(c.act);
+    fc1_ = glu_ ? 2 * c.f : c.f;
+    m_cap_ = offsets_of(c.counts, c.row_base).back() + c.spare_rows;
+    dys_d_ = buffer(m_cap_ * c.h, DType::kBFloat16);
+    w2_d_ = buffer(E_ * c.h * c.f, DType::kBFloat16);
+    pre_d_ = buffer(m_cap_ * fc1_, DType::kBFloat16);
+    scale_d_ = buffer(m_cap_, DType::kFloat32);
+    b2_d_ = buffer(E_ * c.h, DType::kFloat32);
+    off_d_ = buffer(E_ + 1, DType::kInt32);
+    d_pre_d_ = buffer(m_cap_ * fc1_, DType::kBFloat16);
+    act_d_ = buffer(m_cap_ * c.f, DType::kBFloat16);
+    dp_d_ = buffer(m_cap_, DType::kFloat32);
+    partial_d_ = buffer(m_cap_ * fc2_dgrad_dp_blocks(c.f), DType::kFloat32);
+    g_d_ = buffer(m_cap_ * c.f, DType::kBFloat16);
+    w2_ = random_bf16(E_ * c.h * c.f, 1.0f / std::sqrt(float(c.h)));
+    b2_ = test::random_normal(E_ * c.h, 0.5f);
+    w2_d_->upload(w2_), b2_d_->upload(b2_);
+    refresh(c.counts);
+  }
+  // New offsets and new data (for graph replays: same buffers).
+  void refresh(const std::vector<int>& counts) {
+    off_ = offsets_of(counts, c_.row_base);
+    ASSERT_LE(off_.back(), m_cap_);
+    dys_ = random_bf16(m_cap_ * c_.h);
+    pre_ = random_bf16(m_cap_ * fc1_, 2.0f);
+    scale_ = test::random_uniform(m_cap_, 0.1f, 1.0f);
+    dys_d_->upload(dys_), pre_d_->upload(pre_), scale_d_->upload(scale_), off_d_->upload(off_);
+    for (Buffer* b : {d_pre_d_.get(), act_d_.get(), dp_d_.get()}) b->poison();
+  }
+  void launch(cudaStream_t stream) const {
+    Fc2DgradArgs args{.dys = dys_d_->view({m_cap_, c_.h}),
+                      .w2 = w2_d_->view({E_, c_.h, c_.f}),
+                      .offsets = off_d_->view({E_ + 1}),
+                      .pre = pre_d_->view({m_cap_, fc1_}),
+                      .d_pre = d_pre_d_->view({m_cap_, fc1_}),
+                      .activation = c_.act,
+                      .scaled_act = act_d_->view({m_cap_, c_.f}),
+                      .d_row_scale = dp_d_->view({m_cap_})};
+    if (c_.row_scale) args.row_scale = scale_d_->view({m_cap_});
+    if (c_.bias) args.b2 = b2_d_->view({E_, c_.h});
+    const Fc2DgradScratch scratch{
+        .dp_partial = partial_d_->view({m_cap_, fc2_dgrad_dp_blocks(c_.f)}),
+        .g = g_d_->view({m_cap_, c_.f})};
+    if (c_.unfused) grouped_gemm_fc2_dgrad_unfused(args, scratch, stream);
+    else grouped_gemm_fc2_dgrad(args, scratch, stream);
+  }
+  void check() const {
+    const int lo = off_.front(), hi = off_.back();
+    for (const auto& [buf, cols, what] :
+         {std::tuple{d_pre_d_.get(), fc1_, "d_pre"}, std::tuple{act_d_.get(), c_.f, "scaled_act"},
+          std::tuple{dp_d_.get(), int64_t{1}, "dp"}}) {
+      const std::string v = untouched(buf->raw(), cols * (dtype_bits(buf->dtype) / 8), m_cap_,
+                                      lo, hi, what);
+      EXPECT_TRUE(v.empty()) << v;
+    }
+    const std::vector<float> d_pre = d_pre_d_->download(), act = act_d_->download(),
+                             dp = dp_d_->download();
+    const MoeConfig config{.hidden = c_.h, .ffn = c_.f, .num_experts = E_, .top_k = 1,
+                           .activation = c_.act};
+    std::vector<float> got_pre, got_act, got_dp;
+    std::vector<double> want_pre, want_act, want_dp;
+    std::vector<double> g(c_.f), pre_ref(fc1_), a(c_.f), d_act(c_.f), d_pre_ref(fc1_);
+    // The reference's [gate; up] column j lives at the kernel's column col(j).
+    auto col = [&](int64_t j) { return glu_ ? glu_interleaved_row(j, c_.f) : j; };
+    for (int r : sample_rows(off_, std::clamp<size_t>(size_t(2e9 / double(c_.h * c_.f)), 16, 1024))) {
+      const int e = expert_of(off_, r);
+      const double p = c_.row_scale ? scale_[r] : 1.0;
+      for (int64_t j = 0; j < c_.f; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < c_.h; ++q) s += double(dys_[r * c_.h + q]) * w2_[(e * c_.h + q) * c_.f + j];
+        g[j] = s;
+        d_act[j] = p * s;
+      }
+      for (int64_t j = 0; j < fc1_; ++j) pre_ref[j] = pre_[r * fc1_ + col(j)];
+      ref::activation_forward(config, pre_ref.data(), a.data());
+      ref::activation_backward(config, pre_ref.data(), d_act.data(), d_pre_ref.data());
+      double dp_want = 0;
+      for (int64_t j = 0; j < c_.f; ++j) dp_want += g[j] * a[j];
+      if (c_.bias)
+        for (int64_t q = 0; q < c_.h; ++q) dp_want += double(dys_[r * c_.h + q]) * b2_[e * c_.h + q];
+      for (int64_t j = 0; j < fc1_; ++j) {
+        got_pre.push_back(d_pre[r * fc1_ + col(j)]);
+        want_pre.push_back(d_pre_ref[j]);
+      }
+      for (int64_t j = 0; j < c_.f; ++j) {
+        got_act.push_back(act[r * c_.f + j]);
+        want_act.push_back(p * a[j]);
+      }
+      got_dp.push_back(dp[r]);
+      want_dp.push_back(dp_want);
+    }
+    EXPECT_LE(test::rel_norm_error(got_pre, want_pre), 5e-3) << "d_pre";
+    EXPECT_LE(test::rel_norm_error(got_act, want_act), 5e-3) << "scaled_act";
+    EXPECT_LE(test::rel_norm_error(got_dp, want_dp), c_.unfused ? 5e-3 : 1e-3) << "dp";
+  }
+
+ private:
+  Fc2Case c_;
+  int E_ = 0;
+  bool glu_ = false;
+  int64_t fc1_ = 0, m_cap_ = 0;
+  std::vector<int> off_;
+  std::vector<float> dys_, w2_, pre_, scale_, b2_;
+  BufferPtr dys_d_, w2_d_, pre_d_, scale_d_, b2_d_, off_d_, d_pre_d_, act_d_, dp_d_, partial_d_, g_d_;
+};
+
+void run_fc2(const Fc2Case& c, const std::string& name) {
+  SCOPED_TRACE(name + " (seed " + std::to_string(test::seed()) + ")");
+  Fc2Runner runner(c);
+  runner.launch(nullptr);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  runner.check();
+}
+
+TEST(GroupedGemmBackward, Fc2DgradEveryActivationFusedAndUnfused) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (bool unfused : {false, true})
+    for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
+                           Activation::kClampedSwiGLU, Activation::kSquaredReLU}) {
+      // F = 328: two n-blocks (dp partials), a tail; H = 200: a K tail.
+      run_fc2({.counts = {0, 5, 127, 129, 300, 0, 64}, .row_base = 2, .spare_rows = 30,
+               .h = 200, .f = 328, .act = act, .unfused = unfused},
+              std::string(activation_name(act)) + (unfused ? " unfused" : " fused"));
+    }
+  run_fc2({.counts = {40, 0, 90}, .spare_rows = 3, .row_scale = false, .bias = false},
+          "no row scale, no bias");
+}
+
+// ---- wgrad ---------------------------------------------------------------------------------
+
+struct WgradCase {
+  std::vector<int> counts;
+  int row_base = 0, spare_rows = 0;
+  int64_t m_out = 128, n_out = 256;
+  bool fp32 = true, accumulate = false, gather = false, unfused = false;
+};
+
+class WgradRunner {
+ public:
+  explicit WgradRunner(const WgradCase& c) : c_(c) {
+    E_ = static_cast<int>(c.counts.size());
+    m_cap_ = offsets_of(c.counts, c.row_base).back() + c.spare_rows;
+    tokens_ = c.gather ? std::max<int64_t>(1, m_cap_ / 2 + 3) : m_cap_;
+    a_d_ = buffer(m_cap_ * c.m_out, DType::kBFloat16);
+    b_d_ = buffer(tokens_ * c.n_out, DType::kBFloat16);
+    idx_d_ = buffer(m_cap_, DType::kInt32);
+    off_d_ = buffer(E_ + 1, DType::kInt32);
+    d_d_ = buffer(E_ * c.m_out * c.n_out, c.fp32 ? DType::kFloat32 : DType::kBFloat16);
+    gathered_d_ = buffer(m_cap_ * c.n_out, DType::kBFloat16);
+    refresh(c.counts);
+  }
+  void refresh(const std::vector<int>& counts) {
+    off_ = offsets_of(counts, c_.row_base);
+    ASSERT_LE(off_.back(), m_cap_);
+    a_ = random_bf16(m_cap_ * c_.m_out);
+    b_ = random_bf16(tokens_ * c_.n_out);
+    // Rows outside the experts hold NaN (never read, or zeroed in the tail block).
+    for (int64_t r = 0; r < m_cap_; ++r)
+      if (r < off_.front() || r >= off_.back())
+        for (int64_t j = 0; j < c_.m_out; ++j) a_[r * c_.m_out + j] = NAN;
+    if (!c_.gather)
+      for (int64_t r = off_.back(); r < m_cap_; ++r)
+        for (int64_t j = 0; j < c_.n_out; ++j) b_[r * c_.n_out + j] = NAN;
+    index_.assign(m_cap_, -1);
+    std::uniform_int_distribution<int> tok(-2, static_cast<int>(tokens_) + 1);  // some invalid
+    for (int& t : index_) t = tok(test::rng());
+    d0_ = c_.accumulate ? test::random_normal(E_ * c_.m_out * c_.n_out) : std::vector<float>{};
+    a_d_->upload(a_), b_d_->upload(b_), idx_d_->upload(index_), off_d_->upload(off_);
+    if (c_.accumulate) d_d_->upload(d0_);
+    else d_d_->poison();
+  }
+  void launch(cudaStream_t stream) const {
+    GroupedGemmWgradArgs args{.a = a_d_->view({m_cap_, c_.m_out}),
+                              .b = b_d_->view({tokens_, c_.n_out}),
+                              .offsets = off_d_->view({E_ + 1}),
+                              .d = d_d_->view({E_, c_.m_out, c_.n_out}),
+                              .accumulate = c_.accumulate};
+    if (c_.gather) args.gather_index = idx_d_->view({m_cap_});
+    if (c_.unfused)
+      grouped_gemm_wgrad_unfused(args, {.gathered_b = gathered_d_->view({m_cap_, c_.n_out})},
+                                 stream);
+    else grouped_gemm_wgrad(args, stream);
+  }
+  float b_row(int r, int64_t j) const {
+    if (!c_.gather) return b_[r * c_.n_out + j];
+    const int t = index_[r];
+    return t >= 0 && t < tokens_ ? b_[t * c_.n_out + j] : 0.0f;
+  }
+  void check() const {
+    const std::vector<float> d = d_d_->download();
+    const std::vector<uint8_t> raw = d_d_->raw();
+    const int64_t per_expert = c_.m_out * c_.n_out;
+    std::vector<float> got;
+    std::vector<double> want;
+    std::uniform_int_distribution<int64_t> pick(0, per_expert - 1);
+    for (int e = 0; e < E_; ++e) {
+      const int rows = off_[e + 1] - off_[e];
+      if (rows == 0 && c_.accumulate) {  // untouched, bit for bit
+        EXPECT_EQ(0, std::memcmp(raw.data() + e * per_expert * 4, d0_.data() + e * per_expert,
+                                 per_expert * 4))
+            << "empty expert " << e << " was written in accumulate mode";
+        continue;
+      }
+      // Every entry's value for small experts, a sample for big ones (about 4e8 MACs).
+      const int64_t samples = std::min<int64_t>(per_expert, 400'000'000 / std::max(rows, 1) / E_ + 64);
+      for (int64_t s = 0; s < samples; ++s) {
+        const int64_t idx = samples == per_expert ? s : pick(test::rng());
+        const int64_t m = idx / c_.n_out, n = idx % c_.n_out;
+        double acc = c_.accumulate ? d0_[e * per_expert + idx] : 0.0;
+        for (int r = off_[e]; r < off_[e + 1]; ++r) acc += double(a_[r * c_.m_out + m]) * b_row(r, n);
+        want.push_back(acc);
+        got.push_back(d[e * per_expert + idx]);
+      }
+    }
+    EXPECT_LE(test::rel_norm_error(got, want), c_.fp32 ? 1e-4 : 5e-3) << "d";
+  }
+
+ private:
+  WgradCase c_;
+  int E_ = 0;
+  int64_t m_cap_ = 0, tokens_ = 0;
+  std::vector<int> off_, index_;
+  std::vector<float> a_, b_, d0_;
+  BufferPtr a_d_, b_d_, idx_d_, off_d_, d_d_, gathered_d_;
+};
+
+void run_wgrad(const WgradCase& c, const std::string& name) {
+  SCOPED_TRACE(name + " (seed " + std::to_string(test::seed()) + ")");
+  WgradRunner runner(c);
+  runner.launch(nullptr);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  runner.check();
+}
+
+TEST(GroupedGemmBackward, WgradRaggedKZeroRowsAndAccumulate) {
+  MOEFUSE_REQUIRE_HOPPER();
+  // M_out = 136, N_out = 328 (tails), rows not multiples of 64, empty experts, NaN after the end.
+  const std::vector<int> counts{0, 1, 63, 64, 65, 0, 200, 7};
+  run_wgrad({.counts = counts, .row_base = 5, .spare_rows = 50, .m_out = 136, .n_out = 328},
+            "fp32");
+  run_wgrad({.counts = counts, .spare_rows = 9, .m_out = 136, .n_out = 328, .fp32 = false}, "bf16");
+  run_wgrad({.counts = counts, .spare_rows = 9, .m_out = 136, .n_out = 328, .accumulate = true},
+            "accumulate");
+  run_wgrad({.counts = std::vector<int>(6, 0), .spare_rows = 20}, "no rows: zeros");
+  run_wgrad({.counts = std::vector<int>(3, 0), .accumulate = true}, "M_cap = 0, accumulate");
+  std::vector<int> hot(8, 0);
+  hot[3] = 1500;
+  run_wgrad({.counts = hot, .m_out = 256, .n_out = 512}, "one expert holds every row");
+}
+
+TEST(GroupedGemmBackward, WgradGatherFusedAndUnfused) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (bool unfused : {false, true})
+    run_wgrad({.counts = {5, 0, 200, 131, 1, 70}, .row_base = 2, .spare_rows = 9, .m_out = 256,
+               .n_out = 264, .accumulate = true, .gather = true, .unfused = unfused},
+              unfused ? "unfused gather" : "fused gather");
+}
+
+// One case per preset at its real widths (few experts so the reference stays fast): FC1 and FC2
+// dgrad, the FC2 dgrad epilogue, dW1 and dW2.
+TEST(GroupedGemmBackward, PresetShapes) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (std::string_view name : preset_names()) {
+    const MoeConfig p = preset(name);
+    const std::vector<int> counts = uniform_counts(p.ffn > 8192 ? 1 : 4, 700);
+    const std::string n(name);
+    run_dgrad({.counts = counts, .spare_rows = 5, .k = p.fc1_width(), .n = p.hidden}, n + " fc1 dgrad");
+    run_fc2({.counts = counts, .spare_rows = 5, .h = p.hidden, .f = p.ffn, .act = p.activation,
+             .bias = p.expert_bias},
+            n + " fc2 dgrad");
+    run_wgrad({.counts = counts, .spare_rows = 5, .m_out = p.fc1_width(), .n_out = p.hidden,
+               .accumulate = true},
+              n + " dW1");
+    run_wgrad({.counts = counts, .spare_rows = 5, .m_out = p.hidden, .n_out = p.ffn}, n + " dW2");
+  }
+}
+
+TEST(GroupedGemmBackward, GraphReplayReadsNewOffsetsAndData) {
+  MOEFUSE_REQUIRE_HOPPER();
+  Fc2Runner fc2({.counts = {100, 0, 300, 57}, .spare_rows = 200, .f = 264,
+                 .act = Activation::kClampedSwiGLU});
+  WgradRunner wgrad({.counts = {100, 0, 300, 57}, .spare_rows = 200, .n_out = 264});
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  fc2.launch(stream);
+  wgrad.launch(stream);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (const std::vector<int>& counts :
+       std::vector<std::vector<int>>{{0, 400, 0, 257}, {600, 1, 2, 3}, {0, 0, 0, 0}}) {
+    SCOPED_TRACE("counts " + std::to_string(counts[0]) + "," + std::to_string(counts[1]) + "," +
+                 std::to_string(counts[2]) + "," + std::to_string(counts[3]));
+    fc2.refresh(counts);
+    wgrad.refresh(counts);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    fc2.check();
+    wgrad.check();
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace moefuse

@@ -1,0 +1,321 @@
+// Shared pieces of the layer GPU tests: scaled-down preset configs, fresh random layer data in the
+// reference layout, its device copy in the GPU layout (bf16, GLU rows interleaved), the reference
+// forward + backward, and the comparison of every output and gradient.
+//
+// The router sees x and w_router drawn from small dyadic grids (x = i/8, w = j/64 with |i|,|j|
+// <= 16): every product is a multiple of 2^-9 and every partial sum stays below 2^24·2^-9, so
+// the GPU's fp32 logits equal the reference's fp64 logits exactly and both pick the same experts
+// (near-ties would otherwise move a whole row). Everything else is Gaussian.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gpu/dispatch_test_util.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/layer.h"
+#include "ref/layer.h"
+
+namespace moefuse::test {
+
+// The preset's kind of layer at test size: H 256, F 128, at most 16 experts and top-4, shared
+// F 128, aux and z losses on.
+inline MoeConfig scaled_preset(const std::string& name) {
+  MoeConfig c = preset(name);
+  c.hidden = 256;
+  c.ffn = 128;
+  c.num_experts = std::min<int64_t>(c.num_experts, 16);
+  c.top_k = std::min<int64_t>(c.top_k, 4);
+  if (c.shared_expert_ffn > 0) c.shared_expert_ffn = 128;
+  if (c.router.kind == RouterKind::kSigmoidGroupTopK) {
+    c.router.num_groups = 8;
+    c.router.topk_groups = 4;
+  }
+  c.router.aux_loss_coeff = 0.01f;
+  c.router.z_loss_coeff = 0.001f;
+  return c;
+}
+
+inline MoeConfig shared_config(const MoeConfig& c) {
+  MoeConfig s = c;
+  s.ffn = c.shared_expert_ffn;
+  return s;
+}
+
+// Values on the grid {i / scale : |i| <= 16}, exact in bf16.
+inline std::vector<float> dyadic(size_t n, float scale) {
+  std::uniform_int_distribution<int> d(-16, 16);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(d(rng())) / scale;
+  return v;
+}
+
+// One layer's inputs in the reference layout ([gate; up] GLU rows), fp32 holding bf16 values
+// wherever the GPU reads bf16.
+struct LayerData {
+  MoeConfig c;
+  int64_t T = 0;
+  std::vector<float> x, w_router, score_bias, w1, b1, w2, b2, sw1, sw2, dy;
+
+  static LayerData random(const MoeConfig& c, int64_t T) {
+    LayerData d{.c = c, .T = T};
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_config(c);
+    d.x = dyadic(T * H, 8);
+    d.w_router = dyadic(E * H, 64);
+    if (c.router.use_score_bias) d.score_bias = random_normal(E, 0.05f);
+    d.w1 = bf16_rounded(random_normal(E * fc1 * H, 1.0f / std::sqrt(float(H))));
+    d.w2 = bf16_rounded(random_normal(E * H * F, 1.0f / std::sqrt(float(F))));
+    if (c.expert_bias) d.b1 = random_normal(E * fc1, 0.1f), d.b2 = random_normal(E * H, 0.1f);
+    if (c.shared_expert_ffn > 0) {
+      d.sw1 = bf16_rounded(random_normal(s.fc1_width() * H, 1.0f / std::sqrt(float(H))));
+      d.sw2 = bf16_rounded(random_normal(H * s.ffn, 1.0f / std::sqrt(float(s.ffn))));
+    }
+    d.dy = bf16_rounded(random_normal(T * H));
+    return d;
+  }
+};
+
+// [gate; up] → interleaved rows on the host (GLU only; identity otherwise).
+inline std::vector<float> interleaved(const MoeConfig& c, const std::vector<float>& v,
+                                      int64_t outer, int64_t rows, int64_t inner) {
+  if (!is_glu(c.activation) || v.empty()) return v;
+  std::vector<float> out(v.size());
+  std::vector<float> in = v;
+  const TensorView src = inner > 1
+      ? TensorView::contiguous(in.data(), DType::kFloat32, {outer, rows, inner})
+      : TensorView::contiguous(in.data(), DType::kFloat32, {outer, rows});
+  const TensorView dst = inner > 1
+      ? TensorView::contiguous(out.data(), DType::kFloat32, {outer, rows, inner})
+      : TensorView::contiguous(out.data(), DType::kFloat32, {outer, rows});
+  interleave_glu_weight(src, dst);
+  return out;
+}
+
+// Interleaved → [gate; up] (the gradients of interleaved weights), host.
+inline std::vector<float> deinterleaved(const MoeConfig& c, std::vector<float> v, int64_t outer,
+                                        int64_t rows, int64_t inner) {
+  if (!is_glu(c.activation) || v.empty()) return v;
+  std::vector<float> out(v.size());
+  const TensorView src = inner > 1
+      ? TensorView::contiguous(v.data(), DType::kFloat32, {outer, rows, inner})
+      : TensorView::contiguous(v.data(), DType::kFloat32, {outer, rows});
+  const TensorView dst = inner > 1
+      ? TensorView::contiguous(out.data(), DType::kFloat32, {outer, rows, inner})
+      : TensorView::contiguous(out.data(), DType::kFloat32, {outer, rows});
+  deinterleave_glu_weight(src, dst);
+  return out;
+}
+
+// Everything one layer call reads and writes on the device, sized for (config, options, T).
+struct DeviceLayer {
+  MoeConfig c;
+  int64_t T;
+  bool bias, shared, sbias;
+  DeviceBuffer<Bf16> x, w_router, w1, w2, sw1, sw2, dy, y, dx;
+  DeviceBuffer<float> score_bias, b1, b2, losses, d_w_router, d_w1, d_b1, d_w2, d_b2, d_sw1,
+      d_sw2;
+  DeviceBuffer<unsigned char> cache, workspace;
+
+  DeviceLayer(const MoeConfig& config, const LayerOptions& options, int64_t tokens)
+      : c(config), T(tokens), bias(config.expert_bias), shared(config.shared_expert_ffn > 0),
+        sbias(config.router.use_score_bias),
+        x(T * c.hidden), w_router(c.num_experts * c.hidden),
+        w1(c.num_experts * c.fc1_width() * c.hidden), w2(c.num_experts * c.hidden * c.ffn),
+        sw1(shared ? shared_config(c).fc1_width() * c.hidden : 0),
+        sw2(shared ? c.hidden * c.shared_expert_ffn : 0), dy(T * c.hidden), y(T * c.hidden),
+        dx(T * c.hidden), score_bias(sbias ? c.num_experts : 0),
+        b1(bias ? c.num_experts * c.fc1_width() : 0), b2(bias ? c.num_experts * c.hidden : 0),
+        losses(2), d_w_router(c.num_experts * c.hidden), d_w1(w1.size()), d_b1(b1.size()),
+        d_w2(w2.size()), d_b2(b2.size()), d_sw1(sw1.size()), d_sw2(sw2.size()),
+        cache(layer_memory_plan(config, options, tokens).cache_bytes),
+        workspace(layer_memory_plan(config, options, tokens).workspace_bytes) {}
+
+  void upload(const LayerData& d) {
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    const int64_t E = c.num_experts, H = c.hidden, fc1 = c.fc1_width();
+    const int64_t s_fc1 = shared_config(c).fc1_width();
+    x.upload(to_bf16(d.x));
+    w_router.upload(to_bf16(d.w_router));
+    w1.upload(to_bf16(interleaved(c, d.w1, E, fc1, H)));
+    w2.upload(to_bf16(d.w2));
+    dy.upload(to_bf16(d.dy));
+    if (sbias) score_bias.upload(d.score_bias);
+    if (bias) b1.upload(interleaved(c, d.b1, E, fc1, 1)), b2.upload(d.b2);
+    if (shared) sw1.upload(to_bf16(interleaved(c, d.sw1, 1, s_fc1, H))), sw2.upload(to_bf16(d.sw2));
+  }
+
+  // Every output, gradient and both regions NaN / 0xFF-filled: unwritten values show. The
+  // memsets run on the legacy stream; the device-wide sync orders them against the layer's
+  // non-blocking streams.
+  void poison() {
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    for (auto* b : {&y, &dx}) b->poison();
+    for (auto* b : {&losses, &d_w_router, &d_w1, &d_b1, &d_w2, &d_b2, &d_sw1, &d_sw2}) b->poison();
+    cache.poison();
+    workspace.poison();
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  // The scratch alone, between forward and backward: backward must not read forward's scratch.
+  void poison_workspace() {
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    workspace.poison();
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  MoeLayerWeights weights() const {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_config(c);
+    return {.w_router = w_router.view(DType::kBFloat16, {E, H}),
+            .score_bias = sbias ? score_bias.view(DType::kFloat32, {E}) : TensorView{},
+            .w1 = w1.view(DType::kBFloat16, {E, fc1, H}),
+            .b1 = bias ? b1.view(DType::kFloat32, {E, fc1}) : TensorView{},
+            .w2 = w2.view(DType::kBFloat16, {E, H, F}),
+            .b2 = bias ? b2.view(DType::kFloat32, {E, H}) : TensorView{},
+            .shared_w1 = shared ? sw1.view(DType::kBFloat16, {s.fc1_width(), H}) : TensorView{},
+            .shared_w2 = shared ? sw2.view(DType::kBFloat16, {H, s.ffn}) : TensorView{}};
+  }
+  MoeLayerGrads grads() const {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_config(c);
+    return {.dx = dx.view(DType::kBFloat16, {T, H}),
+            .d_w_router = d_w_router.view(DType::kFloat32, {E, H}),
+            .d_w1 = d_w1.view(DType::kFloat32, {E, fc1, H}),
+            .d_b1 = bias ? d_b1.view(DType::kFloat32, {E, fc1}) : TensorView{},
+            .d_w2 = d_w2.view(DType::kFloat32, {E, H, F}),
+            .d_b2 = bias ? d_b2.view(DType::kFloat32, {E, H}) : TensorView{},
+            .d_shared_w1 = shared ? d_sw1.view(DType::kFloat32, {s.fc1_width(), H}) : TensorView{},
+            .d_shared_w2 = shared ? d_sw2.view(DType::kFloat32, {H, s.ffn}) : TensorView{}};
+  }
+  MoeLayerOutputs outputs() const {
+    return {.y = y.view(DType::kBFloat16, {T, c.hidden}),
+            .losses = losses.view(DType::kFloat32, {2})};
+  }
+  TensorView x_view() const { return x.view(DType::kBFloat16, {T, c.hidden}); }
+  TensorView dy_view() const { return dy.view(DType::kBFloat16, {T, c.hidden}); }
+  Workspace cache_region() const { return {.data = cache.data(), .bytes = cache.size()}; }
+  Workspace workspace_region() const {
+    return {.data = workspace.data(), .bytes = workspace.size()};
+  }
+
+  void forward(MoeLayer& layer, cudaStream_t s) {
+    layer.forward(x_view(), weights(), outputs(), cache_region(), workspace_region(), s);
+  }
+  void backward(MoeLayer& layer, cudaStream_t s) {
+    layer.backward(x_view(), dy_view(), weights(), grads(), cache_region(), workspace_region(),
+                   s);
+  }
+};
+
+// Named results of one layer step, host fp32, in the reference layout.
+struct StepResult {
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+
+  const std::vector<float>& at(const std::string& name) const {
+    for (const auto& [n, v] : tensors)
+      if (n == name) return v;
+    static const std::vector<float> none;
+    return none;
+  }
+};
+
+inline StepResult download(const DeviceLayer& d) {
+  const MoeConfig& c = d.c;
+  const int64_t E = c.num_experts, H = c.hidden, fc1 = c.fc1_width();
+  const int64_t s_fc1 = shared_config(c).fc1_width();
+  StepResult r;
+  r.tensors = {{"y", from_bf16(d.y.download())},
+               {"losses", d.losses.download()},
+               {"dx", from_bf16(d.dx.download())},
+               {"d_w_router", d.d_w_router.download()},
+               {"d_w1", deinterleaved(c, d.d_w1.download(), E, fc1, H)},
+               {"d_w2", d.d_w2.download()}};
+  if (d.bias) {
+    r.tensors.push_back({"d_b1", deinterleaved(c, d.d_b1.download(), E, fc1, 1)});
+    r.tensors.push_back({"d_b2", d.d_b2.download()});
+  }
+  if (d.shared) {
+    r.tensors.push_back({"d_shared_w1", deinterleaved(c, d.d_sw1.download(), 1, s_fc1, H)});
+    r.tensors.push_back({"d_shared_w2", d.d_sw2.download()});
+  }
+  return r;
+}
+
+inline StepResult reference_step(const LayerData& d) {
+  const MoeConfig& c = d.c;
+  const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig s = shared_config(c);
+  const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
+  LayerData in = d;  // the reference takes mutable views
+  auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
+    return v.empty() ? TensorView{} : TensorView::contiguous(v.data(), DType::kFloat32, shape);
+  };
+  const ref::LayerWeights w{
+      .w_router = f32(in.w_router, {E, H}),
+      .score_bias = f32(in.score_bias, {E}),
+      .experts = {.w1 = f32(in.w1, {E, fc1, H}), .b1 = f32(in.b1, {E, fc1}),
+                  .w2 = f32(in.w2, {E, H, F}), .b2 = f32(in.b2, {E, H})},
+      .shared_w1 = f32(in.sw1, {s.fc1_width(), H}),
+      .shared_w2 = f32(in.sw2, {H, s.ffn})};
+  const TensorView x = f32(in.x, {T, H});
+  const ref::LayerForward fwd = ref::layer_forward(c, w, x);
+  std::vector<float> dx(T * H), dwr(E * H), dw1(E * fc1 * H), dw2(E * H * F),
+      db1(bias ? E * fc1 : 0), db2(bias ? E * H : 0), dsw1(shared ? s.fc1_width() * H : 0),
+      dsw2(shared ? H * s.ffn : 0);
+  const ref::LayerGrads g{.dx = f32(dx, {T, H}),
+                          .d_w_router = f32(dwr, {E, H}),
+                          .experts = {.w1 = f32(dw1, {E, fc1, H}), .b1 = f32(db1, {E, fc1}),
+                                      .w2 = f32(dw2, {E, H, F}), .b2 = f32(db2, {E, H})},
+                          .d_shared_w1 = f32(dsw1, {s.fc1_width(), H}),
+                          .d_shared_w2 = f32(dsw2, {H, s.ffn})};
+  ref::layer_backward(c, w, x, fwd, f32(in.dy, {T, H}), g);
+  StepResult r;
+  r.tensors = {{"y", fwd.y},
+               {"losses", {static_cast<float>(fwd.aux_loss), static_cast<float>(fwd.z_loss)}},
+               {"dx", dx},
+               {"d_w_router", dwr},
+               {"d_w1", dw1},
+               {"d_w2", dw2}};
+  if (bias) r.tensors.push_back({"d_b1", db1}), r.tensors.push_back({"d_b2", db2});
+  if (shared) r.tensors.push_back({"d_shared_w1", dsw1}), r.tensors.push_back({"d_shared_w2", dsw2});
+  return r;
+}
+
+// Relative-norm tolerances. Every tensor on the expert path passes through two or three bf16
+// roundings (pre/act, ys or d_pre, the bf16 output), each ≈ 2^-9 relative; the router gradient
+// runs its GEMMs on bf16 d_logits. 2e-2 is about 4× the expected error. The losses are fp32
+// reductions of exact logits: 1e-4.
+inline double tolerance(const std::string& name) { return name == "losses" ? 1e-4 : 2e-2; }
+
+inline void expect_matches(const StepResult& got, const StepResult& want) {
+  for (const auto& [name, w] : want.tensors) {
+    const std::vector<float>& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    if (name == "losses") {
+      // Either loss may be 0 in the reference only when its coefficient is; compare each.
+      for (size_t i = 0; i < 2; ++i)
+        EXPECT_NEAR(g[i], w[i], 1e-4 * std::max(1.0f, std::fabs(w[i])))
+            << (i == 0 ? "aux_loss" : "z_loss");
+      continue;
+    }
+    const double err = rel_norm_error(g, w);
+    size_t worst = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (!(std::fabs(g[i] - w[i]) <= std::fabs(g[worst] - w[worst]))) worst = i;
+    EXPECT_LE(err, tolerance(name)) << name << ": rel-norm error " << err << "; worst element ["
+                                    << worst << "] got " << g[worst] << " want " << w[worst];
+  }
+}
+
+// Bitwise equality of two steps' results, naming the first differing element.
+inline void expect_same_bits(const StepResult& a, const StepResult& b, const std::string& what) {
+  for (const auto& [name, v] : a.tensors) EXPECT_TRUE(same_bits(v, b.at(name), what + " " + name));
+}
+
+}  // namespace moefuse::test

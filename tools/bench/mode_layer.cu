@@ -1,0 +1,500 @@
+// `moefuse-bench layer` (the default mode): the whole MoE layer, forward and forward+backward, per
+// preset or custom sizes, fused and unfused, as one CUDA graph (or eager). Measured in the same
+// run: a per-stage breakdown (device events around each stage of an eager step), the torch
+// unfused path (bench/torch_moe.py) and the dense cuBLAS bound of the same FLOPs.
+//
+// FLOPs (shared/ANCHORS.md): forward 2·T·k·H·(fc1 + F) = 6·T·k·H·F with GLU, backward twice that,
+// plus the shared expert's dense MLP when the preset has one. Router GEMMs are not counted.
+// Routing: the layer routes with its own router. --routing zipf gives every token a constant
+// feature (x[:, 0] = 1) whose router weight is log(popularity) with popularity ∝ 1/rank^1.2 over
+// a random expert order; the other features add noise of about a Gumbel's spread, so the top-1
+// choice follows the popularity. The load it produced (max / mean expert count) is printed.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/cublas_baseline.h"
+#include "bench/device_buffer.h"
+#include "bench/mode.h"
+#include "bench/report.h"
+#include "bench/routing.h"
+#include "bench/timing.h"
+#include "bench/torch_runner.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/layer/plan.h"
+#include "moefuse/config.h"
+#include "moefuse/layer.h"
+
+namespace moefuse::bench {
+namespace {
+
+struct Options {
+  std::vector<std::pair<std::string, MoeConfig>> configs;
+  int64_t tokens = 16384;
+  RoutingDistribution routing = RoutingDistribution::kUniform;
+  std::string routing_name;
+  std::vector<LayerMode> modes;
+  bool graph = true, recompute = false, torch = true;
+  int warmup = 5, iters = 30;
+};
+
+MoeConfig shared_of(const MoeConfig& c) {
+  MoeConfig s = c;
+  s.ffn = c.shared_expert_ffn;
+  return s;
+}
+
+struct Flops {
+  double forward, backward;
+};
+Flops model_flops(const MoeConfig& c, int64_t T) {
+  double f = 2.0 * T * c.top_k * c.hidden * (c.fc1_width() + c.ffn);
+  if (c.shared_expert_ffn > 0) {
+    const MoeConfig s = shared_of(c);
+    f += 2.0 * T * c.hidden * (s.fc1_width() + s.ffn);
+  }
+  return {.forward = f, .backward = 2 * f};
+}
+
+// The layer's inputs, weights and gradients on the device, filled with fresh random values.
+struct LayerTensors {
+  MoeConfig c;
+  int64_t T;
+  DeviceBuffer x, w_router, score_bias, w1, b1, w2, b2, sw1, sw2, dy, y, losses, dx, dwr, dw1,
+      db1, dw2, db2, dsw1, dsw2;
+
+  LayerTensors(const MoeConfig& config, int64_t tokens, RoutingDistribution routing,
+               uint64_t seed)
+      : c(config), T(tokens) {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_of(c);
+    const bool shared = c.shared_expert_ffn > 0;
+    const int64_t sfc1 = shared ? s.fc1_width() : 0, sF = shared ? s.ffn : 0;
+    x = DeviceBuffer(2 * T * H), dy = DeviceBuffer(2 * T * H), y = DeviceBuffer(2 * T * H);
+    dx = DeviceBuffer(2 * T * H), losses = DeviceBuffer(8);
+    w_router = DeviceBuffer(2 * E * H), dwr = DeviceBuffer(4 * E * H);
+    score_bias = DeviceBuffer(4 * E);
+    w1 = DeviceBuffer(2 * E * fc1 * H), dw1 = DeviceBuffer(4 * E * fc1 * H);
+    w2 = DeviceBuffer(2 * E * H * F), dw2 = DeviceBuffer(4 * E * H * F);
+    b1 = DeviceBuffer(4 * E * fc1), db1 = DeviceBuffer(4 * E * fc1);
+    b2 = DeviceBuffer(4 * E * H), db2 = DeviceBuffer(4 * E * H);
+    sw1 = DeviceBuffer(2 * sfc1 * H), dsw1 = DeviceBuffer(4 * sfc1 * H);
+    sw2 = DeviceBuffer(2 * H * sF), dsw2 = DeviceBuffer(4 * H * sF);
+    // Router weights: logit noise of about a Gumbel's spread (std ≈ 1.28) over x ~ U(-1, 1).
+    const float wr = 3.84f / std::sqrt(static_cast<float>(H));
+    fill_uniform_bf16(x.get(), T * H, -1, 1, seed + 1, nullptr);
+    fill_uniform_bf16(dy.get(), T * H, -1, 1, seed + 2, nullptr);
+    fill_uniform_bf16(w_router.get(), E * H, -wr, wr, seed + 3, nullptr);
+    fill_uniform_fp32(score_bias.get(), E, -0.1f, 0.1f, seed + 4, nullptr);
+    const float r1 = 1.0f / std::sqrt(static_cast<float>(H)), r2 = 1.0f / std::sqrt(float(F));
+    fill_uniform_bf16(w1.get(), E * fc1 * H, -r1, r1, seed + 5, nullptr);
+    fill_uniform_bf16(w2.get(), E * H * F, -r2, r2, seed + 6, nullptr);
+    fill_uniform_fp32(b1.get(), E * fc1, -0.1f, 0.1f, seed + 7, nullptr);
+    fill_uniform_fp32(b2.get(), E * H, -0.1f, 0.1f, seed + 8, nullptr);
+    if (shared) {
+      fill_uniform_bf16(sw1.get(), sfc1 * H, -r1, r1, seed + 9, nullptr);
+      const float rs = 1.0f / std::sqrt(static_cast<float>(sF));
+      fill_uniform_bf16(sw2.get(), H * sF, -rs, rs, seed + 10, nullptr);
+    }
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (routing == RoutingDistribution::kZipf) skew_router(seed);
+  }
+
+  // x[:, 0] = 1 and w_router[e, 0] = log(popularity_e): a per-expert logit offset.
+  void skew_router(uint64_t seed) {
+    const int64_t E = c.num_experts, H = c.hidden;
+    std::vector<int> rank(E);
+    std::iota(rank.begin(), rank.end(), 1);
+    std::shuffle(rank.begin(), rank.end(), std::mt19937_64(seed));
+    std::vector<__nv_bfloat16> col(E), ones(T, __float2bfloat16(1.0f));
+    for (int64_t e = 0; e < E; ++e) col[e] = __float2bfloat16(-1.2f * std::log(float(rank[e])));
+    MOEFUSE_CUDA_CHECK(cudaMemcpy2D(w_router.get(), 2 * H, col.data(), 2, 2, E,
+                                    cudaMemcpyHostToDevice));
+    MOEFUSE_CUDA_CHECK(cudaMemcpy2D(x.get(), 2 * H, ones.data(), 2, 2, T, cudaMemcpyHostToDevice));
+  }
+
+  MoeLayerWeights weights() const {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_of(c);
+    const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
+    return {.w_router = w_router.view(DType::kBFloat16, {E, H}),
+            .score_bias = c.router.use_score_bias ? score_bias.view(DType::kFloat32, {E})
+                                                  : TensorView{},
+            .w1 = w1.view(DType::kBFloat16, {E, fc1, H}),
+            .b1 = bias ? b1.view(DType::kFloat32, {E, fc1}) : TensorView{},
+            .w2 = w2.view(DType::kBFloat16, {E, H, F}),
+            .b2 = bias ? b2.view(DType::kFloat32, {E, H}) : TensorView{},
+            .shared_w1 = shared ? sw1.view(DType::kBFloat16, {s.fc1_width(), H}) : TensorView{},
+            .shared_w2 = shared ? sw2.view(DType::kBFloat16, {H, s.ffn}) : TensorView{}};
+  }
+  MoeLayerGrads grads() const {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_of(c);
+    const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
+    return {.dx = dx.view(DType::kBFloat16, {T, H}),
+            .d_w_router = dwr.view(DType::kFloat32, {E, H}),
+            .d_w1 = dw1.view(DType::kFloat32, {E, fc1, H}),
+            .d_b1 = bias ? db1.view(DType::kFloat32, {E, fc1}) : TensorView{},
+            .d_w2 = dw2.view(DType::kFloat32, {E, H, F}),
+            .d_b2 = bias ? db2.view(DType::kFloat32, {E, H}) : TensorView{},
+            .d_shared_w1 = shared ? dsw1.view(DType::kFloat32, {s.fc1_width(), H}) : TensorView{},
+            .d_shared_w2 = shared ? dsw2.view(DType::kFloat32, {H, s.ffn}) : TensorView{}};
+  }
+  MoeLayerOutputs outputs() const {
+    return {.y = y.view(DType::kBFloat16, {T, c.hidden}),
+            .losses = losses.view(DType::kFloat32, {2})};
+  }
+  TensorView xv() const { return x.view(DType::kBFloat16, {T, c.hidden}); }
+  TensorView dyv() const { return dy.view(DType::kBFloat16, {T, c.hidden}); }
+};
+
+// Records a CUDA event pair around every stage of every observed step.
+class StageRecorder : public LayerObserver {
+ public:
+  ~StageRecorder() override {
+    for (auto& [stage, runs] : events_)
+      for (auto& [b, e] : runs) cudaEventDestroy(b), cudaEventDestroy(e);
+  }
+  void begin(LayerStage stage, cudaStream_t stream) override {
+    cudaEvent_t b = nullptr, e = nullptr;
+    MOEFUSE_CUDA_CHECK(cudaEventCreate(&b));
+    MOEFUSE_CUDA_CHECK(cudaEventCreate(&e));
+    MOEFUSE_CUDA_CHECK(cudaEventRecord(b, stream));
+    events_[stage].push_back({b, e});
+  }
+  void end(LayerStage stage, cudaStream_t stream) override {
+    MOEFUSE_CUDA_CHECK(cudaEventRecord(events_[stage].back().second, stream));
+  }
+  // Median ms per stage, in stage order (call after the stream synchronised).
+  std::vector<std::pair<LayerStage, double>> medians() const {
+    std::vector<std::pair<LayerStage, double>> out;
+    for (const auto& [stage, runs] : events_) {
+      std::vector<double> ms;
+      for (const auto& [b, e] : runs) {
+        float t = 0;
+        MOEFUSE_CUDA_CHECK(cudaEventElapsedTime(&t, b, e));
+        ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      out.push_back({stage, ms[ms.size() / 2]});
+    }
+    return out;
+  }
+
+ private:
+  std::map<LayerStage, std::vector<std::pair<cudaEvent_t, cudaEvent_t>>> events_;
+};
+
+class Graph {
+ public:
+  Graph(const std::function<void(cudaStream_t)>& body, cudaStream_t stream) {
+    MOEFUSE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    body(stream);
+    MOEFUSE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+    MOEFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~Graph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  void launch(cudaStream_t s) const { MOEFUSE_CUDA_CHECK(cudaGraphLaunch(exec_, s)); }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+struct Totals {
+  double forward_ms, step_ms;
+};
+
+struct Reports {
+  Report stages{"layer stages (eager step, device events; second-stream stages overlap the main)",
+                {"preset", "mode", "stage", "pass", "median_us", "share"}};
+  Report totals{"layer totals",
+                {"preset", "variant", "pass", "ms", "TFLOP/s", "Mtokens/s", "vs_torch",
+                 "of_dense"}};
+  Report memory{"layer memory plan (bytes per layer)",
+                {"preset", "mode", "pre", "cache_MiB", "workspace_MiB", "x_MiB",
+                 "sonicmoe_cache_MiB"}};
+};
+
+std::string load_summary(const LayerTensors& t, const LayerOptions& o, const Workspace& cache) {
+  const layer::Plan p = layer::make_plan(t.c, o, t.T);
+  std::vector<int32_t> counts(t.c.num_experts);
+  MOEFUSE_CUDA_CHECK(cudaMemcpy(counts.data(),
+                                static_cast<char*>(cache.data) + p.counts.offset,
+                                4 * counts.size(), cudaMemcpyDeviceToHost));
+  const double mean = static_cast<double>(t.T * t.c.top_k) / t.c.num_experts;
+  const int32_t max = *std::max_element(counts.begin(), counts.end());
+  const int32_t min = *std::min_element(counts.begin(), counts.end());
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "max/mean %.2f, min/mean %.2f", max / mean, min / mean);
+  return buf;
+}
+
+// One mode of one preset: stage breakdown, then forward and forward+backward totals.
+Totals bench_mode(const std::string& name, LayerTensors& t, LayerMode mode, const Options& o,
+                  Reports& r, cudaStream_t stream, std::string* load) {
+  const LayerOptions lo{.mode = mode, .recompute_pre = o.recompute};
+  const std::string mode_name(layer_mode_name(mode));
+  const std::string tag = "layer " + name + " " + mode_name + ": ";
+  progress(tag + "setup");
+  MoeLayer layer(t.c, lo);
+  const LayerMemoryPlan plan = layer_memory_plan(t.c, lo, t.T);
+  DeviceBuffer cache_buf(plan.cache_bytes), ws_buf(plan.workspace_bytes);
+  const Workspace cache{.data = cache_buf.get(), .bytes = plan.cache_bytes};
+  const Workspace ws{.data = ws_buf.get(), .bytes = plan.workspace_bytes};
+  const MoeLayerWeights w = t.weights();
+  const MoeLayerGrads g = t.grads();
+  const MoeLayerOutputs out = t.outputs();
+  auto forward = [&](cudaStream_t s, const LayerRun& run) {
+    layer.forward(t.xv(), w, out, cache, ws, s, run);
+  };
+  auto step = [&](cudaStream_t s, const LayerRun& run) {
+    forward(s, run);
+    layer.backward(t.xv(), t.dyv(), w, g, cache, ws, s, run);
+  };
+  step(stream, {});
+  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (load) *load = load_summary(t, lo, cache);
+
+  r.memory.add_row({name, mode_name, std::string(o.recompute ? "recomputed" : "cached"),
+                    plan.cache_bytes / 1048576.0, plan.workspace_bytes / 1048576.0,
+                    2.0 * t.T * t.c.hidden / 1048576.0,
+                    (2.0 * t.T * t.c.hidden + 4.0 * t.T * t.c.top_k * t.c.ffn) / 1048576.0});
+
+  progress(tag + "stage breakdown");
+  {
+    StageRecorder rec;
+    const int n = std::min(o.iters, 20);
+    for (int i = 0; i < n; ++i) step(stream, {.observer = &rec});
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    double fwd_sum = 0, bwd_sum = 0;
+    const auto medians = rec.medians();
+    for (const auto& [stage, ms] : medians)
+      (layer_stage_is_backward(stage) ? bwd_sum : fwd_sum) += ms;
+    for (const auto& [stage, ms] : medians) {
+      const bool bwd = layer_stage_is_backward(stage);
+      r.stages.add_row({name, mode_name, std::string(layer_stage_name(stage)),
+                        std::string(bwd ? "bwd" : "fwd"), ms * 1e3,
+                        ms / (bwd ? bwd_sum : fwd_sum)});
+    }
+  }
+
+  progress(tag + (o.graph ? "graph" : "eager") + " forward");
+  Totals tot{};
+  if (o.graph) {
+    const Graph fg([&](cudaStream_t s) { forward(s, {}); }, stream);
+    tot.forward_ms = time_on_stream([&](cudaStream_t s) { fg.launch(s); }, stream, o.warmup,
+                                    o.iters).median_ms;
+    progress(tag + "graph forward+backward");
+    const Graph sg([&](cudaStream_t s) { step(s, {}); }, stream);
+    tot.step_ms = time_on_stream([&](cudaStream_t s) { sg.launch(s); }, stream, o.warmup,
+                                 o.iters).median_ms;
+  } else {
+    tot.forward_ms = time_on_stream([&](cudaStream_t s) { forward(s, {}); }, stream, o.warmup,
+                                    o.iters).median_ms;
+    progress(tag + "eager forward+backward");
+    tot.step_ms = time_on_stream([&](cudaStream_t s) { step(s, {}); }, stream, o.warmup,
+                                 o.iters).median_ms;
+  }
+  return tot;
+}
+
+// The dense bound: the same GEMM FLOPs as plain cuBLAS GEMMs over all T·k rows at once.
+Totals dense_bound(const MoeConfig& c, int64_t T, const Options& o, cudaStream_t stream) {
+  const int64_t R = T * c.top_k, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig s = shared_of(c);
+  const bool shared = c.shared_expert_ffn > 0;
+  struct Gemm {
+    int64_t m, n, k;
+    bool backward;
+  };
+  std::vector<Gemm> gemms = {{R, fc1, H, false}, {R, H, F, false},   // FC1, FC2
+                             {R, F, H, true},    {H, F, R, true},     // FC2 dgrad, wgrad
+                             {R, H, fc1, true},  {fc1, H, R, true}};  // FC1 dgrad, wgrad
+  if (shared) {
+    const int64_t sfc1 = s.fc1_width(), sF = s.ffn;
+    gemms.insert(gemms.end(), {{T, sfc1, H, false}, {T, H, sF, false}, {T, sF, H, true},
+                               {H, sF, T, true}, {T, H, sfc1, true}, {sfc1, H, T, true}});
+  }
+  size_t a = 0, b = 0, d = 0;
+  for (const Gemm& gm : gemms) {
+    a = std::max<size_t>(a, gm.m * gm.k), b = std::max<size_t>(b, gm.n * gm.k);
+    d = std::max<size_t>(d, gm.m * gm.n);
+  }
+  DeviceBuffer A(2 * a), B(2 * b), D(2 * d);
+  fill_uniform_bf16(A.get(), a, -1, 1, 11, stream);
+  fill_uniform_bf16(B.get(), b, -0.05f, 0.05f, 12, stream);
+  CublasBaseline cublas;
+  auto chain = [&](bool with_backward) {
+    return [&, with_backward](cudaStream_t st) {
+      for (const Gemm& gm : gemms)
+        if (with_backward || !gm.backward) cublas.gemm_bf16(A.get(), B.get(), D.get(), gm.m, gm.n, gm.k, st);
+    };
+  };
+  return {.forward_ms = time_on_stream(chain(false), stream, o.warmup, o.iters).median_ms,
+          .step_ms = time_on_stream(chain(true), stream, o.warmup, o.iters).median_ms};
+}
+
+std::optional<Totals> torch_times(const MoeConfig& c, int64_t T, const Options& o,
+                                  std::string* why) {
+  char args[512];
+  std::snprintf(args, sizeof args,
+                "--tokens %lld --hidden %lld --ffn %lld --experts %lld --topk %lld "
+                "--shared-ffn %lld --activation %s --routing %s --warmup %d --iters %d",
+                static_cast<long long>(T), static_cast<long long>(c.hidden),
+                static_cast<long long>(c.ffn), static_cast<long long>(c.num_experts),
+                static_cast<long long>(c.top_k), static_cast<long long>(c.shared_expert_ffn),
+                is_glu(c.activation) ? "glu" : "plain", o.routing_name.c_str(), o.warmup,
+                o.iters);
+  const auto t = run_torch_baseline("bench/torch_moe.py", args, why);
+  if (!t || !t->count("fwd") || !t->count("fwdbwd")) {
+    if (t) *why = "the script printed no fwd/fwdbwd line";
+    return std::nullopt;
+  }
+  return Totals{.forward_ms = t->at("fwd"), .step_ms = t->at("fwdbwd")};
+}
+
+void bench_config(const std::string& name, const MoeConfig& c, const Options& o, Reports& r,
+                  cudaStream_t stream) {
+  const int64_t T = o.tokens;
+  const Flops flops = model_flops(c, T);
+  const uint64_t seed = 0x1a7e0000 + std::hash<std::string>{}(name);
+  progress("layer " + name + ": random weights");
+  LayerTensors t(c, T, o.routing, seed);
+  std::map<LayerMode, Totals> ours;
+  std::string load;
+  for (LayerMode m : o.modes)
+    ours[m] = bench_mode(name, t, m, o, r, stream, load.empty() ? &load : nullptr);
+  progress("layer " + name + ": dense cuBLAS bound");
+  const Totals dense = dense_bound(c, T, o, stream);
+  std::optional<Totals> torch;
+  std::string why = "skipped (--no-torch)";
+  if (o.torch) {
+    progress("layer " + name + ": torch");
+    torch = torch_times(c, T, o, &why);
+  }
+  progress_done();
+
+  auto add = [&](const std::string& variant, const Totals& tt) {
+    for (bool step : {false, true}) {
+      const double ms = step ? tt.step_ms : tt.forward_ms;
+      const double fl = step ? flops.forward + flops.backward : flops.forward;
+      const Cell vs_torch = torch ? Cell{(step ? torch->step_ms : torch->forward_ms) / ms}
+                                  : Cell{std::string("-")};
+      r.totals.add_row({name, variant, std::string(step ? "fwd+bwd" : "fwd"), ms,
+                        fl / ms * 1e-9, T / ms * 1e-3, vs_torch,
+                        (step ? dense.step_ms : dense.forward_ms) / ms});
+    }
+  };
+  const std::string how = o.graph ? " (graph)" : " (eager)";
+  for (const auto& [m, tt] : ours) add("moefuse " + std::string(layer_mode_name(m)) + how, tt);
+  if (torch) add("torch unfused", *torch);
+  add("dense cuBLAS bound", dense);
+  std::printf("   %s: routing %s (%s); torch: %s\n", name.c_str(), o.routing_name.c_str(),
+              load.c_str(), torch ? "measured" : why.c_str());
+  if (ours.count(LayerMode::kFused) && ours.count(LayerMode::kUnfused))
+    std::printf("   %s: fused / unfused speedup: fwd %.2fx, fwd+bwd %.2fx\n", name.c_str(),
+                ours[LayerMode::kUnfused].forward_ms / ours[LayerMode::kFused].forward_ms,
+                ours[LayerMode::kUnfused].step_ms / ours[LayerMode::kFused].step_ms);
+}
+
+// --preset NAME|all, or custom sizes on top of a preset (--hidden, --ffn, --experts, --topk).
+std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args) {
+  const std::string which = args.get("preset", "qwen3-30b-a3b");
+  const int64_t hidden = args.get_int("hidden", 0, 0, 1 << 16);
+  const int64_t ffn = args.get_int("ffn", 0, 0, 1 << 17);
+  const int64_t experts = args.get_int("experts", 0, 0, 1024);
+  const int64_t topk = args.get_int("topk", 0, 0, 64);
+  const std::string precision = args.get("precision", "bf16");
+  std::vector<std::pair<std::string, MoeConfig>> out;
+  if (which == "all") {
+    for (auto n : preset_names()) out.push_back({std::string(n), preset(n)});
+  } else {
+    out.push_back({which, preset(which)});
+  }
+  for (auto& [name, c] : out) {
+    if (hidden || ffn || experts || topk) name += " (custom)";
+    if (hidden) c.hidden = hidden;
+    if (ffn) c.ffn = ffn;
+    if (experts) c.num_experts = experts;
+    if (topk) c.top_k = topk;
+    if (precision == "fp8") c.precision = PrecisionRecipe::kFP8Blockwise;
+    else if (precision == "mxfp8") c.precision = PrecisionRecipe::kMXFP8;
+    else MOEFUSE_EXPECT(precision == "bf16", "--precision", "bf16, fp8 or mxfp8", precision);
+    layer_memory_plan(c, {}, 1);  // validates the config (the layer runs bf16 only for now)
+  }
+  return out;
+}
+
+int run(Args& args) {
+  Options o;
+  o.configs = parse_configs(args);
+  o.tokens = args.get_int("tokens", 16384, 1, int64_t{1} << 22);
+  o.routing_name = args.get("routing", "uniform");
+  o.routing = parse_routing(o.routing_name);
+  const std::string mode = args.get("mode", "both");
+  MOEFUSE_EXPECT(mode == "both" || mode == "fused" || mode == "unfused", "--mode",
+                 "fused, unfused or both", mode);
+  if (mode != "unfused") o.modes.push_back(LayerMode::kFused);
+  if (mode != "fused") o.modes.push_back(LayerMode::kUnfused);
+  o.graph = !args.flag("eager");
+  o.recompute = args.flag("recompute");
+  o.torch = !args.flag("no-torch");
+  o.warmup = static_cast<int>(args.get_int("warmup", 5, 0, 10000));
+  o.iters = static_cast<int>(args.get_int("iters", 30, 1, 100000));
+  const std::string json = args.get("json", "");
+  args.finish();
+  std::string why;
+  if (!cuda::hopper_available(&why)) {
+    std::printf("moefuse-bench layer needs an sm_90 GPU: %s\n"
+                "Without one, `moefuse-bench reference` runs the CPU reference layer.\n",
+                why.c_str());
+    return 1;
+  }
+  Reports r;
+  for (Report* rep : {&r.stages, &r.totals, &r.memory}) {
+    rep->set_meta("tokens", static_cast<long long>(o.tokens));
+    rep->set_meta("routing", o.routing_name);
+  }
+  r.totals.set_meta("timing", std::string(o.graph ? "one CUDA graph per pass" : "eager") +
+                                  ", median of " + std::to_string(o.iters) + " after " +
+                                  std::to_string(o.warmup) + " warm-up, CUDA events");
+  r.totals.set_meta("flops", "fwd 2·T·k·H·(fc1+F) (= 6·T·k·H·F with GLU), bwd 2× fwd, + shared "
+                             "expert; of_dense = dense cuBLAS time / this time");
+  r.memory.set_meta("columns", "cache: kept per layer from forward to backward (x excluded: the "
+                               "caller's); workspace: peak scratch of one call; sonicmoe_cache: "
+                               "2·T·H + 4·T·k·F bytes, the published figure");
+  cudaStream_t stream = nullptr;
+  MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const auto& [name, c] : o.configs) bench_config(name, c, o, r, stream);
+  cudaStreamDestroy(stream);
+  r.stages.print();
+  r.memory.print();
+  r.totals.print();
+  std::printf("reproduce: %s\n", args.command().c_str());
+  if (!json.empty()) write_json_file(json, args.command(), {&r.stages, &r.memory, &r.totals});
+  return 0;
+}
+
+}  // namespace
+
+MOEFUSE_BENCH_MODE(layer, "layer",
+                   "the whole MoE layer fwd / fwd+bwd (graph), per stage, vs torch and dense "
+                   "cuBLAS",
+                   run);
+
+}  // namespace moefuse::bench
