@@ -6,6 +6,7 @@ Prints one `torch <name> <median_ms>` line per step; the C++ side parses them (a
 ignored). Exit code 3: torch or a GPU is unavailable. Steps and what they stand for:
   router            scores, (group-limited) top-k, weights, counts, P, z-loss (no autograd)
   router_backward   autograd of weights, aux loss and z-loss back to the logits
+  router_logits_backward  d_logits to bf16, dx += d_logits·Wr, dWr = d_logitsᵀ·x (cuBLAS, bf16)
   dispatch          stable argsort by expert + index_select of the token rows (maps + permute)
   permute           index_select of the token rows alone (the order given)
   permute_backward  index_add of the row gradients into the tokens (autograd's form, bf16)
@@ -15,22 +16,9 @@ ignored). Exit code 3: torch or a GPU is unavailable. Steps and what they stand 
   python3 bench/torch_dispatch.py --tokens 16384 --hidden 2048 --experts 128 --topk 8
 """
 import argparse
-import statistics
 import sys
 
-
-def median_ms(fn, warmup=5, iters=50):
-    import torch
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+from torch_timing import UNAVAILABLE, median_ms, torch_or_none
 
 
 def main():
@@ -44,13 +32,9 @@ def main():
     p.add_argument("--topk-groups", type=int, default=1, help="sigmoid router: groups kept")
     p.add_argument("--scale", type=float, default=1.0, help="routed scaling factor")
     a = p.parse_args()
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError("no CUDA device")
-    except Exception as exc:  # torch missing or no GPU: the C++ side prints "unavailable"
-        print(f"torch unavailable: {exc}", file=sys.stderr)
-        sys.exit(3)
+    torch = torch_or_none()
+    if torch is None:
+        return UNAVAILABLE
 
     dev = torch.device("cuda")
     T, H, E, k = a.tokens, a.hidden, a.experts, a.topk
@@ -94,6 +78,15 @@ def main():
 
     idx, w, _, _, _ = router()
     x = torch.rand(T, H, device=dev, dtype=torch.bfloat16) * 2 - 1
+    w_router = (torch.rand(E, H, device=dev) * 0.1 - 0.05).to(torch.bfloat16)
+    d_logits = torch.rand(T, E, device=dev) * 2 - 1
+    dx_acc = torch.zeros(T, H, device=dev, dtype=torch.bfloat16)
+
+    # The logits GEMM's backward (torch's dWr comes out in bf16, ours in fp32: same products).
+    def router_logits_backward():
+        dl16 = d_logits.to(torch.bfloat16)
+        dx_acc.addmm_(dl16, w_router)
+        return dl16.t() @ x
     flat = idx.flatten()
 
     def dispatch():
@@ -128,11 +121,12 @@ def main():
         return dys, d_probs
 
     for name, fn in [("router", router), ("router_backward", router_backward),
+                     ("router_logits_backward", router_logits_backward),
                      ("dispatch", dispatch), ("permute", permute),
                      ("permute_backward", permute_backward), ("combine", combine),
                      ("combine_backward", combine_backward)]:
-        print(f"torch {name} {median_ms(fn):.6f}", flush=True)
+        print(f"torch {name} {median_ms(fn, warmup=5, iters=50):.6f}", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

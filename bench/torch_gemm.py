@@ -10,22 +10,9 @@ unavailable. One process serves every problem of a preset, so torch starts once.
       --problem fc2:2048:768:plain
 """
 import argparse
-import statistics
 import sys
 
-
-def median_ms(fn, warmup, iters):
-    import torch
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+from torch_timing import UNAVAILABLE, median_ms, torch_or_none
 
 
 def time_problem(name, counts, n, k, op, warmup, iters):
@@ -60,13 +47,8 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     a = p.parse_args()
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError("no CUDA device")
-    except Exception as e:  # noqa: BLE001 - any import/driver failure means "unavailable"
-        print(f"torch unavailable: {e}", file=sys.stderr)
-        return 3
+    if torch_or_none() is None:
+        return UNAVAILABLE
     counts = [int(c) for c in a.counts.split(",")]
     for spec in a.problem:
         name, n, k, op = spec.split(":")

@@ -13,22 +13,9 @@ side parses them; anything else is ignored). Exit code 3: torch or a GPU is unav
   python3 bench/torch_moe.py --tokens 16384 --hidden 2048 --ffn 768 --experts 128 --topk 8
 """
 import argparse
-import statistics
 import sys
 
-
-def median_ms(fn, warmup, iters):
-    import torch
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+from torch_timing import UNAVAILABLE, median_ms, torch_or_none
 
 
 def make_inputs(a):
@@ -98,13 +85,8 @@ def main():
     ap.add_argument("--activation", choices=["glu", "plain"], default="glu")
     ap.add_argument("--routing", choices=["uniform", "zipf"], default="uniform")
     a = ap.parse_args()
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError("no CUDA device")
-    except Exception as err:  # noqa: BLE001 - any import/driver failure means "unavailable"
-        print(f"torch unavailable: {err}", file=sys.stderr)
-        return 3
+    if torch_or_none() is None:
+        return UNAVAILABLE
 
     p = make_inputs(a)
     weights = [p["wr"], p["w1"], p["w2"]] + ([p["sw1"], p["sw2"]] if a.shared_ffn > 0 else [])

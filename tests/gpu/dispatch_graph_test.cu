@@ -31,11 +31,17 @@ TEST(DispatchGraph, CaptureOnceReplayOnNewInputs) {
   cudaStream_t stream = nullptr;
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
-  DeviceBuffer<Bf16> x(T * H), w(E * H), xs(R * H), y(T * H);
-  DeviceBuffer<float> logits(T * E), bias(E), probs(T * k), f(E), P(E), losses(2);
-  DeviceBuffer<int32_t> idx(T * k), counts(E), offsets(E + 1), row_of(T * k), tor(R), health(1);
-  DeviceBuffer<unsigned char> ws_gemm(router_logits_workspace_size()),
-      ws_router(router_topk_workspace_size(T, E)), ws_maps(dispatch_maps_workspace_size(T, E));
+  // Every buffer's poison and upload go on `stream`, the graph's stream: on the legacy default
+  // stream they would not be ordered with it (non-blocking), and a late NaN poison of the
+  // logits would reach the router (the health flag's bit 0).
+  DeviceBuffer<Bf16> x(T * H, stream), w(E * H, stream), xs(R * H, stream), y(T * H, stream);
+  DeviceBuffer<float> logits(T * E, stream), bias(E, stream), probs(T * k, stream), f(E, stream),
+      P(E, stream), losses(2, stream);
+  DeviceBuffer<int32_t> idx(T * k, stream), counts(E, stream), offsets(E + 1, stream),
+      row_of(T * k, stream), tor(R, stream), health(1, stream);
+  DeviceBuffer<unsigned char> ws_gemm(router_logits_workspace_size(), stream),
+      ws_router(router_topk_workspace_size(T, E), stream),
+      ws_maps(dispatch_maps_workspace_size(T, E), stream);
   const TensorView hv = health.view(DType::kInt32, {1});
 
   auto step = [&](cudaStream_t s) {

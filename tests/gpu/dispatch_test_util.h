@@ -15,29 +15,44 @@
 
 namespace moefuse::test {
 
+// A device buffer bound to the stream of the kernels that use it: every upload, poison and
+// download is enqueued on that stream, so it is ordered with those kernels whatever the stream's
+// flags. (A plain cudaMemset/cudaMemcpy runs on the legacy default stream, which a
+// cudaStreamNonBlocking stream does not wait for: a poison could land after the kernel's write.)
+// Uploads and downloads wait for the stream, since the host side is a pageable vector. The
+// default, the legacy default stream, suits kernels launched on it (stream nullptr) only.
 template <class T>
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
+  explicit DeviceBuffer(size_t n, cudaStream_t stream = nullptr) : n_(n), stream_(stream) {
     if (n_) MOEFUSE_CUDA_CHECK(cudaMalloc(&ptr_, n_ * sizeof(T)));
   }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  explicit DeviceBuffer(const std::vector<T>& host, cudaStream_t stream = nullptr)
+      : DeviceBuffer(host.size(), stream) {
+    upload(host);
+  }
   ~DeviceBuffer() { if (ptr_) cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   void upload(const std::vector<T>& host) {
     ASSERT_EQ(host.size(), n_);
-    if (n_) MOEFUSE_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    if (!n_) return;
+    MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice,
+                                       stream_));
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   std::vector<T> download() const {
     std::vector<T> host(n_);
-    if (n_) MOEFUSE_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    if (!n_) return host;
+    MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost,
+                                       stream_));
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return host;
   }
   // 0xFF bytes: NaN for fp32/bf16; for int32 pass 0x7F (a huge index no op ever writes).
   void poison(int byte = 0xFF) {
-    if (n_) MOEFUSE_CUDA_CHECK(cudaMemset(ptr_, byte, n_ * sizeof(T)));
+    if (n_) MOEFUSE_CUDA_CHECK(cudaMemsetAsync(ptr_, byte, n_ * sizeof(T), stream_));
   }
   TensorView view(DType dtype, std::initializer_list<int64_t> shape) const {
     return TensorView::contiguous(ptr_, dtype, shape, Device::kCuda);
@@ -48,6 +63,7 @@ class DeviceBuffer {
  private:
   T* ptr_ = nullptr;
   size_t n_ = 0;
+  cudaStream_t stream_ = nullptr;
 };
 
 using Bf16 = __nv_bfloat16;

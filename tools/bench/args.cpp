@@ -1,8 +1,10 @@
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "bench/mode.h"
 #include "bench/report.h"
+#include "cuda/device.h"
 #include "moefuse/error.h"
 
 namespace moefuse::bench {
@@ -61,6 +63,15 @@ void Args::finish() const {
     MOEFUSE_EXPECT(known_.count(name), "--" + name, "an option this mode knows", "unknown option");
   for (const auto& name : flags_)
     MOEFUSE_EXPECT(known_.count(name), "--" + name, "an option this mode knows", "unknown option");
+}
+
+bool gpu_missing(std::string_view mode) {
+  std::string why;
+  if (cuda::hopper_available(&why)) return false;
+  std::printf("moefuse-bench %.*s needs an sm_90 (Hopper) GPU: %s\n"
+              "Nothing was measured. `moefuse-bench reference` runs the CPU reference layer.\n",
+              static_cast<int>(mode.size()), mode.data(), why.c_str());
+  return true;
 }
 
 std::vector<Mode>& modes() {

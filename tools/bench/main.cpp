@@ -15,7 +15,7 @@ constexpr std::string_view kDefaultMode = "layer";
 void print_help() {
   std::printf("usage: moefuse-bench [MODE] [--option value ...]\n\nmodes:\n");
   for (const auto& m : moefuse::bench::modes())
-    std::printf("  %-12s %.*s\n", std::string(m.name).c_str(), static_cast<int>(m.summary.size()),
+    std::printf("  %-14s %.*s\n", std::string(m.name).c_str(), static_cast<int>(m.summary.size()),
                 m.summary.data());
   std::printf("\nWith no MODE: %s.\n", std::string(kDefaultMode).c_str());
 }

@@ -41,6 +41,11 @@ struct Mode {
 
 std::vector<Mode>& modes();
 
+// True (after printing why, and that `moefuse-bench reference` runs on the CPU) when no sm_90 GPU
+// is present. A GPU mode then returns 0 having measured nothing: on a machine without a GPU the
+// main job's answer is that message, not a failure.
+bool gpu_missing(std::string_view mode);
+
 struct ModeRegistration {
   explicit ModeRegistration(Mode m) { modes().push_back(m); }
 };

@@ -7,6 +7,10 @@
 // Router kernels read random logits; with --routing zipf the dispatch kernels get skewed routes.
 // Targets (docs/dispatch.md): permute and combine reach 0.85 of the copy's TB/s, router_topk is
 // 5x faster than torch's router sequence; the `met` column says whether this run met them.
+// The router's logits backward (cuBLAS) is timed whole and GEMM by GEMM, with TFLOP/s (-1 on the
+// rows that do no matrix products).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include "bench/torch_runner.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
+#include "cuda/router/router_gemm.h"
 #include "moefuse/config.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/router.h"
@@ -44,6 +49,7 @@ struct Kernel {
   double bytes;
   Target target;
   std::function<void(cudaStream_t)> launch;
+  double flops = 0;  // matrix-product flops, for the TFLOP/s column (0: not a GEMM)
 };
 
 using TorchTimes = std::optional<std::map<std::string, double>>;
@@ -101,14 +107,16 @@ void time_kernels(std::string_view preset_name, const std::vector<Kernel>& kerne
       std::snprintf(target, sizeof target, "speedup>=%.0f", kTorchTarget);
       met = speedup < 0 ? "n/a" : speedup >= kTorchTarget ? "yes" : "NO";
     }
+    const double tflops = kr.flops > 0 ? kr.flops / (t.median_ms * 1e-3) / 1e12 : -1;
     report.add_row({std::string(preset_name), kr.name, t.median_ms * 1e3, kr.bytes / 1e6, tbs,
-                    copy_tbs, tbs / copy_tbs, torch_us, speedup, std::string(target), met});
+                    copy_tbs, tbs / copy_tbs, tflops, torch_us, speedup, std::string(target),
+                    met});
   }
   progress_done();
 }
 
 void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint64_t seed,
-                Report& report, cudaStream_t stream) {
+                cublasHandle_t cublas, Report& report, cudaStream_t stream) {
   const MoeConfig c = preset(name);
   const int64_t H = c.hidden, E = c.num_experts, k = c.top_k, R = T * k;
   const SyntheticRouting routing = draw_routing(T, E, k, dist, seed);
@@ -127,6 +135,24 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
   fill_uniform_bf16(dy.get(), T * H, -1, 1, seed + 6, stream);
   DeviceBuffer ws_router(router_topk_workspace_size(T, E)),
       ws_maps(dispatch_maps_workspace_size(T, E));
+  // The router's logits backward: the API call, and its two GEMMs alone on a bf16 d_logits.
+  DeviceBuffer w_router(2 * E * H), d_w_router(4 * E * H), d_logits16(2 * T * E),
+      ws_logits_bwd(router_logits_backward_workspace_size(T, E));
+  fill_uniform_bf16(w_router.get(), E * H, -0.05f, 0.05f, seed + 7, stream);
+  fill_uniform_fp32(d_logits.get(), T * E, -1, 1, seed + 8, stream);
+  fill_uniform_bf16(d_logits16.get(), T * E, -1, 1, seed + 9, stream);
+  const cuda::RouterGemmBackward gemms{
+      .cublas = cublas,
+      .gemm_workspace = ws_logits_bwd.get(),
+      .x = static_cast<const __nv_bfloat16*>(x.get()),
+      .w_router = static_cast<const __nv_bfloat16*>(w_router.get()),
+      .d_logits16 = static_cast<const __nv_bfloat16*>(d_logits16.get()),
+      .dx = static_cast<__nv_bfloat16*>(dx.get()),
+      .d_w_router = static_cast<float*>(d_w_router.get()),
+      .tokens = static_cast<int>(T),
+      .hidden = static_cast<int>(H),
+      .experts = static_cast<int>(E),
+  };
   const TensorView none{};
 
   const auto v_logits = logits.view(DType::kFloat32, {T, E});
@@ -158,6 +184,7 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
   maps(stream);
 
   const double act = 2.0 * T * H;  // one bf16 [T, H]
+  const double gemm_flops = 2.0 * T * E * H;  // each of the logits backward's two GEMMs
   const double maps_bytes = 4.0 * T * k * 2 + 4.0 * R, permute_bytes = act * (1 + k) + 4.0 * T * k;
   const std::vector<Kernel> kernels = {
       {"router_topk", "router", 4.0 * T * E + 8.0 * T * k, Target::kTorch, route},
@@ -167,6 +194,22 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
                               d_probs.view(DType::kFloat32, {T, k}),
                               d_logits.view(DType::kFloat32, {T, E}), s);
        }},
+      {"router_logits_backward", "router_logits_backward",
+       act * 3 + 10.0 * T * E + 6.0 * E * H, Target::kNone,
+       [&](cudaStream_t s) {
+         router_logits_backward(cublas, x.view(DType::kBFloat16, {T, H}),
+                                w_router.view(DType::kBFloat16, {E, H}),
+                                d_logits.view(DType::kFloat32, {T, E}),
+                                dx.view(DType::kBFloat16, {T, H}),
+                                d_w_router.view(DType::kFloat32, {E, H}),
+                                Workspace{.data = ws_logits_bwd.get(), .bytes = ws_logits_bwd.bytes()},
+                                s);
+       },
+       gemm_flops * 2},
+      {"router_dx_gemm", "", act * 2 + 2.0 * T * E + 2.0 * E * H, Target::kNone,
+       [&](cudaStream_t s) { cuda::router_dx_gemm(gemms, s); }, gemm_flops},
+      {"router_dw_gemm", "", act + 2.0 * T * E + 4.0 * E * H, Target::kNone,
+       [&](cudaStream_t s) { cuda::router_dw_gemm(gemms, s); }, gemm_flops},
       {"dispatch_maps", "", maps_bytes, Target::kNone, maps},
       {"permute", "permute", permute_bytes, Target::kCopy, permute_rows},
       {"maps+permute", "dispatch", maps_bytes + permute_bytes, Target::kNone,
@@ -204,11 +247,7 @@ int run_dispatch(Args& args) {
   const std::string json = args.get("json", "");
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 1234, 0, INT64_MAX));
   args.finish();
-  std::string why;
-  if (!cuda::hopper_available(&why)) {
-    std::printf("dispatch: no GPU (%s)\n", why.c_str());
-    return 1;
-  }
+  if (gpu_missing("dispatch")) return 0;
   std::vector<std::string_view> presets;
   if (preset_arg == "all") {
     presets = preset_names();
@@ -220,12 +259,18 @@ int run_dispatch(Args& args) {
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Report report("dispatch: router and token dispatch kernels (torch_us -1: not measured)",
                 {"preset", "kernel", "median_us", "MB", "TB/s", "copy_TB/s", "vs_copy",
-                 "torch_us", "speedup", "target", "met"});
+                 "TFLOP/s", "torch_us", "speedup", "target", "met"});
   report.set_meta("tokens", static_cast<long long>(T));
   report.set_meta("routing", routing);
   report.set_meta("reproduce", args.command());
-  for (auto name : presets) run_preset(name, T, dist, seed, report, stream);
+  cublasHandle_t cublas = nullptr;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
+    std::printf("dispatch: could not create a cuBLAS handle\n");
+    return 1;
+  }
+  for (auto name : presets) run_preset(name, T, dist, seed, cublas, report, stream);
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cublasDestroy(cublas);
   cudaStreamDestroy(stream);
   report.print();
   if (!json.empty()) write_json_file(json, args.command(), {&report});

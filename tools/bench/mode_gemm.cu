@@ -204,13 +204,7 @@ int run(Args& args) {
     preset(presets);  // validates the name
     o.presets.push_back(presets);
   }
-  std::string why;
-  if (!cuda::hopper_available(&why)) {
-    std::printf("moefuse-bench gemm needs an sm_90 GPU: %s\n"
-                "Without one, `moefuse-bench reference` runs the CPU reference layer.\n",
-                why.c_str());
-    return 1;
-  }
+  if (gpu_missing("gemm")) return 0;
   const GroupedGemmTile tile = grouped_gemm_tile();
   Report report("grouped GEMM (bf16 in, fp32 accumulate, bf16 out)",
                 {"preset", "op", "variant", "median_ms", "TFLOP/s", "vs_dense", "vs_torch",

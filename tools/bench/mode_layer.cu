@@ -458,13 +458,7 @@ int run(Args& args) {
   o.iters = static_cast<int>(args.get_int("iters", 30, 1, 100000));
   const std::string json = args.get("json", "");
   args.finish();
-  std::string why;
-  if (!cuda::hopper_available(&why)) {
-    std::printf("moefuse-bench layer needs an sm_90 GPU: %s\n"
-                "Without one, `moefuse-bench reference` runs the CPU reference layer.\n",
-                why.c_str());
-    return 1;
-  }
+  if (gpu_missing("layer")) return 0;
   Reports r;
   for (Report* rep : {&r.stages, &r.totals, &r.memory}) {
     rep->set_meta("tokens", static_cast<long long>(o.tokens));

@@ -58,11 +58,7 @@ int run_quant(Args& args) {
   MOEFUSE_EXPECT(dtype_arg == "bf16" || dtype_arg == "fp32", "--dtype", "bf16 or fp32",
                  "'" + dtype_arg + "'");
   MOEFUSE_EXPECT(k % 16 == 0, "--k", "a multiple of 16", std::to_string(k));
-  std::string why;
-  if (!cuda::hopper_available(&why)) {
-    std::printf("moefuse-bench quant: needs an sm_90 GPU (%s)\n", why.c_str());
-    return 1;
-  }
+  if (gpu_missing("quant")) return 0;
   const DType in = dtype_arg == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   const double in_bytes = dtype_arg == "bf16" ? 2 : 4;
   const int64_t wn = experts * n;

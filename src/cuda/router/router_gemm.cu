@@ -3,15 +3,22 @@
 //   logits     [T, E]: logitsᵀ = Wr(col [H, E])ᵀ · xᵀ(col [H, T])        m=E n=T k=H
 //   dx         [T, H]: dxᵀ     = Wrᵀ(col [H, E]) · d_logitsᵀ(col [E, T])  m=H n=T k=E, beta 1
 //   d_w_router [E, H]: dWrᵀ    = xᵀ(col [H, T]) · d_logits(col [E, T])ᵀ  m=H n=E k=T
+// The last has few output tiles and a K of T: it is split along T (router_dw_split.h) into a
+// strided batch of GEMMs writing fp32 partials, summed in a fixed order.
 // Every call binds the caller's handle to the stream and to the caller's workspace, so that no
-// call allocates (cuBLAS's requirement for graph capture).
+// call allocates (cuBLAS's requirement for graph capture). The backward's two GEMMs are separate
+// functions (router_gemm.h) so that the bench times each.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "cuda/check.h"
 #include "cuda/router/checks.h"
 #include "cuda/router/router_args.h"
+#include "cuda/router/router_dw_split.h"
+#include "cuda/router/router_gemm.h"
 #include "moefuse/error.h"
 #include "moefuse/router.h"
 
@@ -27,12 +34,38 @@ namespace moefuse {
 namespace cuda {
 namespace {
 
-// cuBLAS's recommended workspace on Hopper.
+// cuBLAS's recommended workspace on Hopper. The backward's GEMMs give cuBLAS the first
+// kBackwardCublas bytes of it (its GEMMs there are split by us, not by cuBLAS) and keep the rest
+// for the dWr partials.
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
+constexpr size_t kBackwardCublas = size_t{8} << 20;
+constexpr size_t kDwPartialBytes = kCublasWorkspace - kBackwardCublas;
 
-void bind(cublasHandle_t cublas, void* workspace, cudaStream_t stream) {
+void bind(cublasHandle_t cublas, void* workspace, size_t bytes, cudaStream_t stream) {
   MOEFUSE_CUBLAS_CHECK(cublasSetStream(cublas, stream));
-  MOEFUSE_CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace, kCublasWorkspace));
+  MOEFUSE_CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace, bytes));
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// out[i] = Σ_p parts[p·n + i], p in order.
+__global__ void sum_parts_kernel(const float* __restrict__ parts, int64_t num_parts, int64_t n,
+                                 float* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float sum = 0;
+    for (int64_t p = 0; p < num_parts; ++p) sum += parts[p * n + i];
+    out[i] = sum;
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
 }
 
 __global__ void to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* __restrict__ out,
@@ -43,6 +76,50 @@ __global__ void to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* __re
 }
 
 }  // namespace
+
+size_t router_gemm_workspace_size() { return kCublasWorkspace; }
+
+void round_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(in, out, n);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void router_dx_gemm(const RouterGemmBackward& g, cudaStream_t stream) {
+  bind(g.cublas, g.gemm_workspace, kBackwardCublas, stream);
+  const float one = 1.0f;
+  MOEFUSE_CUBLAS_CHECK(cublasGemmEx(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, g.hidden, g.tokens,
+                                    g.experts, &one, g.w_router, CUDA_R_16BF, g.hidden,
+                                    g.d_logits16, CUDA_R_16BF, g.experts, &one, g.dx, CUDA_R_16BF,
+                                    g.hidden, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void router_dw_gemm(const RouterGemmBackward& g, cudaStream_t stream) {
+  bind(g.cublas, g.gemm_workspace, kBackwardCublas, stream);
+  const float one = 1.0f, zero = 0.0f;
+  const int64_t H = g.hidden, E = g.experts;
+  const DwSplit split = plan_dw_split(g.tokens, H, E, sm_count(), kDwPartialBytes);
+  // One GEMM of K = `tokens` rows of x and d_logits from token `first` on, into `out` [E, H].
+  auto gemm = [&](int64_t first, int64_t tokens, int batch, float* out) {
+    MOEFUSE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, g.hidden, g.experts, static_cast<int>(tokens), &one,
+        g.x + first * H, CUDA_R_16BF, g.hidden, split.chunk * H, g.d_logits16 + first * E,
+        CUDA_R_16BF, g.experts, split.chunk * E, &zero, out, CUDA_R_32F, g.hidden, E * H, batch,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  if (split.parts == 1) {
+    gemm(0, g.tokens, 1, g.d_w_router);
+    return;
+  }
+  float* parts = reinterpret_cast<float*>(static_cast<unsigned char*>(g.gemm_workspace) +
+                                          kBackwardCublas);
+  const int64_t full = g.tokens / split.chunk, rest = g.tokens - full * split.chunk;
+  gemm(0, split.chunk, static_cast<int>(full), parts);
+  if (rest > 0) gemm(full * split.chunk, rest, 1, parts + full * E * H);
+  sum_parts_kernel<<<grid_for(E * H), 256, 0, stream>>>(parts, split.parts, E * H, g.d_w_router);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace cuda
 
 size_t router_logits_workspace_size() { return cuda::kCublasWorkspace; }
@@ -53,7 +130,7 @@ void router_logits(cublasHandle_t cublas, const TensorView& x, const TensorView&
   MOEFUSE_EXPECT(cublas != nullptr, "cublas", "a cuBLAS handle", "nullptr");
   cuda::expect_workspace(workspace, router_logits_workspace_size());
   if (s.tokens == 0) return;
-  cuda::bind(cublas, workspace.data, stream);
+  cuda::bind(cublas, workspace.data, cuda::kCublasWorkspace, stream);
   const float one = 1.0f, zero = 0.0f;
   const int m = static_cast<int>(s.experts), n = static_cast<int>(s.tokens),
             k = static_cast<int>(s.hidden);
@@ -85,21 +162,21 @@ void router_logits_backward(cublasHandle_t cublas, const TensorView& x, const Te
   }
   auto* dl16 = reinterpret_cast<__nv_bfloat16*>(static_cast<unsigned char*>(workspace.data) +
                                                 cuda::kCublasWorkspace);
-  const int64_t n_dl = s.tokens * s.experts;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n_dl + 255) / 256, 4096));
-  cuda::to_bf16_kernel<<<blocks, 256, 0, stream>>>(d_logits.as<const float>(), dl16, n_dl);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
-  cuda::bind(cublas, workspace.data, stream);
-  const float one = 1.0f, zero = 0.0f;
-  const int T = static_cast<int>(s.tokens), H = static_cast<int>(s.hidden),
-            E = static_cast<int>(s.experts);
-  MOEFUSE_CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, H, T, E, &one,
-                                    w_router.data, CUDA_R_16BF, H, dl16, CUDA_R_16BF, E, &one,
-                                    dx.data, CUDA_R_16BF, H, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT));
-  MOEFUSE_CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_T, H, E, T, &one, x.data,
-                                    CUDA_R_16BF, H, dl16, CUDA_R_16BF, E, &zero, d_w_router.data,
-                                    CUDA_R_32F, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  cuda::round_to_bf16(d_logits.as<const float>(), dl16, s.tokens * s.experts, stream);
+  const cuda::RouterGemmBackward g{
+      .cublas = cublas,
+      .gemm_workspace = workspace.data,
+      .x = x.as<const __nv_bfloat16>(),
+      .w_router = w_router.as<const __nv_bfloat16>(),
+      .d_logits16 = dl16,
+      .dx = dx.as<__nv_bfloat16>(),
+      .d_w_router = d_w_router.as<float>(),
+      .tokens = static_cast<int>(s.tokens),
+      .hidden = static_cast<int>(s.hidden),
+      .experts = static_cast<int>(s.experts),
+  };
+  cuda::router_dx_gemm(g, stream);
+  cuda::router_dw_gemm(g, stream);
 }
 
 }  // namespace moefuse

@@ -3,9 +3,13 @@
 // (tests/cpu/gemm_backward_activation_test.cpp).
 //
 // Same conventions as the forward's epilogues/activation.h: GLU ops combine a gate g and an up
-// value u; kSquaredReLU reads only g (d_up is 0). The value is the forward's apply_epilogue_op,
-// so the recomputed activation is bit-identical to the forward's. GPT-OSS's clamped SwiGLU stops
-// the gradient where a clamp is active (torch.clamp: the bound itself passes), as the reference.
+// value u; kSquaredReLU reads only g (d_up is 0). The value is the forward's apply_op, so the
+// recomputed activation is bit-identical to the forward's. GPT-OSS's clamped SwiGLU stops the
+// gradient where a clamp is active (torch.clamp: the bound itself passes), as the reference.
+//
+// As in the forward, the op is a compile-time choice (activation_grad_op<kOp>) for the fused
+// epilogue's fully unrolled loop: a switch per element inlined every op's derivative for each of
+// the 128 accumulators, and that code outgrew the instruction cache (docs/grouped_gemm_backward.md).
 #pragma once
 
 #include <cmath>
@@ -21,34 +25,37 @@ struct ActivationGrad {
   float d_up;    // ∂value/∂u
 };
 
-MOEFUSE_EPI_FN ActivationGrad activation_grad(const EpilogueParams& ep, float g, float u) {
-  const float value = apply_epilogue_op(ep, g, u);
-  switch (ep.op) {
-    case EpilogueOp::kLinear:
-      return {value, 1.0f, 0.0f};
-    case EpilogueOp::kSwiGLU: {
-      const float s = sigmoid_f32(g);
-      return {value, u * s * (1.0f + g * (1.0f - s)), g * s};
-    }
-    case EpilogueOp::kGeGLU: {
-      const float cdf = 0.5f * (1.0f + erff(g * 0.70710678118654752f));
-      const float pdf = 0.39894228040143268f * expf(-0.5f * g * g);
-      return {value, u * (cdf + g * pdf), g * cdf};
-    }
-    case EpilogueOp::kReGLU:
-      return {value, g > 0.0f ? u : 0.0f, fmaxf(g, 0.0f)};
-    case EpilogueOp::kClampedSwiGLU: {
-      const float gc = fminf(g, ep.clamp_limit);
-      const float uc = fminf(fmaxf(u, -ep.clamp_limit), ep.clamp_limit);
-      const float s = sigmoid_f32(ep.clamp_alpha * gc);
-      const float d_gc = (uc + 1.0f) * s * (1.0f + ep.clamp_alpha * gc * (1.0f - s));
-      return {value, g <= ep.clamp_limit ? d_gc : 0.0f,
-              (u >= -ep.clamp_limit && u <= ep.clamp_limit) ? gc * s : 0.0f};
-    }
-    case EpilogueOp::kSquaredReLU:
-      return {value, 2.0f * fmaxf(g, 0.0f), 0.0f};
+template <EpilogueOp kOp>
+MOEFUSE_EPI_FN ActivationGrad activation_grad_op(const EpilogueParams& ep, float g, float u) {
+  const float value = apply_op<kOp>(ep, g, u);
+  if constexpr (kOp == EpilogueOp::kLinear) {
+    return {value, 1.0f, 0.0f};
+  } else if constexpr (kOp == EpilogueOp::kSwiGLU) {
+    const float s = sigmoid_f32(g);
+    return {value, u * s * (1.0f + g * (1.0f - s)), g * s};
+  } else if constexpr (kOp == EpilogueOp::kGeGLU) {
+    const float cdf = 0.5f * (1.0f + erff(g * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * expf(-0.5f * g * g);
+    return {value, u * (cdf + g * pdf), g * cdf};
+  } else if constexpr (kOp == EpilogueOp::kReGLU) {
+    return {value, g > 0.0f ? u : 0.0f, fmaxf(g, 0.0f)};
+  } else if constexpr (kOp == EpilogueOp::kClampedSwiGLU) {
+    const float gc = fminf(g, ep.clamp_limit);
+    const float uc = fminf(fmaxf(u, -ep.clamp_limit), ep.clamp_limit);
+    const float s = sigmoid_f32(ep.clamp_alpha * gc);
+    const float d_gc = (uc + 1.0f) * s * (1.0f + ep.clamp_alpha * gc * (1.0f - s));
+    return {value, g <= ep.clamp_limit ? d_gc : 0.0f,
+            (u >= -ep.clamp_limit && u <= ep.clamp_limit) ? gc * s : 0.0f};
+  } else {
+    static_assert(kOp == EpilogueOp::kSquaredReLU);
+    return {value, 2.0f * fmaxf(g, 0.0f), 0.0f};
   }
-  return {value, 0.0f, 0.0f};
+}
+
+// The runtime form, for elementwise kernels whose loop body is small (and the CPU test).
+MOEFUSE_EPI_FN ActivationGrad activation_grad(const EpilogueParams& ep, float g, float u) {
+  return dispatch_epilogue_op(
+      ep.op, [&](auto op) { return activation_grad_op<decltype(op)::value>(ep, g, u); });
 }
 
 }  // namespace moefuse::gemm::bwd

@@ -43,13 +43,19 @@ static_assert(kBlockM == kConsumerWarpgroups * kMnChunk,
 static_assert(kBlockN % kMnChunk == 0 && kBlockK % 8 == 0);
 static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
 
-// Named barrier of the two consumer warpgroups (id 0 is __syncthreads).
+// Named barriers (id 0 is __syncthreads): the two consumer warpgroups together (wgrad tail
+// zeroing), and one per consumer warpgroup from kSlabBarrierFirstId (epilogue staging).
 inline constexpr int kConsumerBarrierId = 1;
+inline constexpr int kSlabBarrierFirstId = 2;
 
-// Dynamic shared memory: stages, 2 × kStages mbarriers, tile_start[E + 1]; plus slack to align
-// the base to the 1024-byte swizzle atom.
+// Epilogue staging buffer of one consumer warpgroup (staged_store.cuh): 64 rows × (128 + 16) B.
+inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
+
+// Dynamic shared memory: stages, the consumers' staging buffers, 2 × kStages mbarriers,
+// tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
 constexpr int64_t smem_bytes(int num_experts) {
-  return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + 2 * kStages * 8 +
+  return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) +
+         kConsumerWarpgroups * kEpilogueStageBytes + 2 * kStages * 8 +
          4 * (int64_t{num_experts} + 1);
 }
 static_assert(smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");

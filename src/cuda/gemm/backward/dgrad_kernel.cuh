@@ -10,7 +10,8 @@
 //               (64 K × 4·64 N); rows past the expert are loaded (next expert's rows, or zeros
 //               past m_cap) and masked in the epilogue; K and N tails are zero-filled by TMA.
 //   warpgroups 1, 2 (consumers): wgmma m64n256k16 (A K-major, B MN-major) into 128 fp32
-//               registers each, then the epilogue (plain store or the FC2 dGLU epilogue).
+//               registers each, then the epilogue (plain store or the FC2 dGLU epilogue)
+//               through the warpgroup's own staging buffer (staged_store.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -62,6 +63,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
   const int slab = warpgroup - 1;
+  uint8_t* staging = smem.epilogue_stage(slab);
   float acc[128];
   PipelineState pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
@@ -70,9 +72,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int row_end = min(__ldg(p.offsets + c.expert + 1), p.m_cap);
     consume_tile<Major::K, Major::MN>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
     const int n0 = c.n_block * kBlockN;
-    if (ep.pre) dglu_tile(acc, p, ep, row_first, row_end, n0, c.n_block);
-    else if (p.d_fp32) store_tile(acc, static_cast<float*>(p.d), p.n, p.n, row_first, row_end, n0);
-    else store_tile(acc, static_cast<__nv_bfloat16*>(p.d), p.n, p.n, row_first, row_end, n0);
+    if (ep.pre) {
+      dglu_tile(acc, p, ep, staging, slab, row_first, row_end, n0, c.n_block);
+    } else if (p.d_fp32) {
+      store_slab(acc, staging, slab, static_cast<float*>(p.d), p.n, p.n, row_first, row_end, n0);
+    } else {
+      store_slab(acc, staging, slab, static_cast<__nv_bfloat16*>(p.d), p.n, p.n, row_first,
+                 row_end, n0);
+    }
   }
 }
 

@@ -40,11 +40,12 @@ inline constexpr uint64_t kCacheHintNormal =
     static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 
 struct SharedLayout {
-  uint8_t* a;       // kStages × kABytes
-  uint8_t* b;       // kStages × kBBytes
-  uint64_t* full;   // [kStages]
-  uint64_t* empty;  // [kStages]
-  int* tile_start;  // [E + 1] (dgrad only)
+  uint8_t* a;         // kStages × kABytes
+  uint8_t* b;         // kStages × kBBytes
+  uint8_t* epilogue;  // kConsumerWarpgroups × kEpilogueStageBytes (staged_store.cuh)
+  uint64_t* full;     // [kStages]
+  uint64_t* empty;    // [kStages]
+  int* tile_start;    // [E + 1] (dgrad only)
 
   __device__ static SharedLayout carve(uint8_t* raw) {
     uint8_t* base = reinterpret_cast<uint8_t*>(
@@ -53,13 +54,17 @@ struct SharedLayout {
     SharedLayout s;
     s.a = base;
     s.b = s.a + kStages * kABytes;
-    s.full = reinterpret_cast<uint64_t*>(s.b + kStages * kBBytes);
+    s.epilogue = s.b + kStages * kBBytes;
+    s.full = reinterpret_cast<uint64_t*>(s.epilogue + kConsumerWarpgroups * kEpilogueStageBytes);
     s.empty = s.full + kStages;
     s.tile_start = reinterpret_cast<int*>(s.empty + kStages);
     return s;
   }
   __device__ uint8_t* a_stage(int stage) const { return a + stage * kABytes; }
   __device__ uint8_t* b_stage(int stage) const { return b + stage * kBBytes; }
+  __device__ uint8_t* epilogue_stage(int slab) const {
+    return epilogue + slab * kEpilogueStageBytes;
+  }
 
   // Barrier init by one thread, before the CTA-wide __syncthreads.
   __device__ void init_barriers(int full_arrivals) const {

@@ -28,6 +28,7 @@
 
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
+#include "cuda/gemm/backward/staged_store.cuh"
 #include "cuda/gemm/tile_scheduler.h"
 
 namespace moefuse::gemm::bwd {
@@ -157,29 +158,21 @@ __device__ __forceinline__ void zero_tail_rows(const SharedLayout& smem, int sta
   asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumerBarrierId), "r"(kConsumerThreads) : "memory");
 }
 
-template <class OutT>
+// The tile's 64 × 256 slab of D[e] through the staging buffer: plain stores, or with accumulate
+// a 16-byte read-add-write of the old fp32 D per piece (coalesced, as the stores).
 __device__ __forceinline__ void wgrad_store(const float (&acc)[128], const WgradProblem& p,
-                                            int expert, int m_first, int n0) {
-  const AccPosition pos = AccPosition::of_thread();
-  OutT* d = static_cast<OutT*>(p.d) + static_cast<int64_t>(expert) * p.m_out * p.n_out;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = m_first + pos.row + 8 * h;
-    if (m >= p.m_out) continue;
-    OutT* d_row = d + static_cast<int64_t>(m) * p.n_out;
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      const int col = n0 + 8 * j + pos.col;
-      if (col >= p.n_out) continue;
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if constexpr (sizeof(OutT) == 4) {
-        if (p.accumulate) {
-          const float2 old = *reinterpret_cast<const float2*>(d_row + col);
-          v0 += old.x, v1 += old.y;
-        }
-      }
-      store_pair(d_row + col, v0, v1);
-    }
+                                            uint8_t* stage, int slab, int expert, int m_first,
+                                            int n0) {
+  const int64_t offset = static_cast<int64_t>(expert) * p.m_out * p.n_out;
+  if (!p.d_fp32) {
+    store_slab(acc, stage, slab, static_cast<__nv_bfloat16*>(p.d) + offset, p.n_out, p.n_out,
+               m_first, p.m_out, n0);
+  } else if (p.accumulate) {
+    store_slab(acc, stage, slab, static_cast<float*>(p.d) + offset, p.n_out, p.n_out, m_first,
+               p.m_out, n0, AddPieceF32{});
+  } else {
+    store_slab(acc, stage, slab, static_cast<float*>(p.d) + offset, p.n_out, p.n_out, m_first,
+               p.m_out, n0);
   }
 }
 
@@ -208,6 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   cutlass::arch::warpgroup_reg_alloc<kGather ? kGatherConsumerRegs : kConsumerRegs>();
   const int slab = warpgroup - 1;
+  uint8_t* staging = smem.epilogue_stage(slab);
   float acc[128];
   PipelineState pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
@@ -223,8 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         });
     if (k_blocks == 0 && p.accumulate) continue;  // an empty expert leaves D untouched
     const int m_first = c.m_block * kBlockM + slab * (kBlockM / 2);
-    if (p.d_fp32) wgrad_store<float>(acc, p, c.expert, m_first, c.n_block * kBlockN);
-    else wgrad_store<__nv_bfloat16>(acc, p, c.expert, m_first, c.n_block * kBlockN);
+    wgrad_store(acc, p, staging, slab, c.expert, m_first, c.n_block * kBlockN);
   }
 }
 
