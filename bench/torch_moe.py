@@ -52,7 +52,7 @@ def make_inputs(a):
 def moe_forward(a, x, wr, w1, w2, sw1=None, sw2=None):
     import torch
     import torch.nn.functional as fn
-    t, k, e, f = x.shape[0], a.topk, a.experts, a.ffn
+    k, e, f = a.topk, a.experts, a.ffn
     glu = a.activation == "glu"
 
     def act(hh, width):
@@ -85,7 +85,8 @@ def main():
     ap.add_argument("--activation", choices=["glu", "plain"], default="glu")
     ap.add_argument("--routing", choices=["uniform", "zipf"], default="uniform")
     a = ap.parse_args()
-    if torch_or_none() is None:
+    torch = torch_or_none()
+    if torch is None:
         return UNAVAILABLE
 
     p = make_inputs(a)
