@@ -110,4 +110,8 @@ GroupedGemmTile grouped_gemm_tile();
 void interleave_glu_weight(const TensorView& src, const TensorView& dst,
                            cudaStream_t stream = nullptr);
 
+// interleaved → [gate; up] (the inverse, for gradients of interleaved weights). Same rules.
+void deinterleave_glu_weight(const TensorView& src, const TensorView& dst,
+                             cudaStream_t stream = nullptr);
+
 }  // namespace moefuse

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "moefuse/config.h"
+#include "moefuse/grouped_gemm.h"
 #include "moefuse/tensor.h"
 #include "moefuse/workspace.h"
 
@@ -183,10 +184,5 @@ class MoeLayer {
   cudaStream_t side_ = nullptr;  // the second stream: shared expert, weight gradients
   cudaEvent_t fork_ = nullptr, shared_done_ = nullptr, join_ = nullptr;
 };
-
-// interleaved → [gate; up] along dim 1 (the inverse of interleave_glu_weight): for gradients.
-// Same shape, dtypes and device rules as interleave_glu_weight.
-void deinterleave_glu_weight(const TensorView& src, const TensorView& dst,
-                             cudaStream_t stream = nullptr);
 
 }  // namespace moefuse

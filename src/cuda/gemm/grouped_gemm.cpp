@@ -189,7 +189,12 @@ GroupedGemmTile grouped_gemm_tile() {
                          .block_k = gemm::kBlockK, .stages = gemm::kStages};
 }
 
-void interleave_glu_weight(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
+namespace {
+
+// Moves every row of `src` between the reference [gate; up] order and the interleaved order
+// (glu_interleaved_row), in the direction `to_interleaved`.
+void permute_glu_rows(const TensorView& src, const TensorView& dst, bool to_interleaved,
+                      cudaStream_t stream) {
   MOEFUSE_EXPECT(src.rank == 2 || src.rank == 3, "src", "rank 3 [E, 2F, H] or rank 2 [E, 2F]",
                  "rank " + std::to_string(src.rank));
   MOEFUSE_EXPECT(src.dtype == DType::kBFloat16 || src.dtype == DType::kFloat32, "src",
@@ -198,10 +203,13 @@ void interleave_glu_weight(const TensorView& src, const TensorView& dst, cudaStr
   MOEFUSE_EXPECT(rows % (2 * kGluInterleave) == 0, "src",
                  "2F (dim 1) a multiple of " + std::to_string(2 * kGluInterleave),
                  "2F = " + std::to_string(rows));
-  if (src.rank == 3) expect_tensor(src, "src", src.dtype, src.device, {outer, rows, inner});
-  else expect_tensor(src, "src", src.dtype, src.device, {outer, rows});
-  if (src.rank == 3) expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows, inner});
-  else expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows});
+  if (src.rank == 3) {
+    expect_tensor(src, "src", src.dtype, src.device, {outer, rows, inner});
+    expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows, inner});
+  } else {
+    expect_tensor(src, "src", src.dtype, src.device, {outer, rows});
+    expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows});
+  }
   const int64_t row_bytes = inner * dtype_bits(src.dtype) / 8;
   const int64_t total_bytes = outer * rows * row_bytes;
   const auto* s = static_cast<const uint8_t*>(src.data);
@@ -212,12 +220,26 @@ void interleave_glu_weight(const TensorView& src, const TensorView& dst, cudaStr
   const int64_t ffn = rows / 2;
   if (src.device == Device::kCpu) {
     for (int64_t o = 0; o < outer; ++o)
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(d + (o * rows + glu_interleaved_row(r, ffn)) * row_bytes,
-                    s + (o * rows + r) * row_bytes, static_cast<size_t>(row_bytes));
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t from = to_interleaved ? r : glu_interleaved_row(r, ffn);
+        const int64_t to = to_interleaved ? glu_interleaved_row(r, ffn) : r;
+        std::memcpy(d + (o * rows + to) * row_bytes, s + (o * rows + from) * row_bytes,
+                    static_cast<size_t>(row_bytes));
+      }
     return;
   }
-  gemm::launch_interleave_glu(src.data, dst.data, outer, ffn, row_bytes, stream);
+  gemm::launch_permute_glu_rows(src.data, dst.data, outer, ffn, row_bytes, to_interleaved,
+                                stream);
+}
+
+}  // namespace
+
+void interleave_glu_weight(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
+  permute_glu_rows(src, dst, /*to_interleaved=*/true, stream);
+}
+
+void deinterleave_glu_weight(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
+  permute_glu_rows(src, dst, /*to_interleaved=*/false, stream);
 }
 
 }  // namespace moefuse

@@ -30,9 +30,9 @@ void launch_gather_rows(const GemmProblem& problem, __nv_bfloat16* out, cudaStre
 void launch_epilogue_elementwise(const GemmProblem& problem, const EpilogueParams& ep,
                                  bool out_fp32, cudaStream_t stream);
 
-// [gate; up] → interleaved rows (moefuse::glu_interleaved_row) of `outer` matrices of
-// rows = 2F rows and row_bytes bytes each.
-void launch_interleave_glu(const void* src, void* dst, int64_t outer, int64_t ffn,
-                           int64_t row_bytes, cudaStream_t stream);
+// [gate; up] ↔ interleaved rows (moefuse::glu_interleaved_row) of `outer` matrices of
+// rows = 2F rows and row_bytes bytes each; to_interleaved picks the direction.
+void launch_permute_glu_rows(const void* src, void* dst, int64_t outer, int64_t ffn,
+                             int64_t row_bytes, bool to_interleaved, cudaStream_t stream);
 
 }  // namespace moefuse::gemm

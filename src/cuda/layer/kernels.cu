@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "cuda/check.h"
-#include "moefuse/grouped_gemm.h"
 
 namespace moefuse::layer {
 namespace {
@@ -93,18 +92,6 @@ __global__ void segment_column_sum_kernel(const __nv_bfloat16* __restrict__ a,
   }
 }
 
-__global__ void deinterleave_glu_kernel(const uint16_t* __restrict__ src,
-                                        uint16_t* __restrict__ dst, int64_t ffn,
-                                        int64_t row_words) {
-  // blockIdx.x: destination row within the matrix; blockIdx.y: matrix.
-  const int64_t rows = 2 * ffn;
-  const int64_t r = blockIdx.x;
-  const int64_t base = static_cast<int64_t>(blockIdx.y) * rows;
-  const uint16_t* s = src + (base + glu_interleaved_row(r, ffn)) * row_words;
-  uint16_t* d = dst + (base + r) * row_words;
-  for (int64_t i = threadIdx.x; i < row_words; i += blockDim.x) d[i] = s[i];
-}
-
 }  // namespace
 
 void scatter_row_prob(const float* probs, const int32_t* row_of, float* row_prob,
@@ -142,16 +129,6 @@ void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const i
   const dim3 grid(static_cast<unsigned>((cols + 63) / 64), static_cast<unsigned>(num_experts));
   segment_column_sum_kernel<<<grid, dim3(32, kSumRowsPerBlock), 0, stream>>>(a, row_weight,
                                                                              offsets, out, cols);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
-}
-
-void deinterleave_glu_rows(const void* src, void* dst, int64_t outer, int64_t ffn,
-                           int64_t row_bytes, cudaStream_t stream) {
-  if (outer == 0 || ffn == 0 || row_bytes == 0) return;
-  const dim3 grid(static_cast<unsigned>(2 * ffn), static_cast<unsigned>(outer));
-  deinterleave_glu_kernel<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(src),
-                                                    static_cast<uint16_t*>(dst), ffn,
-                                                    row_bytes / 2);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 

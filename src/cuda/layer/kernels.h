@@ -29,9 +29,4 @@ void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream)
 void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
                         float* out, int64_t num_experts, int64_t cols, cudaStream_t stream);
 
-// dst row r of every matrix = src row glu_interleaved_row(r, ffn): interleaved → [gate; up].
-// `outer` matrices of 2F rows of row_bytes bytes (row_bytes % 2 == 0).
-void deinterleave_glu_rows(const void* src, void* dst, int64_t outer, int64_t ffn,
-                           int64_t row_bytes, cudaStream_t stream);
-
 }  // namespace moefuse::layer

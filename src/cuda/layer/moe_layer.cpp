@@ -7,7 +7,6 @@
 //   → y += shared expert's output (joined from the second stream)
 // Unfused mode: permute → FC1 plain GEMM → activation kernel → FC2 plain GEMM → bias kernel →
 // combine weighted by the probs (the scaling pass). Second stream: the shared expert's MLP.
-#include <cstring>
 #include <string>
 
 #include "cuda/check.h"
@@ -218,41 +217,6 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
       layer::add_bf16(out.y.as<__nv_bfloat16>(), v.shared_y.as<__nv_bfloat16>(), T * H, stream);
     }
   });
-}
-
-void deinterleave_glu_weight(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
-  MOEFUSE_EXPECT(src.rank == 2 || src.rank == 3, "src", "rank 3 [E, 2F, H] or rank 2 [E, 2F]",
-                 "rank " + std::to_string(src.rank));
-  MOEFUSE_EXPECT(src.dtype == DType::kBFloat16 || src.dtype == DType::kFloat32, "src",
-                 "dtype bf16 or fp32", "dtype " + std::string(dtype_name(src.dtype)));
-  const int64_t outer = src.size(0), rows = src.size(1), inner = src.rank == 3 ? src.size(2) : 1;
-  MOEFUSE_EXPECT(rows % (2 * kGluInterleave) == 0, "src",
-                 "2F (dim 1) a multiple of " + std::to_string(2 * kGluInterleave),
-                 "2F = " + std::to_string(rows));
-  if (src.rank == 3) {
-    expect_tensor(src, "src", src.dtype, src.device, {outer, rows, inner});
-    expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows, inner});
-  } else {
-    expect_tensor(src, "src", src.dtype, src.device, {outer, rows});
-    expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows});
-  }
-  const int64_t row_bytes = inner * dtype_bits(src.dtype) / 8;
-  const int64_t total = outer * rows * row_bytes;
-  const auto* s = static_cast<const unsigned char*>(src.data);
-  auto* d = static_cast<unsigned char*>(dst.data);
-  MOEFUSE_EXPECT(total == 0 || d + total <= s || s + total <= d, "dst",
-                 "memory that does not overlap src", "overlapping buffers");
-  if (total == 0) return;
-  const int64_t ffn = rows / 2;
-  if (src.device == Device::kCpu) {
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(d + (o * rows + r) * row_bytes,
-                    s + (o * rows + glu_interleaved_row(r, ffn)) * row_bytes,
-                    static_cast<size_t>(row_bytes));
-    return;
-  }
-  layer::deinterleave_glu_rows(src.data, dst.data, outer, ffn, row_bytes, stream);
 }
 
 }  // namespace moefuse
