@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -52,5 +53,15 @@ inline constexpr int64_t kAnyExtent = -1;
 // matches any), contiguity, and a non-null pointer whenever the tensor is not empty.
 void expect_tensor(const TensorView& t, std::string_view name, DType dtype, Device device,
                    std::initializer_list<int64_t> shape);
+
+// An optional argument is absent when it holds no data: the default view (rank 0) or a view
+// with no elements and a null pointer.
+inline bool is_absent(const TensorView& t) {
+  return t.data == nullptr && (t.rank == 0 || t.numel() == 0);
+}
+
+// Throws InvalidArgument (named `name`) unless t.data is a multiple of `bytes` (TMA descriptors and
+// 16-byte vector accesses need 16).
+void expect_aligned(const TensorView& t, std::string_view name, size_t bytes = 16);
 
 }  // namespace moefuse

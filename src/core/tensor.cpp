@@ -1,5 +1,6 @@
 #include "moefuse/tensor.h"
 
+#include <cstdint>
 #include <string>
 
 #include "moefuse/error.h"
@@ -71,6 +72,13 @@ void expect_tensor(const TensorView& t, std::string_view name, DType dtype, Devi
   MOEFUSE_EXPECT(t.is_contiguous(), name, "a contiguous tensor", "strides that are not row-major");
   MOEFUSE_EXPECT(t.data != nullptr || t.numel() == 0, name, "a non-null data pointer",
                  "nullptr with " + std::to_string(t.numel()) + " elements");
+}
+
+void expect_aligned(const TensorView& t, std::string_view name, size_t bytes) {
+  const size_t misaligned = reinterpret_cast<uintptr_t>(t.data) % bytes;
+  MOEFUSE_EXPECT(misaligned == 0, name,
+                 "a " + std::to_string(bytes) + "-byte aligned data pointer",
+                 "a pointer misaligned by " + std::to_string(misaligned) + " bytes");
 }
 
 }  // namespace moefuse

@@ -12,7 +12,6 @@
 namespace moefuse::ref {
 
 // An optional input that is not given: the default-constructed view (no data, rank 0).
-inline bool is_absent(const TensorView& t) { return t.data == nullptr && t.rank == 0; }
 
 void expect_f32(const TensorView& t, std::string_view name, std::initializer_list<int64_t> shape);
 void expect_i32(const TensorView& t, std::string_view name, std::initializer_list<int64_t> shape);

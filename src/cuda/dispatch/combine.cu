@@ -206,7 +206,7 @@ void combine_backward(const TensorView& dy, const TensorView& ys, const TensorVi
       static_cast<unsigned>((s.tokens + cuda::kRowWarps - 1) / cuda::kRowWarps);
   const unsigned blocks = token_blocks + cuda::zero_blocks(s.rows);
   if (blocks == 0) return;
-  const bool weighted = !cuda::is_absent(probs);
+  const bool weighted = !is_absent(probs);
   const cuda::CombineBackwardParams p{
       .dy = dy.as<const uint4>(),
       .ys = weighted ? ys.as<const uint4>() : nullptr,

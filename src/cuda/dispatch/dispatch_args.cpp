@@ -18,8 +18,7 @@ int64_t expect_rows(const TensorView& t, std::string_view name, int64_t rows, in
   const int64_t H = t.size(1);
   MOEFUSE_EXPECT(H > 0 && H % 8 == 0, name, "a hidden size that is a positive multiple of 8",
                  "shape " + shape_string(t));
-  MOEFUSE_EXPECT(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, name,
-                 "a 16-byte aligned pointer", "a misaligned pointer");
+  expect_aligned(t, name);
   return H;
 }
 

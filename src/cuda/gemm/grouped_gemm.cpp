@@ -14,15 +14,6 @@
 namespace moefuse {
 namespace {
 
-bool present(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
-
-void expect_aligned(const TensorView& t, std::string_view name, uintptr_t bytes) {
-  MOEFUSE_EXPECT(reinterpret_cast<uintptr_t>(t.data) % bytes == 0, name,
-                 "a " + std::to_string(bytes) + "-byte aligned data pointer",
-                 "a pointer misaligned by " +
-                     std::to_string(reinterpret_cast<uintptr_t>(t.data) % bytes) + " bytes");
-}
-
 void expect_int32_extent(int64_t v, std::string_view name, std::string_view what) {
   MOEFUSE_EXPECT(v <= std::numeric_limits<int32_t>::max(), name,
                  std::string(what) + " below 2^31", std::to_string(v));
@@ -59,16 +50,16 @@ gemm::GemmLaunch make_launch(const GroupedGemmArgs& args) {
       .k = static_cast<int>(args.b.size(2)),
       .n_out = static_cast<int>(args.d.size(1)),
       .d = args.d.data,
-      .gather_x = present(args.gather_index) ? args.a.as<const __nv_bfloat16>() : nullptr,
-      .gather_index = present(args.gather_index) ? args.gather_index.as<const int>() : nullptr,
-      .gather_rows = present(args.gather_index) ? static_cast<int>(args.a.size(0)) : 0};
+      .gather_x = !is_absent(args.gather_index) ? args.a.as<const __nv_bfloat16>() : nullptr,
+      .gather_index = !is_absent(args.gather_index) ? args.gather_index.as<const int>() : nullptr,
+      .gather_rows = !is_absent(args.gather_index) ? static_cast<int>(args.a.size(0)) : 0};
   l.epilogue = gemm::EpilogueParams{
       .op = epilogue_op(args),
       .clamp_alpha = args.clamped_swiglu.alpha,
       .clamp_limit = args.clamped_swiglu.limit,
-      .bias = present(args.bias) ? args.bias.as<const float>() : nullptr,
-      .row_scale = present(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
-      .pre = kind == GemmEpilogue::kActivation && present(args.pre_activation)
+      .bias = !is_absent(args.bias) ? args.bias.as<const float>() : nullptr,
+      .row_scale = !is_absent(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
+      .pre = kind == GemmEpilogue::kActivation && !is_absent(args.pre_activation)
                  ? args.pre_activation.as<__nv_bfloat16>()
                  : nullptr};
   return l;
@@ -108,7 +99,7 @@ void validate_grouped_gemm(const GroupedGemmArgs& args) {
 
   expect_tensor(args.offsets, "offsets", DType::kInt32, cuda, {num_experts + 1});
 
-  const bool gather = present(args.gather_index);
+  const bool gather = !is_absent(args.gather_index);
   expect_tensor(args.a, "a", DType::kBFloat16, cuda, {kAnyExtent, k});
   expect_aligned(args.a, "a", 16);
 
@@ -126,13 +117,13 @@ void validate_grouped_gemm(const GroupedGemmArgs& args) {
 
 
   const int64_t rows = args.d.size(0);
-  if (present(args.bias)) {
+  if (!is_absent(args.bias)) {
     expect_tensor(args.bias, "bias", DType::kFloat32, cuda, {num_experts, n});
     expect_aligned(args.bias, "bias", 16);
   }
-  if (present(args.row_scale))
+  if (!is_absent(args.row_scale))
     expect_tensor(args.row_scale, "row_scale", DType::kFloat32, cuda, {rows});
-  if (present(args.pre_activation)) {
+  if (!is_absent(args.pre_activation)) {
     MOEFUSE_EXPECT(args.epilogue == GemmEpilogue::kActivation, "pre_activation",
                    "absent with GemmEpilogue::kLinear (h is D itself)", "a tensor");
     expect_tensor(args.pre_activation, "pre_activation", DType::kBFloat16, cuda, {rows, n});
@@ -143,13 +134,13 @@ void validate_grouped_gemm(const GroupedGemmArgs& args) {
 
 void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   validate_grouped_gemm(args);
-  launch_fused(make_launch(args), present(args.gather_index), args.d.dtype, stream);
+  launch_fused(make_launch(args), !is_absent(args.gather_index), args.d.dtype, stream);
 }
 
 void grouped_gemm_unfused(const GroupedGemmArgs& args, const GroupedGemmUnfusedScratch& scratch,
                           cudaStream_t stream) {
   validate_grouped_gemm(args);
-  const bool gather = present(args.gather_index);
+  const bool gather = !is_absent(args.gather_index);
   const bool activation = args.epilogue == GemmEpilogue::kActivation;
   const int64_t rows = args.d.size(0), n = args.b.size(1), k = args.b.size(2);
   if (gather) {
@@ -158,7 +149,7 @@ void grouped_gemm_unfused(const GroupedGemmArgs& args, const GroupedGemmUnfusedS
     expect_aligned(scratch.gathered_a, "scratch.gathered_a", 16);
   }
   if (activation)
-    MOEFUSE_EXPECT(present(args.pre_activation), "pre_activation",
+    MOEFUSE_EXPECT(!is_absent(args.pre_activation), "pre_activation",
                    "a [M_cap, N] bf16 buffer (the unfused twin's intermediate)", "absent");
 
   gemm::GemmLaunch full = make_launch(args);

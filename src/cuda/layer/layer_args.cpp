@@ -19,9 +19,7 @@ namespace {
 void expect_device_aligned(const TensorView& t, std::string_view name, DType dtype,
                            std::initializer_list<int64_t> shape) {
   expect_tensor(t, name, dtype, Device::kCuda, shape);
-  const uintptr_t misalign = reinterpret_cast<uintptr_t>(t.data) % 16;
-  MOEFUSE_EXPECT(misalign == 0, name, "a 16-byte aligned data pointer",
-                 "a pointer misaligned by " + std::to_string(misalign) + " bytes");
+  expect_aligned(t, name);
 }
 
 // Present exactly when `required`; `why` says what makes it absent.
@@ -31,7 +29,7 @@ void expect_optional(const TensorView& t, std::string_view name, bool required,
     expect_device_aligned(t, name, dtype, shape);
     return;
   }
-  MOEFUSE_EXPECT(cuda::is_absent(t), name, "an empty view (" + std::string(why) + ")",
+  MOEFUSE_EXPECT(is_absent(t), name, "an empty view (" + std::string(why) + ")",
                  "shape " + shape_string(t));
 }
 

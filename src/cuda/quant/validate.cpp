@@ -11,12 +11,6 @@ namespace {
 constexpr int64_t kVec = 16;
 constexpr int64_t kEdge = 128;
 
-void expect_aligned(const TensorView& t, std::string_view name) {
-  const auto address = reinterpret_cast<uintptr_t>(t.data);
-  MOEFUSE_EXPECT(address % 16 == 0, name, "16-byte-aligned data",
-                 "address ending in " + std::to_string(address % 16) + " (mod 16)");
-}
-
 void expect_row_multiple(int64_t k, std::string_view name) {
   MOEFUSE_EXPECT(k % kVec == 0, name, "a last extent (K) that is a multiple of 16",
                  "K = " + std::to_string(k));

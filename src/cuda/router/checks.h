@@ -12,11 +12,6 @@
 
 namespace moefuse::cuda {
 
-// An optional input that is not given: no data, and rank 0 (a default view) or no elements.
-inline bool is_absent(const TensorView& t) {
-  return t.data == nullptr && (t.rank == 0 || t.numel() == 0);
-}
-
 // A contiguous device tensor of `dtype` and `shape` (kAnyExtent as a wildcard).
 void expect_device(const TensorView& t, std::string_view name, DType dtype,
                    std::initializer_list<int64_t> shape);

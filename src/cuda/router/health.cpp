@@ -7,13 +7,13 @@
 namespace moefuse {
 
 void reset_health_flags(const TensorView& health, cudaStream_t stream) {
-  MOEFUSE_EXPECT(!cuda::is_absent(health), "health", "a [1] int32 device tensor", "an empty view");
+  MOEFUSE_EXPECT(!is_absent(health), "health", "a [1] int32 device tensor", "an empty view");
   int32_t* flag = cuda::expect_health(health);
   MOEFUSE_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int32_t), stream));
 }
 
 int32_t read_health_flags(const TensorView& health, cudaStream_t stream) {
-  MOEFUSE_EXPECT(!cuda::is_absent(health), "health", "a [1] int32 device tensor", "an empty view");
+  MOEFUSE_EXPECT(!is_absent(health), "health", "a [1] int32 device tensor", "an empty view");
   int32_t* flag = cuda::expect_health(health);
   int32_t bits = 0;
   MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(&bits, flag, sizeof bits, cudaMemcpyDeviceToHost, stream));

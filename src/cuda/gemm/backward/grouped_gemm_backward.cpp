@@ -14,14 +14,6 @@
 namespace moefuse {
 namespace {
 
-bool present(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
-
-void expect_aligned(const TensorView& t, std::string_view name) {
-  const uintptr_t misaligned = reinterpret_cast<uintptr_t>(t.data) % 16;
-  MOEFUSE_EXPECT(misaligned == 0, name, "a 16-byte aligned data pointer",
-                 "a pointer misaligned by " + std::to_string(misaligned) + " bytes");
-}
-
 // A row length read by TMA: > 0, a multiple of 8 (16-byte strides), below 2^31.
 void expect_row_length(int64_t v, std::string_view name, std::string_view what) {
   MOEFUSE_EXPECT(v > 0 && v % 8 == 0 && v <= std::numeric_limits<int32_t>::max(), name,
@@ -75,8 +67,8 @@ gemm::bwd::DGluEpilogue dglu_epilogue(const Fc2DgradArgs& args, float* dp_partia
               .clamp_limit = args.clamped_swiglu.limit},
       .pre = args.pre.as<const __nv_bfloat16>(),
       .d_pre = args.d_pre.as<__nv_bfloat16>(),
-      .scaled_act = present(args.scaled_act) ? args.scaled_act.as<__nv_bfloat16>() : nullptr,
-      .row_scale = present(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
+      .scaled_act = !is_absent(args.scaled_act) ? args.scaled_act.as<__nv_bfloat16>() : nullptr,
+      .row_scale = !is_absent(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
       .dp_partial = dp_partial,
       .dp_blocks = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2)))};
 }
@@ -90,8 +82,8 @@ gemm::bwd::DpReduce dp_reduce(const Fc2DgradArgs& args, const float* dp_partial)
       .dp_partial = dp_partial,
       .dp_blocks = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2))),
       .dys = args.dys.as<const __nv_bfloat16>(),
-      .b2 = present(args.b2) ? args.b2.as<const float>() : nullptr,
-      .dp = present(args.d_row_scale) ? args.d_row_scale.as<float>() : nullptr};
+      .b2 = !is_absent(args.b2) ? args.b2.as<const float>() : nullptr,
+      .dp = !is_absent(args.d_row_scale) ? args.d_row_scale.as<float>() : nullptr};
 }
 
 GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView& g) {
@@ -99,7 +91,7 @@ GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView&
 }
 
 gemm::bwd::WgradLaunch wgrad_launch(const GroupedGemmWgradArgs& args) {
-  const bool gather = present(args.gather_index);
+  const bool gather = !is_absent(args.gather_index);
   const int64_t rows = args.a.size(0);
   return gemm::bwd::WgradLaunch{
       .problem = {.offsets = args.offsets.as<const int>(),
@@ -170,16 +162,16 @@ void validate_fc2_dgrad(const Fc2DgradArgs& args) {
   expect_aligned(args.pre, "pre");
   expect_tensor(args.d_pre, "d_pre", DType::kBFloat16, cuda, {m, fc1});
   expect_aligned(args.d_pre, "d_pre");
-  if (present(args.row_scale))
+  if (!is_absent(args.row_scale))
     expect_tensor(args.row_scale, "row_scale", DType::kFloat32, cuda, {m});
-  if (present(args.scaled_act)) {
+  if (!is_absent(args.scaled_act)) {
     expect_tensor(args.scaled_act, "scaled_act", DType::kBFloat16, cuda, {m, f});
     expect_aligned(args.scaled_act, "scaled_act");
   }
-  if (present(args.d_row_scale))
+  if (!is_absent(args.d_row_scale))
     expect_tensor(args.d_row_scale, "d_row_scale", DType::kFloat32, cuda, {m});
-  if (present(args.b2)) {
-    MOEFUSE_EXPECT(present(args.d_row_scale), "b2",
+  if (!is_absent(args.b2)) {
+    MOEFUSE_EXPECT(!is_absent(args.d_row_scale), "b2",
                    "absent unless d_row_scale is set (it only enters dp)", "a tensor");
     expect_tensor(args.b2, "b2", DType::kFloat32, cuda, {e, h});
   }
@@ -188,7 +180,7 @@ void validate_fc2_dgrad(const Fc2DgradArgs& args) {
 void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
                             cudaStream_t stream) {
   validate_fc2_dgrad(args);
-  const bool dp = present(args.d_row_scale);
+  const bool dp = !is_absent(args.d_row_scale);
   if (dp)
     expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
                   {args.dys.size(0), fc2_dgrad_dp_blocks(args.w2.size(2))});
@@ -232,7 +224,7 @@ void validate_grouped_gemm_wgrad(const GroupedGemmWgradArgs& args) {
   expect_tensor(args.a, "a", DType::kBFloat16, cuda, {kAnyExtent, m_out});
   expect_aligned(args.a, "a");
   expect_rows(args.a, "a");
-  const bool gather = present(args.gather_index);
+  const bool gather = !is_absent(args.gather_index);
   expect_tensor(args.b, "b", DType::kBFloat16, cuda, {gather ? kAnyExtent : args.a.size(0), n_out});
   expect_aligned(args.b, "b");
   expect_rows(args.b, "b");
@@ -242,7 +234,7 @@ void validate_grouped_gemm_wgrad(const GroupedGemmWgradArgs& args) {
 void grouped_gemm_wgrad(const GroupedGemmWgradArgs& args, cudaStream_t stream) {
   validate_grouped_gemm_wgrad(args);
   const gemm::bwd::WgradLaunch l = wgrad_launch(args);
-  if (present(args.gather_index)) gemm::bwd::launch_wgrad_gather(l, stream);
+  if (!is_absent(args.gather_index)) gemm::bwd::launch_wgrad_gather(l, stream);
   else gemm::bwd::launch_wgrad(l, stream);
 }
 
@@ -251,7 +243,7 @@ void grouped_gemm_wgrad_unfused(const GroupedGemmWgradArgs& args,
                                 cudaStream_t stream) {
   validate_grouped_gemm_wgrad(args);
   gemm::bwd::WgradLaunch l = wgrad_launch(args);
-  if (present(args.gather_index)) {
+  if (!is_absent(args.gather_index)) {
     expect_tensor(scratch.gathered_b, "scratch.gathered_b", DType::kBFloat16, Device::kCuda,
                   {args.a.size(0), args.d.size(2)});
     expect_aligned(scratch.gathered_b, "scratch.gathered_b");
