@@ -20,16 +20,8 @@ void expect_int32_extent(int64_t v, std::string_view name, std::string_view what
 }
 
 gemm::EpilogueOp epilogue_op(const GroupedGemmArgs& args) {
-  if (args.epilogue == GemmEpilogue::kLinear) return gemm::EpilogueOp::kLinear;
-  switch (args.activation) {
-    case Activation::kSwiGLU: return gemm::EpilogueOp::kSwiGLU;
-    case Activation::kGeGLU: return gemm::EpilogueOp::kGeGLU;
-    case Activation::kReGLU: return gemm::EpilogueOp::kReGLU;
-    case Activation::kSquaredReLU: return gemm::EpilogueOp::kSquaredReLU;
-    case Activation::kClampedSwiGLU: return gemm::EpilogueOp::kClampedSwiGLU;
-  }
-  throw InvalidArgument("activation", "a moefuse::Activation",
-                        std::to_string(static_cast<int>(args.activation)));
+  return args.epilogue == GemmEpilogue::kLinear ? gemm::EpilogueOp::kLinear
+                                                : gemm::activation_epilogue_op(args.activation);
 }
 
 bool glu(const GroupedGemmArgs& args) {
@@ -233,4 +225,19 @@ void deinterleave_glu_weight(const TensorView& src, const TensorView& dst, cudaS
   permute_glu_rows(src, dst, /*to_interleaved=*/false, stream);
 }
 
+namespace gemm {
+
+EpilogueOp activation_epilogue_op(Activation a) {
+  switch (a) {
+    case Activation::kSwiGLU: return EpilogueOp::kSwiGLU;
+    case Activation::kGeGLU: return EpilogueOp::kGeGLU;
+    case Activation::kReGLU: return EpilogueOp::kReGLU;
+    case Activation::kSquaredReLU: return EpilogueOp::kSquaredReLU;
+    case Activation::kClampedSwiGLU: return EpilogueOp::kClampedSwiGLU;
+  }
+  throw InvalidArgument("activation", "a moefuse::Activation",
+                        std::to_string(static_cast<int>(a)));
+}
+
+}  // namespace gemm
 }  // namespace moefuse

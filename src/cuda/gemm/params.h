@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "moefuse/config.h"
+
 namespace moefuse::gemm {
 
 // The epilogue's elementwise operation. A runtime value (uniform across the grid): one kernel
@@ -18,6 +20,10 @@ enum class EpilogueOp : uint8_t {
   kClampedSwiGLU,
   kSquaredReLU,
 };
+
+// The epilogue op computing `a` (host side; throws InvalidArgument naming "activation" for a
+// value outside the enum).
+EpilogueOp activation_epilogue_op(Activation a);
 
 constexpr bool is_glu_op(EpilogueOp op) {
   return op == EpilogueOp::kSwiGLU || op == EpilogueOp::kGeGLU || op == EpilogueOp::kReGLU ||

@@ -33,18 +33,6 @@ int64_t expect_experts(int64_t e, std::string_view name) {
   return e;
 }
 
-gemm::EpilogueOp activation_op(Activation a) {
-  switch (a) {
-    case Activation::kSwiGLU: return gemm::EpilogueOp::kSwiGLU;
-    case Activation::kGeGLU: return gemm::EpilogueOp::kGeGLU;
-    case Activation::kReGLU: return gemm::EpilogueOp::kReGLU;
-    case Activation::kSquaredReLU: return gemm::EpilogueOp::kSquaredReLU;
-    case Activation::kClampedSwiGLU: return gemm::EpilogueOp::kClampedSwiGLU;
-  }
-  throw InvalidArgument("activation", "a moefuse::Activation",
-                        std::to_string(static_cast<int>(a)));
-}
-
 gemm::bwd::DgradLaunch dgrad_launch(const GroupedGemmDgradArgs& args) {
   return gemm::bwd::DgradLaunch{
       .problem = {.offsets = args.offsets.as<const int>(),
@@ -62,7 +50,7 @@ gemm::bwd::DgradLaunch dgrad_launch(const GroupedGemmDgradArgs& args) {
 // The FC2 dgrad's epilogue parameters and dp reduction from validated args.
 gemm::bwd::DGluEpilogue dglu_epilogue(const Fc2DgradArgs& args, float* dp_partial) {
   return gemm::bwd::DGluEpilogue{
-      .act = {.op = activation_op(args.activation),
+      .act = {.op = gemm::activation_epilogue_op(args.activation),
               .clamp_alpha = args.clamped_swiglu.alpha,
               .clamp_limit = args.clamped_swiglu.limit},
       .pre = args.pre.as<const __nv_bfloat16>(),
@@ -144,7 +132,7 @@ int64_t fc2_dgrad_dp_blocks(int64_t ffn) {
 
 void validate_fc2_dgrad(const Fc2DgradArgs& args) {
   const Device cuda = Device::kCuda;
-  activation_op(args.activation);  // validates the enum
+  gemm::activation_epilogue_op(args.activation);  // validates the enum
   MOEFUSE_EXPECT(args.w2.rank == 3, "w2", "rank 3 [E, H, F]",
                  "rank " + std::to_string(args.w2.rank));
   expect_tensor(args.w2, "w2", DType::kBFloat16, cuda, {kAnyExtent, kAnyExtent, kAnyExtent});
