@@ -14,22 +14,14 @@
 #include "bench/mode.h"
 #include "bench/report.h"
 #include "bench/routing.h"
+#include "bench/gemm_bench.h"
 #include "bench/timing.h"
-#include "bench/torch_runner.h"
 #include "cuda/check.h"
-#include "cuda/device.h"
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm.h"
 
 namespace moefuse::bench {
 namespace {
-
-struct Options {
-  std::vector<std::string> presets;
-  int64_t tokens;
-  RoutingDistribution routing;
-  int warmup, iters;
-};
 
 // Device buffers of one preset's expert MLP at T tokens, filled with fresh random data.
 struct MlpBuffers {
@@ -65,13 +57,7 @@ struct MlpBuffers {
   }
 };
 
-std::string join_counts(const std::vector<int32_t>& counts) {
-  std::string s;
-  for (size_t i = 0; i < counts.size(); ++i) s += (i ? "," : "") + std::to_string(counts[i]);
-  return s;
-}
-
-void bench_preset(const std::string& name, const Options& o, CublasBaseline& cublas,
+void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBaseline& cublas,
                   Report& report) {
   MoeConfig c = preset(name);
   const int64_t t = o.tokens, m = t * c.top_k, h = c.hidden, f = c.ffn, e = c.num_experts;
@@ -141,11 +127,7 @@ void bench_preset(const std::string& name, const Options& o, CublasBaseline& cub
   const std::string problems = " --problem fc1:" + std::to_string(fc1) + ":" + std::to_string(h) +
                                (is_glu(c.activation) ? ":swiglu" : ":plain") + " --problem fc2:" +
                                std::to_string(h) + ":" + std::to_string(f) + ":plain";
-  auto torch = run_torch_baseline("bench/torch_gemm.py",
-                                  "--counts " + join_counts(routing.counts) + problems +
-                                      " --warmup " + std::to_string(o.warmup) + " --iters " +
-                                      std::to_string(o.iters),
-                                  &why);
+  auto torch = run_torch_gemm("bench/torch_gemm.py", routing.counts, problems, o, &why);
   auto torch_ms = [&](const std::string& key) -> std::optional<double> {
     if (!torch || !torch->count(key)) return std::nullopt;
     return torch->at(key);
@@ -154,11 +136,7 @@ void bench_preset(const std::string& name, const Options& o, CublasBaseline& cub
 
   auto row = [&](const std::string& op, const std::string& variant, double ms, double flops,
                  double dense_ms, std::optional<double> torch_ref, std::optional<double> unfused) {
-    auto ratio = [&](std::optional<double> ref) -> Cell {
-      return ref ? Cell{*ref / ms} : Cell{std::string("-")};
-    };
-    report.add_row({name, op, variant, ms, flops / ms * 1e-9, dense_ms / ms, ratio(torch_ref),
-                    ratio(unfused)});
+    add_gemm_row(report, name, op, variant, ms, flops, dense_ms, torch_ref, unfused);
   };
   const auto torch_fc1_act = is_glu(c.activation) ? torch_ms("fc1.grouped_mm+silu_mul")
                                                    : torch_ms("fc1.grouped_mm");
@@ -190,39 +168,18 @@ void bench_preset(const std::string& name, const Options& o, CublasBaseline& cub
 }
 
 int run(Args& args) {
-  Options o;
-  const std::string presets = args.get("preset", "all");
-  o.tokens = args.get_int("tokens", 16384, 1, int64_t{1} << 20);
-  o.routing = parse_routing(args.get("routing", "uniform"));
-  o.warmup = static_cast<int>(args.get_int("warmup", 10, 0, 10000));
-  o.iters = static_cast<int>(args.get_int("iters", 50, 1, 100000));
-  const std::string json = args.get("json", "");
-  args.finish();
-  if (presets == "all") {
-    for (auto n : preset_names()) o.presets.emplace_back(n);
-  } else {
-    preset(presets);  // validates the name
-    o.presets.push_back(presets);
-  }
+  const GemmBenchOptions o = parse_gemm_bench_options(args);
   if (gpu_missing("gemm")) return 0;
   const GroupedGemmTile tile = grouped_gemm_tile();
-  Report report("grouped GEMM (bf16 in, fp32 accumulate, bf16 out)",
-                {"preset", "op", "variant", "median_ms", "TFLOP/s", "vs_dense", "vs_torch",
-                 "vs_unfused"});
-  report.set_meta("tokens", static_cast<long long>(o.tokens));
-  report.set_meta("routing", args.get("routing", "uniform"));
-  report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
-                                std::to_string(o.warmup) + " warm-up, CUDA events");
-  report.set_meta("tile", std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) +
-                              "x" + std::to_string(tile.block_k) + ", " +
-                              std::to_string(tile.stages) + " stages");
-  report.set_meta("columns", "vs_dense = dense cuBLAS time / this time (the same FLOPs); vs_torch "
-                             "and vs_unfused = their time / this time");
+  Report report = make_gemm_report(
+      "grouped GEMM (bf16 in, fp32 accumulate, bf16 out)", o,
+      std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) + "x" +
+          std::to_string(tile.block_k) + ", " + std::to_string(tile.stages) + " stages",
+      "vs_dense = dense cuBLAS time / this time (the same FLOPs); vs_torch and vs_unfused = "
+      "their time / this time");
   CublasBaseline cublas;
   for (const auto& name : o.presets) bench_preset(name, o, cublas, report);
-  report.print();
-  std::printf("reproduce: %s\n", args.command().c_str());
-  if (!json.empty()) write_json_file(json, args.command(), {&report});
+  finish_gemm_report(report, o, args);
   return 0;
 }
 

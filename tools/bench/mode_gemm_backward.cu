@@ -17,21 +17,15 @@
 #include "bench/mode.h"
 #include "bench/report.h"
 #include "bench/routing.h"
+#include "bench/gemm_bench.h"
 #include "bench/timing.h"
-#include "bench/torch_runner.h"
 #include "cuda/check.h"
+#include "cuda/gemm/backward/config.h"
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm_backward.h"
 
 namespace moefuse::bench {
 namespace {
-
-struct Options {
-  std::vector<std::string> presets;
-  int64_t tokens;
-  RoutingDistribution routing;
-  int warmup, iters;
-};
 
 // Device buffers of one preset's expert-MLP backward at T tokens, inputs filled with fresh
 // random data (outputs are written by every timed call before anything reads them).
@@ -80,13 +74,7 @@ struct BackwardBuffers {
   }
 };
 
-std::string join_counts(const std::vector<int32_t>& counts) {
-  std::string s;
-  for (size_t i = 0; i < counts.size(); ++i) s += (i ? "," : "") + std::to_string(counts[i]);
-  return s;
-}
-
-void bench_preset(const std::string& name, const Options& o, CublasBackward& cublas,
+void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBackward& cublas,
                   Report& report) {
   const MoeConfig c = preset(name);
   const int64_t t = o.tokens, m = t * c.top_k, h = c.hidden, f = c.ffn, e = c.num_experts;
@@ -181,11 +169,7 @@ void bench_preset(const std::string& name, const Options& o, CublasBackward& cub
   std::string why;
   const std::string problems = " --problem fc1:" + std::to_string(fc1) + ":" + std::to_string(h) +
                                " --problem fc2:" + std::to_string(h) + ":" + std::to_string(f);
-  auto torch = run_torch_baseline("bench/torch_gemm_backward.py",
-                                  "--counts " + join_counts(routing.counts) + problems +
-                                      " --warmup " + std::to_string(o.warmup) + " --iters " +
-                                      std::to_string(o.iters),
-                                  &why);
+  auto torch = run_torch_gemm("bench/torch_gemm_backward.py", routing.counts, problems, o, &why);
   auto torch_ms = [&](const std::string& key) -> std::optional<double> {
     if (!torch || !torch->count(key)) return std::nullopt;
     return torch->at(key);
@@ -194,11 +178,7 @@ void bench_preset(const std::string& name, const Options& o, CublasBackward& cub
 
   auto row = [&](const std::string& op, const std::string& variant, double ms, double flops,
                  double dense_ms, std::optional<double> torch_ref, std::optional<double> unfused) {
-    auto ratio = [&](std::optional<double> ref) -> Cell {
-      return ref ? Cell{*ref / ms} : Cell{std::string("-")};
-    };
-    report.add_row({name, op, variant, ms, flops / ms * 1e-9, dense_ms / ms, ratio(torch_ref),
-                    ratio(unfused)});
+    add_gemm_row(report, name, op, variant, ms, flops, dense_ms, torch_ref, unfused);
   };
   const std::string act = std::string(activation_name(c.activation));
   auto with_torch = [&](const std::string& op, const std::string& key, double flops,
@@ -241,38 +221,19 @@ void bench_preset(const std::string& name, const Options& o, CublasBackward& cub
 }
 
 int run(Args& args) {
-  Options o;
-  const std::string presets = args.get("preset", "all");
-  o.tokens = args.get_int("tokens", 16384, 1, int64_t{1} << 20);
-  o.routing = parse_routing(args.get("routing", "uniform"));
-  o.warmup = static_cast<int>(args.get_int("warmup", 10, 0, 10000));
-  o.iters = static_cast<int>(args.get_int("iters", 50, 1, 100000));
-  const std::string json = args.get("json", "");
-  args.finish();
-  if (presets == "all") {
-    for (auto n : preset_names()) o.presets.emplace_back(n);
-  } else {
-    preset(presets);  // validates the name
-    o.presets.push_back(presets);
-  }
+  const GemmBenchOptions o = parse_gemm_bench_options(args);
   if (gpu_missing("gemm-backward")) return 0;
-  Report report("backward grouped GEMMs (bf16 in, fp32 accumulate; dgrad bf16 out, wgrad fp32 out)",
-                {"preset", "op", "variant", "median_ms", "TFLOP/s", "vs_dense", "vs_torch",
-                 "vs_unfused"});
-  report.set_meta("tokens", static_cast<long long>(o.tokens));
-  report.set_meta("routing", args.get("routing", "uniform"));
-  report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
-                                std::to_string(o.warmup) + " warm-up, CUDA events");
-  report.set_meta("tile", "128x256x64, 4 stages");
-  report.set_meta("columns",
-                  "vs_dense = dense cuBLAS time of the same M, N, K / this time (for a wgrad K = "
-                  "all rows: 1/E of the output); vs_torch and vs_unfused = their time / this "
-                  "time; torch's wgrad writes bf16, ours fp32");
+  namespace cfg = gemm::bwd;
+  Report report = make_gemm_report(
+      "backward grouped GEMMs (bf16 in, fp32 accumulate; dgrad bf16 out, wgrad fp32 out)", o,
+      std::to_string(cfg::kBlockM) + "x" + std::to_string(cfg::kBlockN) + "x" +
+          std::to_string(cfg::kBlockK) + ", " + std::to_string(cfg::kStages) + " stages",
+      "vs_dense = dense cuBLAS time of the same M, N, K / this time (for a wgrad K = all rows: "
+      "1/E of the output); vs_torch and vs_unfused = their time / this time; torch's wgrad "
+      "writes bf16, ours fp32");
   CublasBackward cublas;
   for (const auto& name : o.presets) bench_preset(name, o, cublas, report);
-  report.print();
-  std::printf("reproduce: %s\n", args.command().c_str());
-  if (!json.empty()) write_json_file(json, args.command(), {&report});
+  finish_gemm_report(report, o, args);
   return 0;
 }
 

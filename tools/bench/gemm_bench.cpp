@@ -1,0 +1,71 @@
+#include "bench/gemm_bench.h"
+
+#include <cstdio>
+
+#include "bench/torch_runner.h"
+#include "moefuse/config.h"
+
+namespace moefuse::bench {
+
+GemmBenchOptions parse_gemm_bench_options(Args& args) {
+  GemmBenchOptions o;
+  const std::string presets = args.get("preset", "all");
+  o.tokens = args.get_int("tokens", 16384, 1, int64_t{1} << 20);
+  o.routing_name = args.get("routing", "uniform");
+  o.routing = parse_routing(o.routing_name);
+  o.warmup = static_cast<int>(args.get_int("warmup", 10, 0, 10000));
+  o.iters = static_cast<int>(args.get_int("iters", 50, 1, 100000));
+  o.json = args.get("json", "");
+  args.finish();
+  if (presets == "all") {
+    for (auto n : preset_names()) o.presets.emplace_back(n);
+  } else {
+    preset(presets);  // validates the name
+    o.presets.push_back(presets);
+  }
+  return o;
+}
+
+Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
+                        const std::string& tile, const std::string& columns_note) {
+  Report report(title, {"preset", "op", "variant", "median_ms", "TFLOP/s", "vs_dense", "vs_torch",
+                        "vs_unfused"});
+  report.set_meta("tokens", static_cast<long long>(o.tokens));
+  report.set_meta("routing", o.routing_name);
+  report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
+                                std::to_string(o.warmup) + " warm-up, CUDA events");
+  report.set_meta("tile", tile);
+  report.set_meta("columns", columns_note);
+  return report;
+}
+
+std::optional<std::map<std::string, double>> run_torch_gemm(const std::string& script,
+                                                           const std::vector<int32_t>& counts,
+                                                           const std::string& problems,
+                                                           const GemmBenchOptions& o,
+                                                           std::string* why) {
+  std::string list;
+  for (size_t i = 0; i < counts.size(); ++i) list += (i ? "," : "") + std::to_string(counts[i]);
+  return run_torch_baseline(script,
+                            "--counts " + list + problems + " --warmup " +
+                                std::to_string(o.warmup) + " --iters " + std::to_string(o.iters),
+                            why);
+}
+
+void add_gemm_row(Report& report, const std::string& preset, const std::string& op,
+                  const std::string& variant, double ms, double flops, double dense_ms,
+                  std::optional<double> torch_ms, std::optional<double> unfused_ms) {
+  auto ratio = [&](std::optional<double> ref) -> Cell {
+    return ref ? Cell{*ref / ms} : Cell{std::string("-")};
+  };
+  report.add_row({preset, op, variant, ms, flops / ms * 1e-9, dense_ms / ms, ratio(torch_ms),
+                  ratio(unfused_ms)});
+}
+
+void finish_gemm_report(const Report& report, const GemmBenchOptions& o, const Args& args) {
+  report.print();
+  std::printf("reproduce: %s\n", args.command().c_str());
+  if (!o.json.empty()) write_json_file(o.json, args.command(), {&report});
+}
+
+}  // namespace moefuse::bench

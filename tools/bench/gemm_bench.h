@@ -1,0 +1,51 @@
+// What the two GEMM benchmark modes (gemm, gemm-backward) share: options, the report's columns
+// and metadata, the torch baseline call and the row format.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/mode.h"
+#include "bench/report.h"
+#include "bench/routing.h"
+
+namespace moefuse::bench {
+
+struct GemmBenchOptions {
+  std::vector<std::string> presets;
+  int64_t tokens = 0;
+  RoutingDistribution routing = RoutingDistribution::kUniform;
+  std::string routing_name;
+  int warmup = 0, iters = 0;
+  std::string json;
+};
+
+// --preset (a name or "all"), --tokens, --routing, --warmup, --iters, --json; then Args::finish.
+GemmBenchOptions parse_gemm_bench_options(Args& args);
+
+// A report with the columns preset, op, variant, median_ms, TFLOP/s, vs_dense, vs_torch,
+// vs_unfused and the run's metadata.
+Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
+                        const std::string& tile, const std::string& columns_note);
+
+// Runs `script` on the exact per-expert counts with the --problem specs; nullopt when torch is
+// unavailable (the reason in *why).
+std::optional<std::map<std::string, double>> run_torch_gemm(const std::string& script,
+                                                           const std::vector<int32_t>& counts,
+                                                           const std::string& problems,
+                                                           const GemmBenchOptions& o,
+                                                           std::string* why);
+
+// One row: TFLOP/s from `flops`, and the ratios dense/ms, torch/ms and unfused/ms ("-" when a
+// reference is absent).
+void add_gemm_row(Report& report, const std::string& preset, const std::string& op,
+                  const std::string& variant, double ms, double flops, double dense_ms,
+                  std::optional<double> torch_ms, std::optional<double> unfused_ms);
+
+// Prints the report, the reproduce line, and writes --json when asked.
+void finish_gemm_report(const Report& report, const GemmBenchOptions& o, const Args& args);
+
+}  // namespace moefuse::bench
