@@ -23,6 +23,13 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 command -v nvcc >/dev/null || { echo "setup: nvcc (CUDA 13) not found" >&2; exit 1; }
 
+# pytest runs the Python package's tests (python/tests); torch is not installed here on purpose:
+# the tests that need it skip.
+if ! python3 -c "import pytest" 2>/dev/null; then
+  echo "setup: installing pytest"
+  python3 -m pip install --quiet --disable-pip-version-check pytest
+fi
+
 stamp=third_party/cutlass/.version
 if [ "$(cat "$stamp" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
   echo "setup: installing nvidia-cutlass==$CUTLASS_VERSION headers into third_party/cutlass"

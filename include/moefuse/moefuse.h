@@ -74,6 +74,11 @@ moefuse_status_t moefuse_config_preset(const char* name, moefuse_config_t* confi
 /* Checks every field; on failure the message names the field, the expected and the actual value. */
 moefuse_status_t moefuse_config_validate(const moefuse_config_t* config);
 
+/* Layout of the ABI's structs, for bindings that mirror them (python/moefuse checks its ctypes
+ * copies with it): *bytes = sizeof(type) when field is NULL, else offsetof(type, field).
+ * type: "moefuse_config_t", "moefuse_layer_weights_t" or "moefuse_layer_grads_t". */
+moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t* bytes);
+
 /* ---- The MoE layer on the GPU (moefuse/layer.h) ------------------------------------------------
  * Device pointers, contiguous, shapes from the config and T: x, dy, y, dx [T, H] bf16;
  * w_router [E, H] bf16; w1 [E, fc1, H] bf16 (GLU rows interleaved); w2 [E, H, F] bf16;

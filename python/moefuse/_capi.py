@@ -1,0 +1,245 @@
+"""ctypes binding of the C ABI in include/moefuse/moefuse.h (libmoefuse_c.so). No torch here.
+
+The library is not built by pip: run scripts/build.sh, which leaves build/release/libmoefuse_c.so.
+It is looked up, in this order, at $MOEFUSE_LIBRARY, next to this file (a copy placed in the
+installed package), and in build/release of the source tree this file sits in.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import pathlib
+import threading
+
+LIBRARY_NAME = "libmoefuse_c.so"
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    INVALID_ARGUMENT = 1
+    CUDA_ERROR = 2
+    NOT_SUPPORTED = 3
+    INTERNAL_ERROR = 4
+
+
+class Activation(enum.IntEnum):
+    SWIGLU = 0
+    GEGLU = 1
+    REGLU = 2
+    SQUARED_RELU = 3
+    CLAMPED_SWIGLU = 4
+
+
+class RouterKind(enum.IntEnum):
+    SOFTMAX_TOPK = 0
+    SIGMOID_GROUP_TOPK = 1
+
+
+class Precision(enum.IntEnum):
+    BF16 = 0
+    FP8_BLOCKWISE = 1
+    MXFP8 = 2
+
+
+class LayerMode(enum.IntEnum):
+    FUSED = 0
+    UNFUSED = 1
+
+
+class MoefuseError(RuntimeError):
+    """A failed moefuse call: .status is the Status, the message is moefuse_last_error()."""
+
+    def __init__(self, status: Status, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class MoefuseInvalidArgument(MoefuseError, ValueError):
+    """MOEFUSE_STATUS_INVALID_ARGUMENT; the message names the bad argument, e.g. 'config.hidden'."""
+
+
+# C enums are ints on every ABI moefuse targets (x86-64/aarch64 Linux).
+_enum = ctypes.c_int
+
+
+class ConfigStruct(ctypes.Structure):
+    """moefuse_config_t, field for field."""
+
+    _fields_ = [
+        ("hidden", ctypes.c_int64),
+        ("ffn", ctypes.c_int64),
+        ("num_experts", ctypes.c_int64),
+        ("top_k", ctypes.c_int64),
+        ("activation", _enum),
+        ("clamped_swiglu_alpha", ctypes.c_float),
+        ("clamped_swiglu_limit", ctypes.c_float),
+        ("expert_bias", ctypes.c_int32),
+        ("shared_expert_ffn", ctypes.c_int64),
+        ("router_kind", _enum),
+        ("router_renormalize", ctypes.c_int32),
+        ("routed_scaling_factor", ctypes.c_float),
+        ("router_num_groups", ctypes.c_int32),
+        ("router_topk_groups", ctypes.c_int32),
+        ("router_use_score_bias", ctypes.c_int32),
+        ("aux_loss_coeff", ctypes.c_float),
+        ("z_loss_coeff", ctypes.c_float),
+        ("precision", _enum),
+    ]
+
+
+class LayerWeightsStruct(ctypes.Structure):
+    """moefuse_layer_weights_t: device pointers (None for an absent tensor)."""
+
+    _fields_ = [
+        (name, ctypes.c_void_p)
+        for name in ("w_router", "score_bias", "w1", "b1", "w2", "b2", "shared_w1", "shared_w2")
+    ]
+
+
+class LayerGradsStruct(ctypes.Structure):
+    """moefuse_layer_grads_t: device pointers (None for an absent tensor)."""
+
+    _fields_ = [
+        (name, ctypes.c_void_p)
+        for name in ("dx", "d_w_router", "d_w1", "d_b1", "d_w2", "d_b2", "d_shared_w1",
+                     "d_shared_w2")
+    ]
+
+
+STRUCTS = {
+    "moefuse_config_t": ConfigStruct,
+    "moefuse_layer_weights_t": LayerWeightsStruct,
+    "moefuse_layer_grads_t": LayerGradsStruct,
+}
+
+_size_p = ctypes.POINTER(ctypes.c_size_t)
+_config_p = ctypes.POINTER(ConfigStruct)
+_layer_p = ctypes.c_void_p  # moefuse_layer_t*, opaque
+
+# name: (restype, argtypes). Every call but the two string getters returns a moefuse_status_t.
+_PROTOTYPES = {
+    "moefuse_last_error": (ctypes.c_char_p, []),
+    "moefuse_version": (ctypes.c_char_p, []),
+    "moefuse_config_preset": (_enum, [ctypes.c_char_p, _config_p]),
+    "moefuse_config_validate": (_enum, [_config_p]),
+    "moefuse_abi_layout": (_enum, [ctypes.c_char_p, ctypes.c_char_p, _size_p]),
+    "moefuse_layer_sizes": (_enum, [_config_p, _enum, ctypes.c_int32, ctypes.c_int64, _size_p,
+                                    _size_p]),
+    "moefuse_layer_create": (_enum, [_config_p, _enum, ctypes.c_int32,
+                                     ctypes.POINTER(_layer_p)]),
+    "moefuse_layer_destroy": (_enum, [_layer_p]),
+    "moefuse_layer_forward": (_enum, [_layer_p, ctypes.c_int64, ctypes.c_void_p,
+                                      ctypes.POINTER(LayerWeightsStruct), ctypes.c_void_p,
+                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]),
+    "moefuse_layer_backward": (_enum, [_layer_p, ctypes.c_int64, ctypes.c_void_p,
+                                       ctypes.c_void_p, ctypes.POINTER(LayerWeightsStruct),
+                                       ctypes.POINTER(LayerGradsStruct), ctypes.c_void_p,
+                                       ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                                       ctypes.c_void_p]),
+}
+
+
+def library_candidates() -> list[pathlib.Path]:
+    """Where the library is looked for, in order."""
+    env = os.environ.get("MOEFUSE_LIBRARY")
+    if env:
+        return [pathlib.Path(env)]
+    here = pathlib.Path(__file__).resolve().parent
+    return [here / LIBRARY_NAME, here.parent.parent / "build" / "release" / LIBRARY_NAME]
+
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library with every prototype declared (loaded once, on first use)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            candidates = library_candidates()
+            found = next((p for p in candidates if p.is_file()), None)
+            if found is None:
+                raise OSError(
+                    f"moefuse: {LIBRARY_NAME} not found (looked at "
+                    + ", ".join(str(p) for p in candidates)
+                    + "); build it with scripts/build.sh or set MOEFUSE_LIBRARY to its path")
+            handle = ctypes.CDLL(str(found))
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                fn = getattr(handle, name)
+                fn.restype, fn.argtypes = restype, argtypes
+            _lib = handle
+    return _lib
+
+
+def check(status: int) -> None:
+    """Raises the exception of a failed status (the calling thread's moefuse_last_error)."""
+    if status == Status.OK:
+        return
+    message = lib().moefuse_last_error().decode(errors="replace")
+    status = Status(status)
+    cls = MoefuseInvalidArgument if status == Status.INVALID_ARGUMENT else MoefuseError
+    raise cls(status, message)
+
+
+def version() -> str:
+    return lib().moefuse_version().decode()
+
+
+def config_preset(name: str) -> ConfigStruct:
+    c = ConfigStruct()
+    check(lib().moefuse_config_preset(name.encode(), ctypes.byref(c)))
+    return c
+
+
+def config_validate(config: ConfigStruct) -> None:
+    check(lib().moefuse_config_validate(ctypes.byref(config)))
+
+
+def abi_layout(type_name: str, field: str | None = None) -> int:
+    """sizeof(type_name) when field is None, else offsetof(type_name, field), from the C side."""
+    out = ctypes.c_size_t()
+    check(lib().moefuse_abi_layout(type_name.encode(), field.encode() if field else None,
+                                   ctypes.byref(out)))
+    return out.value
+
+
+def layer_sizes(config: ConfigStruct, mode: LayerMode, recompute_pre: bool,
+                tokens: int) -> tuple[int, int]:
+    """(cache_bytes, workspace_bytes) of the layer for `tokens` tokens. No GPU needed."""
+    cache, workspace = ctypes.c_size_t(), ctypes.c_size_t()
+    check(lib().moefuse_layer_sizes(ctypes.byref(config), int(mode), int(bool(recompute_pre)),
+                                    tokens, ctypes.byref(cache), ctypes.byref(workspace)))
+    return cache.value, workspace.value
+
+
+def layer_create(config: ConfigStruct, mode: LayerMode, recompute_pre: bool) -> int:
+    """A moefuse_layer_t* as an int (on the current CUDA device). Not capturable."""
+    handle = _layer_p()
+    check(lib().moefuse_layer_create(ctypes.byref(config), int(mode), int(bool(recompute_pre)),
+                                     ctypes.byref(handle)))
+    return handle.value
+
+
+def layer_destroy(handle: int) -> None:
+    check(lib().moefuse_layer_destroy(handle))
+
+
+def layer_forward(handle: int, tokens: int, x: int, weights: LayerWeightsStruct, y: int,
+                  losses: int, cache: int, cache_bytes: int, workspace: int,
+                  workspace_bytes: int, stream: int) -> None:
+    """Enqueues forward on `stream` (a cudaStream_t as int). Every tensor is a device pointer."""
+    check(lib().moefuse_layer_forward(handle, tokens, x, ctypes.byref(weights), y, losses, cache,
+                                      cache_bytes, workspace, workspace_bytes, stream))
+
+
+def layer_backward(handle: int, tokens: int, x: int, dy: int, weights: LayerWeightsStruct,
+                   grads: LayerGradsStruct, cache: int, cache_bytes: int, workspace: int,
+                   workspace_bytes: int, stream: int) -> None:
+    """Enqueues backward on `stream`; overwrites every gradient in `grads`."""
+    check(lib().moefuse_layer_backward(handle, tokens, x, dy, ctypes.byref(weights),
+                                       ctypes.byref(grads), cache, cache_bytes, workspace,
+                                       workspace_bytes, stream))

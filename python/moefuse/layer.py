@@ -1,0 +1,396 @@
+"""The MoE layer for PyTorch: custom ops over the C layer, their autograd, and moefuse.MoE.
+
+The ops `moefuse::layer_forward` / `moefuse::layer_backward` (torch.library, with fake
+implementations so torch.compile traces them) hand data pointers and the current CUDA stream to
+moefuse_layer_forward/backward. They allocate y, the cache and the workspace through torch's
+allocator on the current stream and never synchronise, so they work inside torch.cuda.graph.
+
+Gradient contract (the C layer's): backward returns the gradient of <y, dy> + aux_loss + z_loss,
+the router losses always entering with weight 1. Add `losses.sum()` to your loss (they are 0 when
+the coefficients are 0) so that autograd's view matches what the layer computes. The C layer
+returns fp32 weight gradients; they are cast to each parameter's dtype (bf16) here.
+"""
+
+# No `from __future__ import annotations`: torch.library reads the custom ops' annotations.
+import dataclasses
+import functools
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from moefuse import _capi
+from moefuse._capi import LayerMode
+from moefuse.config import MoeConfig
+
+# Gate/up interleave granularity of GLU weights (kGluInterleave in moefuse/grouped_gemm.h).
+GLU_INTERLEAVE = 8
+
+# The weights in the order of moefuse_layer_weights_t, and their gradients' names.
+WEIGHT_NAMES = ("w_router", "score_bias", "w1", "b1", "w2", "b2", "shared_w1", "shared_w2")
+GRAD_NAMES = ("dx", "d_w_router", "d_w1", "d_b1", "d_w2", "d_b2", "d_shared_w1", "d_shared_w2")
+
+
+@dataclasses.dataclass(frozen=True)
+class _LayerInfo:
+    config: MoeConfig
+    mode: LayerMode
+    recompute_pre: bool
+
+
+# Every live C layer by handle: the ops get the handle (an int), their fake implementations read
+# the config from here to shape the outputs without touching the GPU.
+_LAYERS: dict[int, _LayerInfo] = {}
+
+
+@functools.lru_cache(maxsize=256)
+def _sizes(handle: int, tokens: int) -> tuple[int, int]:
+    info = _LAYERS[handle]
+    return info.config.layer_sizes(tokens, info.mode, info.recompute_pre)
+
+
+# ---- GLU layout --------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _interleaved_row_of(ffn: int) -> Tensor:
+    """[2F]: the interleaved row of each reference row r of a [gate; up] weight (CPU)."""
+    if ffn % GLU_INTERLEAVE:
+        raise ValueError(f"moefuse: ffn must be a multiple of {GLU_INTERLEAVE} for GLU weights, "
+                         f"got {ffn}")
+    r = torch.arange(2 * ffn)
+    up = r >= ffn
+    j = torch.where(up, r - ffn, r)
+    return (2 * GLU_INTERLEAVE * (j // GLU_INTERLEAVE) + up.long() * GLU_INTERLEAVE
+            + j % GLU_INTERLEAVE)
+
+
+def interleave_glu(t: Tensor, ffn: int, dim: int) -> Tensor:
+    """[gate; up] along `dim` (2F rows) -> the layer's interleaved order."""
+    dst = _interleaved_row_of(ffn)
+    src_of_dst = torch.empty_like(dst)
+    src_of_dst[dst] = torch.arange(2 * ffn)
+    return t.index_select(dim, src_of_dst.to(t.device))
+
+
+def deinterleave_glu(t: Tensor, ffn: int, dim: int) -> Tensor:
+    """The inverse of interleave_glu (for weights and their gradients)."""
+    return t.index_select(dim, _interleaved_row_of(ffn).to(t.device))
+
+
+# ---- Shapes and validation ---------------------------------------------------------------------
+
+def weight_specs(config: MoeConfig) -> dict[str, Optional[tuple[tuple[int, ...], torch.dtype]]]:
+    """Shape and dtype of each weight in the layer's layout; None where the config has none."""
+    E, H, F = config.num_experts, config.hidden, config.ffn
+    bf, f32 = torch.bfloat16, torch.float32
+    shared = config.shared_expert_ffn > 0
+    return {
+        "w_router": ((E, H), bf),
+        "score_bias": ((E,), f32) if config.router_use_score_bias else None,
+        "w1": ((E, config.fc1_width, H), bf),
+        "b1": ((E, config.fc1_width), f32) if config.expert_bias else None,
+        "w2": ((E, H, F), bf),
+        "b2": ((E, H), f32) if config.expert_bias else None,
+        "shared_w1": ((config.shared_fc1_width, H), bf) if shared else None,
+        "shared_w2": ((H, config.shared_expert_ffn), bf) if shared else None,
+    }
+
+
+def _expect_tensor(name: str, t, shape: tuple[int, ...], dtype: torch.dtype,
+                   device: Optional[torch.device]) -> None:
+    """Raises TypeError/ValueError naming `name` unless t is a contiguous tensor as described.
+    dtype, shape and contiguity are checked before the device, so they are testable on CPU."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"moefuse: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"moefuse: {name} must be {dtype}, got {t.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"moefuse: {name} must have shape {list(shape)}, got {list(t.shape)}")
+    if not t.is_contiguous():
+        raise ValueError(f"moefuse: {name} must be contiguous (strides {t.stride()}); "
+                         f"call .contiguous() first")
+    if t.device.type != "cuda":
+        raise ValueError(f"moefuse: {name} must be on a CUDA device, got {t.device}")
+    if device is not None and t.device != device:
+        raise ValueError(f"moefuse: {name} must be on {device} (where x is), got {t.device}")
+
+
+def validate_inputs(config: MoeConfig, x, weights: dict[str, Optional[Tensor]]) -> None:
+    """Every check the C layer would make on shapes, dtypes and devices, as Python errors."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"moefuse: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2 or x.shape[0] < 1:
+        raise ValueError(f"moefuse: x must have shape [tokens >= 1, {config.hidden}], "
+                         f"got {list(x.shape)}")
+    _expect_tensor("x", x, (x.shape[0], config.hidden), torch.bfloat16, None)
+    for name, spec in weight_specs(config).items():
+        t = weights.get(name)
+        if spec is None:
+            if t is not None:
+                raise ValueError(f"moefuse: {name} must be None for this config")
+            continue
+        if t is None:
+            raise ValueError(f"moefuse: {name} is required by this config")
+        _expect_tensor(name, t, spec[0], spec[1], x.device)
+
+
+def _ptr(t: Optional[Tensor]) -> Optional[int]:
+    return None if t is None or t.numel() == 0 else t.data_ptr()
+
+
+def _weights_struct(*weights: Optional[Tensor]) -> _capi.LayerWeightsStruct:
+    return _capi.LayerWeightsStruct(*(_ptr(w) for w in weights))
+
+
+def _bytes_tensor(n: int, device: torch.device) -> Tensor:
+    # Never empty, so that data_ptr() is a real (256-byte aligned) allocation.
+    return torch.empty(max(n, 1), dtype=torch.uint8, device=device)
+
+
+def _cache_fake_size(handle: int, tokens) -> object:
+    if isinstance(tokens, int):
+        return _sizes(handle, tokens)[0]
+    # Symbolic token count (dynamic shapes): the byte count is a non-linear function of it.
+    return torch.library.get_ctx().new_dynamic_size()
+
+
+# ---- Custom ops --------------------------------------------------------------------------------
+
+@torch.library.custom_op("moefuse::layer_forward", mutates_args=())
+def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional[Tensor],
+                  w1: Tensor, b1: Optional[Tensor], w2: Tensor, b2: Optional[Tensor],
+                  shared_w1: Optional[Tensor],
+                  shared_w2: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """(y [T, H] bf16, losses [2] fp32 {aux, z}, cache [bytes] uint8 for layer_backward)."""
+    tokens = x.shape[0]
+    cache_bytes, workspace_bytes = _sizes(handle, tokens)
+    with torch.cuda.device(x.device):
+        y = torch.empty_like(x)
+        losses = torch.empty(2, dtype=torch.float32, device=x.device)
+        cache = _bytes_tensor(cache_bytes, x.device)
+        workspace = _bytes_tensor(workspace_bytes, x.device)
+        _capi.layer_forward(
+            handle, tokens, x.data_ptr(),
+            _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2),
+            y.data_ptr(), losses.data_ptr(), cache.data_ptr(), cache_bytes,
+            workspace.data_ptr(), workspace_bytes, torch.cuda.current_stream().cuda_stream)
+    return y, losses, cache
+
+
+@layer_forward.register_fake
+def _(handle, x, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2):
+    cache = x.new_empty((_cache_fake_size(handle, x.shape[0]),), dtype=torch.uint8)
+    return torch.empty_like(x), x.new_empty((2,), dtype=torch.float32), cache
+
+
+def _grad_like(t: Optional[Tensor], like: Tensor) -> Tensor:
+    """An fp32 gradient buffer shaped as t, or an empty one where t is absent."""
+    if t is None:
+        return like.new_empty((0,), dtype=torch.float32)
+    return t.new_empty(t.shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("moefuse::layer_backward", mutates_args=())
+def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
+                   score_bias: Optional[Tensor], w1: Tensor, b1: Optional[Tensor], w2: Tensor,
+                   b2: Optional[Tensor], shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
+                   cache: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                                           Tensor]:
+    """(dx bf16, then fp32 d_w_router, d_w1, d_b1, d_w2, d_b2, d_shared_w1, d_shared_w2), an
+    absent weight's gradient being an empty tensor. GLU gradients come back interleaved."""
+    tokens = x.shape[0]
+    cache_bytes, workspace_bytes = _sizes(handle, tokens)
+    with torch.cuda.device(x.device):
+        grads = (torch.empty_like(x), _grad_like(w_router, x), _grad_like(w1, x),
+                 _grad_like(b1, x), _grad_like(w2, x), _grad_like(b2, x),
+                 _grad_like(shared_w1, x), _grad_like(shared_w2, x))
+        workspace = _bytes_tensor(workspace_bytes, x.device)
+        _capi.layer_backward(
+            handle, tokens, x.data_ptr(), dy.data_ptr(),
+            _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2),
+            _capi.LayerGradsStruct(*(_ptr(g) for g in grads)), cache.data_ptr(), cache_bytes,
+            workspace.data_ptr(), workspace_bytes, torch.cuda.current_stream().cuda_stream)
+    return grads
+
+
+@layer_backward.register_fake
+def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, cache):
+    return (torch.empty_like(x), _grad_like(w_router, x), _grad_like(w1, x), _grad_like(b1, x),
+            _grad_like(w2, x), _grad_like(b2, x), _grad_like(shared_w1, x),
+            _grad_like(shared_w2, x))
+
+
+def _setup_context(ctx, inputs, output):
+    handle, x, *weights = inputs
+    ctx.handle = handle
+    ctx.save_for_backward(x, *weights, output[2])
+
+
+def _backward(ctx, dy, d_losses, d_cache):
+    # d_losses is not read: the layer wires the router losses in with weight 1 (module docs).
+    x, *weights, cache = ctx.saved_tensors
+    if dy is None:
+        dy = torch.zeros_like(x)
+    dx, *d_weights = layer_backward(ctx.handle, x, dy.to(torch.bfloat16).contiguous(), *weights,
+                                    cache)
+    # d_weights follows WEIGHT_NAMES minus score_bias (a selection-only buffer, no gradient).
+    d_by_name = dict(zip([n for n in WEIGHT_NAMES if n != "score_bias"], d_weights))
+    out = [None, dx]
+    for name, w in zip(WEIGHT_NAMES, weights):
+        g = d_by_name.get(name)
+        out.append(None if w is None or g is None else g.to(w.dtype))
+    return tuple(out)
+
+
+torch.library.register_autograd("moefuse::layer_forward", _backward, setup_context=_setup_context)
+
+
+# ---- The module --------------------------------------------------------------------------------
+
+class _Handles:
+    """The module's C layers, one per CUDA device, destroyed with it. Copies start empty (a C
+    layer holds a cuBLAS handle and a stream of its own and cannot be shared)."""
+
+    def __init__(self):
+        self.by_device: dict[int, int] = {}
+
+    def __deepcopy__(self, memo):
+        return _Handles()
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.by_device = {}
+
+    def __del__(self):
+        for handle in self.by_device.values():
+            _LAYERS.pop(handle, None)
+            _capi.layer_destroy(handle)
+        if self.by_device:
+            _sizes.cache_clear()  # a later layer may get the same handle value
+
+
+class MoE(nn.Module):
+    """A Mixture-of-Experts layer running moefuse's fused CUDA layer (Hopper, bf16).
+
+    Parameters, experts stacked along dim 0, in the layer's layout (GLU rows interleaved; use
+    load_from_gate_up / gate_up_weights to convert from/to the usual [gate; up] layout):
+    w_router [E, H], w1 [E, fc1, H], w2 [E, H, F] bf16; b1 [E, fc1], b2 [E, H] fp32 when
+    config.expert_bias; shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16 when
+    config.shared_expert_ffn > 0. Buffer score_bias [E] fp32 when config.router_use_score_bias
+    (a selection-only bias, updated outside autograd).
+
+    forward(x [..., H] bf16, contiguous, on CUDA) -> (y shaped as x, losses [2] fp32 {aux, z}).
+    """
+
+    def __init__(self, config: MoeConfig, *, mode: LayerMode = LayerMode.FUSED,
+                 recompute_pre: bool = False, device=None):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.mode = LayerMode(mode)
+        self.recompute_pre = bool(recompute_pre)
+        self._handles = _Handles()
+        for name, spec in weight_specs(config).items():
+            tensor = None if spec is None else torch.empty(spec[0], dtype=spec[1], device=device)
+            if name == "score_bias":
+                self.register_buffer(name, tensor)
+            else:
+                self.register_parameter(name, None if tensor is None else nn.Parameter(tensor))
+        self.reset_parameters()
+        self._ensure_handle()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Gaussian weights scaled by 1/sqrt(fan_in), zero biases and score bias."""
+        for name, t in self._tensors().items():
+            if t is None:
+                continue
+            if t.dtype == torch.float32:
+                t.zero_()
+            else:
+                t.normal_(0.0, t.shape[-1] ** -0.5)
+
+    def _tensors(self) -> dict[str, Optional[Tensor]]:
+        return {name: getattr(self, name) for name in WEIGHT_NAMES}
+
+    @torch.no_grad()
+    def load_from_gate_up(self, *, w_router: Tensor, w1: Tensor, w2: Tensor,
+                          b1: Optional[Tensor] = None, b2: Optional[Tensor] = None,
+                          score_bias: Optional[Tensor] = None, shared_w1: Optional[Tensor] = None,
+                          shared_w2: Optional[Tensor] = None) -> "MoE":
+        """Copies weights given in the usual layout (GLU FC1 rows [gate; up]) into the module,
+        interleaving them; any dtype and device, converted on the way."""
+        given = dict(w_router=w_router, score_bias=score_bias, w1=w1, b1=b1, w2=w2, b2=b2,
+                     shared_w1=shared_w1, shared_w2=shared_w2)
+        for name, dst in self._tensors().items():
+            src = given[name]
+            if (dst is None) != (src is None):
+                raise ValueError(f"moefuse: {name} must be "
+                                 + ("None" if dst is None else "given") + " for this config")
+            if dst is None:
+                continue
+            src = src.to(device=dst.device, dtype=dst.dtype)
+            src = self._glu_layout(name, src, interleave_glu)
+            if src.shape != dst.shape:
+                raise ValueError(f"moefuse: {name} must have shape {list(dst.shape)}, "
+                                 f"got {list(src.shape)}")
+            dst.copy_(src)
+        return self
+
+    def gate_up_weights(self) -> dict[str, Optional[Tensor]]:
+        """The weights in the usual layout (the inverse of load_from_gate_up), detached."""
+        return {name: None if t is None else self._glu_layout(name, t.detach(), deinterleave_glu)
+                for name, t in self._tensors().items()}
+
+    def gate_up_grads(self) -> dict[str, Optional[Tensor]]:
+        """Each parameter's .grad in the usual layout (None where there is none)."""
+        return {name: None if t is None or t.grad is None
+                else self._glu_layout(name, t.grad, deinterleave_glu)
+                for name, t in self._tensors().items() if name != "score_bias"}
+
+    def _glu_layout(self, name: str, t: Tensor, convert) -> Tensor:
+        c = self.config
+        if not c.is_glu or name not in ("w1", "b1", "shared_w1"):
+            return t
+        ffn = c.shared_expert_ffn if name == "shared_w1" else c.ffn
+        return convert(t, ffn, dim=0 if name == "shared_w1" else 1)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self._ensure_handle()
+        return out
+
+    def _ensure_handle(self) -> None:
+        # Created eagerly (at construction and .to/.cuda) so that forward finds it and
+        # torch.compile traces no ctypes call; creating one is not capturable.
+        if self.w1.device.type == "cuda":
+            self._handle(self.w1.device)
+
+    def _handle(self, device: torch.device) -> int:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        handle = self._handles.by_device.get(index)
+        if handle is None:
+            with torch.cuda.device(index):
+                handle = _capi.layer_create(self.config.to_c(), self.mode, self.recompute_pre)
+            _LAYERS[handle] = _LayerInfo(self.config, self.mode, self.recompute_pre)
+            self._handles.by_device[index] = handle
+        return handle
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.config.hidden:
+            raise ValueError(f"moefuse: x must have shape [..., {self.config.hidden}], got "
+                             f"{list(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        if not x.is_contiguous():
+            raise ValueError(f"moefuse: x must be contiguous (strides {x.stride()}); "
+                             f"call .contiguous() first")
+        flat = x.view(-1, self.config.hidden)
+        weights = self._tensors()
+        validate_inputs(self.config, flat, weights)
+        y, losses, _ = layer_forward(self._handle(flat.device), flat,
+                                     *(weights[n] for n in WEIGHT_NAMES))
+        return y.view(x.shape), losses
+
+    def extra_repr(self) -> str:
+        return f"{self.config}, mode={self.mode.name}, recompute_pre={self.recompute_pre}"

@@ -1,0 +1,69 @@
+"""The ctypes binding against the C library, on the CPU: struct layouts, errors, discovery."""
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+
+from moefuse import _capi
+
+
+@pytest.mark.parametrize("type_name", sorted(_capi.STRUCTS))
+def test_struct_layout_matches_the_c_header(type_name):
+    struct = _capi.STRUCTS[type_name]
+    assert ctypes.sizeof(struct) == _capi.abi_layout(type_name), type_name
+    for field, _ in struct._fields_:
+        assert getattr(struct, field).offset == _capi.abi_layout(type_name, field), field
+
+
+def test_abi_layout_names_an_unknown_field():
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'field'.*'nope'"):
+        _capi.abi_layout("moefuse_config_t", "nope")
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'type'"):
+        _capi.abi_layout("moefuse_nothing_t")
+
+
+def test_version_is_the_package_version():
+    import moefuse
+    assert moefuse.version() == "0.1.0"
+
+
+def test_invalid_argument_is_a_value_error_with_status_and_message():
+    with pytest.raises(ValueError) as info:
+        _capi.config_preset("no-such-model")
+    err = info.value
+    assert isinstance(err, _capi.MoefuseError)
+    assert err.status == _capi.Status.INVALID_ARGUMENT
+    assert "'preset'" in str(err) and "qwen3-30b-a3b" in str(err)
+
+
+def test_bad_layer_mode_is_named():
+    c = _capi.config_preset("qwen3-30b-a3b")
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'mode'"):
+        _capi.layer_sizes(c, 7, False, 16)
+
+
+def test_layer_calls_without_a_layer_are_named():
+    w, g = _capi.LayerWeightsStruct(), _capi.LayerGradsStruct()
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'layer'"):
+        _capi.layer_forward(None, 16, None, w, None, None, None, 0, None, 0, None)
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'layer'"):
+        _capi.layer_backward(None, 16, None, None, w, g, None, 0, None, 0, None)
+    _capi.layer_destroy(None)  # like free(NULL)
+
+
+def test_precision_other_than_bf16_is_refused_at_create():
+    c = _capi.config_preset("qwen3-30b-a3b")
+    c.precision = _capi.Precision.MXFP8
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'config.precision'"):
+        _capi.layer_create(c, _capi.LayerMode.FUSED, False)
+
+
+def test_missing_library_says_where_it_looked(tmp_path):
+    missing = tmp_path / "libmoefuse_c.so"
+    code = "import moefuse; moefuse.MoeConfig.preset('qwen3-30b-a3b')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={"MOEFUSE_LIBRARY": str(missing), "PYTHONPATH": ":".join(sys.path)})
+    assert result.returncode != 0
+    assert str(missing) in result.stderr and "scripts/build.sh" in result.stderr

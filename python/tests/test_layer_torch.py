@@ -1,0 +1,251 @@
+"""moefuse.MoE under PyTorch. Skipped without torch; the GPU tests also need an sm_90 GPU.
+
+GPU tests compare the layer with tests/torch_reference.py on every preset's kind of layer scaled
+down (H 256, F 128, E <= 16, k <= 4, aux and z losses on) and the other activations, fused and
+unfused. As in the C++ tests (tests/gpu/layer_test_fixture.h), x and w_router sit on dyadic grids
+so both sides compute the same logits exactly and choose the same experts."""
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+from moefuse import PRESETS, Activation, LayerMode, MoE, MoeConfig, RouterKind  # noqa: E402
+from moefuse.layer import deinterleave_glu, interleave_glu  # noqa: E402
+from torch_reference import moe_forward  # noqa: E402
+
+
+def _no_hopper_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return f"needs an sm_90 (Hopper) GPU, found sm_{major}{minor}"
+    return None
+
+
+needs_hopper = pytest.mark.skipif(_no_hopper_reason() is not None,
+                                  reason=_no_hopper_reason() or "")
+
+T = 200
+
+
+def scaled(name: str, **overrides) -> MoeConfig:
+    c = MoeConfig.preset(name)
+    c = dataclasses.replace(c, hidden=256, ffn=128, num_experts=min(c.num_experts, 16),
+                            top_k=min(c.top_k, 4),
+                            shared_expert_ffn=128 if c.shared_expert_ffn else 0,
+                            aux_loss_coeff=0.01, z_loss_coeff=0.001)
+    if c.router_kind == RouterKind.SIGMOID_GROUP_TOPK:
+        c = dataclasses.replace(c, router_num_groups=8, router_topk_groups=4)
+    return dataclasses.replace(c, **overrides)
+
+
+CASES = [(name, {}) for name in PRESETS] + [
+    ("qwen3-30b-a3b", {"activation": a})
+    for a in (Activation.GEGLU, Activation.REGLU, Activation.SQUARED_RELU)]
+
+
+def dyadic(shape, scale, device="cuda"):
+    """Values i / scale, |i| <= 16: exact in bf16."""
+    return torch.randint(-16, 17, shape, device=device).float() / scale
+
+
+def gate_up_weights(c: MoeConfig, device="cuda") -> dict:
+    """Fresh weights in the usual layout, bf16-representable, fp32 where the layer keeps fp32."""
+    E, H, F = c.num_experts, c.hidden, c.ffn
+
+    def normal(*shape, std):
+        return (torch.randn(shape, device=device) * std).bfloat16()
+
+    w = {"w_router": dyadic((E, H), 64, device).bfloat16(),
+         "w1": normal(E, c.fc1_width, H, std=H ** -0.5), "w2": normal(E, H, F, std=F ** -0.5)}
+    if c.expert_bias:
+        w["b1"] = torch.randn(E, c.fc1_width, device=device) * 0.1
+        w["b2"] = torch.randn(E, H, device=device) * 0.1
+    if c.router_use_score_bias:
+        w["score_bias"] = dyadic((E,), 64, device)
+    if c.shared_expert_ffn:
+        w["shared_w1"] = normal(c.shared_fc1_width, H, std=H ** -0.5)
+        w["shared_w2"] = normal(H, c.shared_expert_ffn, std=c.shared_expert_ffn ** -0.5)
+    return w
+
+
+def expect_close(name, got, want, tol):
+    got, want = got.float(), want.float()
+    assert got.shape == want.shape, f"{name}: shape {list(got.shape)} vs {list(want.shape)}"
+    err = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+    worst = (got - want).abs().argmax()
+    where = list(torch.unravel_index(worst, want.shape)) if want.dim() else []
+    assert err <= tol, (f"{name}: rel-norm error {err:.3g} > {tol}; worst element "
+                        f"{[int(i) for i in where]}: {got.flatten()[worst].item()} vs "
+                        f"{want.flatten()[worst].item()}")
+
+
+# ---- Without a GPU (torch only) ----------------------------------------------------------------
+
+def test_glu_interleave_follows_the_layer_rule_and_inverts():
+    ffn = 24
+    rows = torch.arange(2 * ffn).float()
+    inter = interleave_glu(rows, ffn, dim=0)
+    # Gate row g sits at 16*(g//8) + g%8, up row u at 16*(u//8) + 8 + u%8.
+    assert inter[0] == 0 and inter[8] == ffn and inter[16] == 8 and inter[24] == ffn + 8
+    w = torch.randn(3, 2 * ffn, 5)
+    assert torch.equal(deinterleave_glu(interleave_glu(w, ffn, dim=1), ffn, dim=1), w)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_load_from_gate_up_round_trips(name):
+    c = scaled(name)
+    w = gate_up_weights(c, device="cpu")
+    moe = MoE(c).load_from_gate_up(**w)
+    back = moe.gate_up_weights()
+    for key, want in w.items():
+        assert torch.equal(back[key], want), key
+    assert all(back[k] is None for k in back if k not in w)
+
+
+def test_load_from_gate_up_names_a_missing_or_extra_weight():
+    c = scaled("gpt-oss-120b")
+    w = gate_up_weights(c, device="cpu")
+    with pytest.raises(ValueError, match="b1 must be given"):
+        MoE(c).load_from_gate_up(**{k: v for k, v in w.items() if k != "b1"})
+    with pytest.raises(ValueError, match="shared_w1 must be None"):
+        MoE(c).load_from_gate_up(**w, shared_w1=w["w1"][0])
+    with pytest.raises(ValueError, match=r"w2 must have shape \[16, 256, 128\]"):
+        MoE(c).load_from_gate_up(**{**w, "w2": w["w2"][:, :, :64]})
+
+
+def test_bad_config_is_a_value_error_naming_the_field():
+    with pytest.raises(ValueError, match="'config.top_k'"):
+        MoE(scaled("qwen3-30b-a3b", top_k=17))
+
+
+def test_bad_x_raises_before_any_gpu_work():
+    c = scaled("qwen3-30b-a3b")
+    moe = MoE(c)  # on the CPU: the checks of dtype, shape and layout come before the device's
+    H = c.hidden
+    with pytest.raises(TypeError, match="x must be torch.bfloat16, got torch.float32"):
+        moe(torch.randn(4, H))
+    with pytest.raises(ValueError, match=r"x must have shape \[\.\.\., 256\], got \[4, 255\]"):
+        moe(torch.randn(4, H - 1).bfloat16())
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        moe(torch.randn(H, 4).bfloat16().t())
+    with pytest.raises(ValueError, match=r"x must have shape \[tokens >= 1, 256\]"):
+        moe(torch.randn(0, H).bfloat16())
+    with pytest.raises(ValueError, match="x must be on a CUDA device, got cpu"):
+        moe(torch.randn(4, H).bfloat16())
+
+
+# ---- On the GPU --------------------------------------------------------------------------------
+
+@needs_hopper
+@pytest.mark.parametrize("mode", list(LayerMode), ids=lambda m: m.name.lower())
+@pytest.mark.parametrize("name, overrides", CASES,
+                         ids=[n + "".join("-" + v.name.lower() for v in o.values())
+                              for n, o in CASES])
+def test_forward_and_gradients_match_torch(name, overrides, mode):
+    c = scaled(name, **overrides)
+    w = gate_up_weights(c)
+    moe = MoE(c, mode=mode, device="cuda").load_from_gate_up(**w)
+    x = dyadic((T, c.hidden), 8).bfloat16().requires_grad_()
+    dy = torch.randn(T, c.hidden, device="cuda").bfloat16()
+    y, losses = moe(x)
+    ((y.float() * dy.float()).sum() + losses.sum()).backward()
+
+    leaves = {k: v.float().requires_grad_() for k, v in w.items() if k != "score_bias"}
+    xr = x.detach().float().requires_grad_()
+    yr, lr = moe_forward(c, xr, score_bias=w.get("score_bias"), **leaves)
+    ((yr * dy.float()).sum() + lr.sum()).backward()
+
+    expect_close("y", y, yr, 2e-2)
+    expect_close("losses", losses, lr, 1e-4)
+    expect_close("dx", x.grad, xr.grad, 2e-2)
+    grads = moe.gate_up_grads()
+    for key, leaf in leaves.items():
+        expect_close("d_" + key, grads[key], leaf.grad, 2e-2)
+
+
+def _step(moe, x, dy):
+    y, losses = moe(x)
+    params = [p for p in moe.parameters()]
+    grads = torch.autograd.grad((y.float() * dy.float()).sum() + losses.sum(), [x, *params])
+    return (y, losses, *grads)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3"])
+def test_graph_capture_replays_on_new_inputs(name):
+    c = scaled(name)
+    moe = MoE(c, device="cuda").load_from_gate_up(**gate_up_weights(c))
+    x = dyadic((T, c.hidden), 8).bfloat16().requires_grad_()
+    dy = torch.randn(T, c.hidden, device="cuda").bfloat16()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (allocator, lazy init)
+        _step(moe, x, dy)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _step(moe, x, dy)
+    for replay in range(2):
+        with torch.no_grad():
+            x.copy_(dyadic((T, c.hidden), 8))
+            dy.copy_(torch.randn_like(dy, dtype=torch.float32))
+        graph.replay()
+        eager = _step(moe, x, dy)
+        torch.cuda.synchronize()
+        for i, (got, want) in enumerate(zip(captured, eager)):
+            assert torch.equal(got, want), f"replay {replay}: output {i} differs from eager"
+
+
+class Block(torch.nn.Module):
+    """A residual block around the MoE: the model torch.compile sees."""
+
+    def __init__(self, moe):
+        super().__init__()
+        self.moe = moe
+
+    def forward(self, x):
+        y, losses = self.moe(x * 2)  # exact in bf16: the router sees the same logits as eager
+        return x + y, losses
+
+
+@needs_hopper
+def test_torch_compile_of_a_model_using_the_module():
+    c = scaled("gpt-oss-120b")
+    model = Block(MoE(c, device="cuda").load_from_gate_up(**gate_up_weights(c)))
+
+    def loss_fn(x):
+        h, losses = model(x)
+        return h.float().square().mean() + losses.sum()
+
+    compiled = torch.compile(loss_fn, fullgraph=True)
+    x = dyadic((T, c.hidden), 16).bfloat16().requires_grad_()
+    params = [x, *model.parameters()]
+    want = loss_fn(x)
+    want_grads = torch.autograd.grad(want, params)
+    got = compiled(x)
+    got_grads = torch.autograd.grad(got, params)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-6)
+    for i, (g, w) in enumerate(zip(got_grads, want_grads)):
+        expect_close(f"grad {i}", g, w, 1e-2)
+
+
+@needs_hopper
+def test_bad_inputs_on_the_gpu_name_the_tensor():
+    c = scaled("gpt-oss-120b")
+    moe = MoE(c, device="cuda")
+    x = torch.randn(8, c.hidden, device="cuda").bfloat16()
+    moe.w2.data = moe.w2.data.cpu()
+    with pytest.raises(ValueError, match="w2 must be on a CUDA device, got cpu"):
+        moe(x)
+    moe = MoE(c, device="cuda")
+    moe.b1.data = moe.b1.data.bfloat16()
+    with pytest.raises(TypeError, match="b1 must be torch.float32, got torch.bfloat16"):
+        moe(x)
+    moe = MoE(c, device="cuda")
+    moe.w1.data = moe.w1.data.transpose(1, 2).contiguous().transpose(1, 2)
+    with pytest.raises(ValueError, match="w1 must be contiguous"):
+        moe(x)

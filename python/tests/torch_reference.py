@@ -1,0 +1,78 @@
+"""A pure PyTorch MoE layer (fp32 math from the same weights, reference [gate; up] layout) with
+the semantics of src/ref/layer.h: the GPU tests compare moefuse.MoE against it."""
+
+import torch
+import torch.nn.functional as F
+
+from moefuse import Activation, MoeConfig, RouterKind
+
+
+def activation(c: MoeConfig, h: torch.Tensor) -> torch.Tensor:
+    if c.activation == Activation.SQUARED_RELU:
+        return F.relu(h).square()
+    gate, up = h.chunk(2, dim=-1)
+    if c.activation == Activation.SWIGLU:
+        return F.silu(gate) * up
+    if c.activation == Activation.GEGLU:
+        return F.gelu(gate) * up
+    if c.activation == Activation.REGLU:
+        return F.relu(gate) * up
+    g = gate.clamp(max=c.clamped_swiglu_limit)
+    u = up.clamp(-c.clamped_swiglu_limit, c.clamped_swiglu_limit)
+    return g * torch.sigmoid(c.clamped_swiglu_alpha * g) * (u + 1)
+
+
+def _rank(score: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k highest per row, equal scores lower index first (router.h's tie rule)."""
+    return torch.sort(score, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+def route(c: MoeConfig, logits: torch.Tensor, score_bias):
+    """(expert_idx [T,k], routing weights [T,k], the aux-loss distribution q [T,E])."""
+    T, E = logits.shape
+    if c.router_kind == RouterKind.SIGMOID_GROUP_TOPK:
+        score = torch.sigmoid(logits)
+        q = score / score.sum(-1, keepdim=True)
+    else:
+        score = q = torch.softmax(logits, dim=-1)
+    sel = score.detach().double()
+    if c.router_use_score_bias:
+        sel = sel + score_bias.double()
+    if c.router_kind == RouterKind.SIGMOID_GROUP_TOPK and c.router_num_groups > 1:
+        G = c.router_num_groups
+        group_score = sel.view(T, G, E // G).topk(2, dim=-1).values.sum(-1)
+        keep = torch.zeros(T, G, dtype=torch.bool, device=logits.device)
+        keep.scatter_(1, _rank(group_score, c.router_topk_groups), True)
+        sel = sel.masked_fill(~keep.repeat_interleave(E // G, dim=1), float("-inf"))
+    idx = _rank(sel, c.top_k)
+    w = score.gather(1, idx)
+    if c.router_renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return idx, w * c.routed_scaling_factor, q
+
+
+def moe_forward(c: MoeConfig, x, w_router, w1, w2, b1=None, b2=None, score_bias=None,
+                shared_w1=None, shared_w2=None):
+    """(y [T,H] fp32, losses [2] fp32 {aux, z}); every tensor argument is used as fp32."""
+    x = x.float()
+    logits = x @ w_router.float().t()
+    idx, w, q = route(c, logits, score_bias)
+    y = torch.zeros_like(x)
+    for e in range(c.num_experts):
+        token, slot = (idx == e).nonzero(as_tuple=True)
+        if token.numel() == 0:
+            continue
+        h = x[token] @ w1[e].float().t()
+        if b1 is not None:
+            h = h + b1[e]
+        out = activation(c, h) @ w2[e].float().t()
+        if b2 is not None:
+            out = out + b2[e]
+        y = y.index_add(0, token, out * w[token, slot, None])
+    if shared_w1 is not None:
+        y = y + activation(c, x @ shared_w1.float().t()) @ shared_w2.float().t()
+    T, E, k = x.shape[0], c.num_experts, c.top_k
+    f = torch.bincount(idx.flatten(), minlength=E).float() / (T * k)
+    aux = c.aux_loss_coeff * E * (f * q.mean(0)).sum()
+    z = c.z_loss_coeff * torch.logsumexp(logits, dim=-1).square().mean()
+    return y, torch.stack([aux, z])
