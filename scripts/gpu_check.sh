@@ -4,7 +4,7 @@
 # Build here first (scripts/build.sh) and carry build/release; results land in $OUT (default
 # ./gpu-out), at most 8 files so that the device tool brings them all back.
 #
-#   scripts/gpu_check.sh [tests] [sanitize] [sass] [bench]   (default: tests sass bench)
+#   scripts/gpu_check.sh [tests] [sanitize] [sass] [bench] [profile]   (default: tests sass bench)
 # Environment: GTEST_FILTER narrows the GPU tests; BENCH_MODES lists the bench modes to run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +58,19 @@ if [[ " $stages " == *" sass "* ]]; then
     done
     cuobjdump --dump-resource-usage "$BUILD/moefuse-bench" 2>/dev/null | grep -E "Function|REG" | head -80
   } 2>&1 | tee "$OUT/sass.txt"
+fi
+
+if [[ " $stages " == *" profile "* ]]; then
+  # Hardware counters of the grouped GEMMs on the qwen3 preset (the shape furthest from its
+  # bound): throughput, warp stalls and the scheduler, for the first launches of each kernel.
+  # --clock-control none: leave the GPU's clocks as we found them (device README).
+  echo "== ncu"
+  timeout 300 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section LaunchStats -k regex:'grouped_gemm|dgrad|wgrad' -c 6 \
+    "$BUILD/moefuse-bench" gemm --preset qwen3-30b-a3b --warmup 0 --iters 1 > "$OUT/ncu.txt" 2>&1 ||
+    status=1
+  grep -E "^  [a-z_]+.*grouped|Duration|Compute \(SM\) Throughput|Memory Throughput|Stall|Issued Warp" \
+    "$OUT/ncu.txt" | head -60
 fi
 
 if [[ " $stages " == *" bench "* ]]; then
