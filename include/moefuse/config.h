@@ -73,6 +73,9 @@ struct MoeConfig {
   void validate() const;
 };
 
+// The shared expert's config: the layer's, with its own F (same activation; it has no bias).
+MoeConfig shared_expert_config(const MoeConfig& config);
+
 // The model shapes users train (shared/DESIGN.md). Names: qwen3-30b-a3b, gpt-oss-120b,
 // mixtral-8x7b, deepseek-v3 (the 32-expert slice one rank sees at 8-way expert parallelism).
 MoeConfig preset(std::string_view name);

@@ -108,6 +108,34 @@ struct MoeLayerGrads {
   TensorView d_shared_w2;  // [H, shared_F] fp32 when shared_expert_ffn > 0
 };
 
+// A layer's weights and gradients as raw device pointers (nullptr: absent), for callers holding
+// plain buffers (the C ABI, benchmarks, tests). layer_weight_views / layer_grad_views shape them
+// as the config says; whether an absent one is allowed is forward's and backward's to check.
+struct MoeLayerWeightPointers {
+  const void* w_router = nullptr;
+  const float* score_bias = nullptr;
+  const void* w1 = nullptr;
+  const float* b1 = nullptr;
+  const void* w2 = nullptr;
+  const float* b2 = nullptr;
+  const void* shared_w1 = nullptr;
+  const void* shared_w2 = nullptr;
+};
+MoeLayerWeights layer_weight_views(const MoeConfig& config, const MoeLayerWeightPointers& p);
+
+struct MoeLayerGradPointers {
+  void* dx = nullptr;
+  float* d_w_router = nullptr;
+  float* d_w1 = nullptr;
+  float* d_b1 = nullptr;
+  float* d_w2 = nullptr;
+  float* d_b2 = nullptr;
+  float* d_shared_w1 = nullptr;
+  float* d_shared_w2 = nullptr;
+};
+MoeLayerGrads layer_grad_views(const MoeConfig& config, int64_t tokens,
+                               const MoeLayerGradPointers& p);
+
 struct MoeLayerOutputs {
   TensorView y;       // [T, H] bf16
   TensorView losses;  // [2] fp32 device scalars {aux_loss, z_loss}, coefficients included;

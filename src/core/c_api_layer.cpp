@@ -34,38 +34,26 @@ TensorView dev(const void* p, DType dtype, std::initializer_list<int64_t> shape)
   return TensorView::contiguous(const_cast<void*>(p), dtype, shape, Device::kCuda);
 }
 
-MoeConfig shared_of(const MoeConfig& c) {
-  MoeConfig s = c;
-  s.ffn = c.shared_expert_ffn;
-  return s;
-}
-
 MoeLayerWeights weights_of(const MoeConfig& c, const moefuse_layer_weights_t& w) {
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-  const MoeConfig s = shared_of(c);
-  const DType bf = DType::kBFloat16, f32 = DType::kFloat32;
-  return {.w_router = dev(w.w_router, bf, {E, H}),
-          .score_bias = dev(w.score_bias, f32, {E}),
-          .w1 = dev(w.w1, bf, {E, fc1, H}),
-          .b1 = dev(w.b1, f32, {E, fc1}),
-          .w2 = dev(w.w2, bf, {E, H, F}),
-          .b2 = dev(w.b2, f32, {E, H}),
-          .shared_w1 = dev(w.shared_w1, bf, {s.fc1_width(), H}),
-          .shared_w2 = dev(w.shared_w2, bf, {H, s.ffn})};
+  return layer_weight_views(c, {.w_router = w.w_router,
+                                .score_bias = w.score_bias,
+                                .w1 = w.w1,
+                                .b1 = w.b1,
+                                .w2 = w.w2,
+                                .b2 = w.b2,
+                                .shared_w1 = w.shared_w1,
+                                .shared_w2 = w.shared_w2});
 }
 
 MoeLayerGrads grads_of(const MoeConfig& c, int64_t T, const moefuse_layer_grads_t& g) {
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-  const MoeConfig s = shared_of(c);
-  const DType f32 = DType::kFloat32;
-  return {.dx = dev(g.dx, DType::kBFloat16, {T, H}),
-          .d_w_router = dev(g.d_w_router, f32, {E, H}),
-          .d_w1 = dev(g.d_w1, f32, {E, fc1, H}),
-          .d_b1 = dev(g.d_b1, f32, {E, fc1}),
-          .d_w2 = dev(g.d_w2, f32, {E, H, F}),
-          .d_b2 = dev(g.d_b2, f32, {E, H}),
-          .d_shared_w1 = dev(g.d_shared_w1, f32, {s.fc1_width(), H}),
-          .d_shared_w2 = dev(g.d_shared_w2, f32, {H, s.ffn})};
+  return layer_grad_views(c, T, {.dx = g.dx,
+                                 .d_w_router = g.d_w_router,
+                                 .d_w1 = g.d_w1,
+                                 .d_b1 = g.d_b1,
+                                 .d_w2 = g.d_w2,
+                                 .d_b2 = g.d_b2,
+                                 .d_shared_w1 = g.d_shared_w1,
+                                 .d_shared_w2 = g.d_shared_w2});
 }
 
 void expect_tokens(int64_t tokens) {

@@ -90,6 +90,12 @@ void MoeConfig::validate() const {
   }
 }
 
+MoeConfig shared_expert_config(const MoeConfig& config) {
+  MoeConfig s = config;
+  s.ffn = config.shared_expert_ffn;
+  return s;
+}
+
 MoeConfig preset(std::string_view name) {
   MoeConfig c;
   if (name == "qwen3-30b-a3b") {

@@ -42,12 +42,6 @@ inline MoeConfig scaled_preset(const std::string& name) {
   return c;
 }
 
-inline MoeConfig shared_config(const MoeConfig& c) {
-  MoeConfig s = c;
-  s.ffn = c.shared_expert_ffn;
-  return s;
-}
-
 // Values on the grid {i / scale : |i| <= 16}, exact in bf16.
 inline std::vector<float> dyadic(size_t n, float scale) {
   std::uniform_int_distribution<int> d(-16, 16);
@@ -66,7 +60,7 @@ struct LayerData {
   static LayerData random(const MoeConfig& c, int64_t T) {
     LayerData d{.c = c, .T = T};
     const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_config(c);
+    const MoeConfig s = shared_expert_config(c);
     d.x = dyadic(T * H, 8);
     d.w_router = dyadic(E * H, 64);
     if (c.router.use_score_bias) d.score_bias = random_normal(E, 0.05f);
@@ -128,7 +122,7 @@ struct DeviceLayer {
         sbias(config.router.use_score_bias),
         x(T * c.hidden), w_router(c.num_experts * c.hidden),
         w1(c.num_experts * c.fc1_width() * c.hidden), w2(c.num_experts * c.hidden * c.ffn),
-        sw1(shared ? shared_config(c).fc1_width() * c.hidden : 0),
+        sw1(shared ? shared_expert_config(c).fc1_width() * c.hidden : 0),
         sw2(shared ? c.hidden * c.shared_expert_ffn : 0), dy(T * c.hidden), y(T * c.hidden),
         dx(T * c.hidden), score_bias(sbias ? c.num_experts : 0),
         b1(bias ? c.num_experts * c.fc1_width() : 0), b2(bias ? c.num_experts * c.hidden : 0),
@@ -140,7 +134,7 @@ struct DeviceLayer {
   void upload(const LayerData& d) {
     MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
     const int64_t E = c.num_experts, H = c.hidden, fc1 = c.fc1_width();
-    const int64_t s_fc1 = shared_config(c).fc1_width();
+    const int64_t s_fc1 = shared_expert_config(c).fc1_width();
     x.upload(to_bf16(d.x));
     w_router.upload(to_bf16(d.w_router));
     w1.upload(to_bf16(interleaved(c, d.w1, E, fc1, H)));
@@ -170,28 +164,25 @@ struct DeviceLayer {
   }
 
   MoeLayerWeights weights() const {
-    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_config(c);
-    return {.w_router = w_router.view(DType::kBFloat16, {E, H}),
-            .score_bias = sbias ? score_bias.view(DType::kFloat32, {E}) : TensorView{},
-            .w1 = w1.view(DType::kBFloat16, {E, fc1, H}),
-            .b1 = bias ? b1.view(DType::kFloat32, {E, fc1}) : TensorView{},
-            .w2 = w2.view(DType::kBFloat16, {E, H, F}),
-            .b2 = bias ? b2.view(DType::kFloat32, {E, H}) : TensorView{},
-            .shared_w1 = shared ? sw1.view(DType::kBFloat16, {s.fc1_width(), H}) : TensorView{},
-            .shared_w2 = shared ? sw2.view(DType::kBFloat16, {H, s.ffn}) : TensorView{}};
+    return layer_weight_views(c, {.w_router = w_router.data(),
+                                  .score_bias = sbias ? score_bias.data() : nullptr,
+                                  .w1 = w1.data(),
+                                  .b1 = bias ? b1.data() : nullptr,
+                                  .w2 = w2.data(),
+                                  .b2 = bias ? b2.data() : nullptr,
+                                  .shared_w1 = shared ? sw1.data() : nullptr,
+                                  .shared_w2 = shared ? sw2.data() : nullptr});
   }
   MoeLayerGrads grads() const {
-    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_config(c);
-    return {.dx = dx.view(DType::kBFloat16, {T, H}),
-            .d_w_router = d_w_router.view(DType::kFloat32, {E, H}),
-            .d_w1 = d_w1.view(DType::kFloat32, {E, fc1, H}),
-            .d_b1 = bias ? d_b1.view(DType::kFloat32, {E, fc1}) : TensorView{},
-            .d_w2 = d_w2.view(DType::kFloat32, {E, H, F}),
-            .d_b2 = bias ? d_b2.view(DType::kFloat32, {E, H}) : TensorView{},
-            .d_shared_w1 = shared ? d_sw1.view(DType::kFloat32, {s.fc1_width(), H}) : TensorView{},
-            .d_shared_w2 = shared ? d_sw2.view(DType::kFloat32, {H, s.ffn}) : TensorView{}};
+    return layer_grad_views(c, T,
+                            {.dx = dx.data(),
+                             .d_w_router = d_w_router.data(),
+                             .d_w1 = d_w1.data(),
+                             .d_b1 = bias ? d_b1.data() : nullptr,
+                             .d_w2 = d_w2.data(),
+                             .d_b2 = bias ? d_b2.data() : nullptr,
+                             .d_shared_w1 = shared ? d_sw1.data() : nullptr,
+                             .d_shared_w2 = shared ? d_sw2.data() : nullptr});
   }
   MoeLayerOutputs outputs() const {
     return {.y = y.view(DType::kBFloat16, {T, c.hidden}),
@@ -228,7 +219,7 @@ struct StepResult {
 inline StepResult download(const DeviceLayer& d) {
   const MoeConfig& c = d.c;
   const int64_t E = c.num_experts, H = c.hidden, fc1 = c.fc1_width();
-  const int64_t s_fc1 = shared_config(c).fc1_width();
+  const int64_t s_fc1 = shared_expert_config(c).fc1_width();
   StepResult r;
   r.tensors = {{"y", from_bf16(d.y.download())},
                {"losses", d.losses.download()},
@@ -250,7 +241,7 @@ inline StepResult download(const DeviceLayer& d) {
 inline StepResult reference_step(const LayerData& d) {
   const MoeConfig& c = d.c;
   const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-  const MoeConfig s = shared_config(c);
+  const MoeConfig s = shared_expert_config(c);
   const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
   LayerData in = d;  // the reference takes mutable views
   auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {

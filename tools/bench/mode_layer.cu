@@ -49,19 +49,13 @@ struct Options {
   int warmup = 5, iters = 30;
 };
 
-MoeConfig shared_of(const MoeConfig& c) {
-  MoeConfig s = c;
-  s.ffn = c.shared_expert_ffn;
-  return s;
-}
-
 struct Flops {
   double forward, backward;
 };
 Flops model_flops(const MoeConfig& c, int64_t T) {
   double f = 2.0 * T * c.top_k * c.hidden * (c.fc1_width() + c.ffn);
   if (c.shared_expert_ffn > 0) {
-    const MoeConfig s = shared_of(c);
+    const MoeConfig s = shared_expert_config(c);
     f += 2.0 * T * c.hidden * (s.fc1_width() + s.ffn);
   }
   return {.forward = f, .backward = 2 * f};
@@ -78,7 +72,7 @@ struct LayerTensors {
                uint64_t seed)
       : c(config), T(tokens) {
     const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_of(c);
+    const MoeConfig s = shared_expert_config(c);
     const bool shared = c.shared_expert_ffn > 0;
     const int64_t sfc1 = shared ? s.fc1_width() : 0, sF = shared ? s.ffn : 0;
     x = DeviceBuffer(2 * T * H), dy = DeviceBuffer(2 * T * H), y = DeviceBuffer(2 * T * H);
@@ -125,31 +119,30 @@ struct LayerTensors {
   }
 
   MoeLayerWeights weights() const {
-    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_of(c);
     const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
-    return {.w_router = w_router.view(DType::kBFloat16, {E, H}),
-            .score_bias = c.router.use_score_bias ? score_bias.view(DType::kFloat32, {E})
-                                                  : TensorView{},
-            .w1 = w1.view(DType::kBFloat16, {E, fc1, H}),
-            .b1 = bias ? b1.view(DType::kFloat32, {E, fc1}) : TensorView{},
-            .w2 = w2.view(DType::kBFloat16, {E, H, F}),
-            .b2 = bias ? b2.view(DType::kFloat32, {E, H}) : TensorView{},
-            .shared_w1 = shared ? sw1.view(DType::kBFloat16, {s.fc1_width(), H}) : TensorView{},
-            .shared_w2 = shared ? sw2.view(DType::kBFloat16, {H, s.ffn}) : TensorView{}};
+    auto f32 = [](const DeviceBuffer& b) { return static_cast<const float*>(b.get()); };
+    return layer_weight_views(
+        c, {.w_router = w_router.get(),
+            .score_bias = c.router.use_score_bias ? f32(score_bias) : nullptr,
+            .w1 = w1.get(),
+            .b1 = bias ? f32(b1) : nullptr,
+            .w2 = w2.get(),
+            .b2 = bias ? f32(b2) : nullptr,
+            .shared_w1 = shared ? sw1.get() : nullptr,
+            .shared_w2 = shared ? sw2.get() : nullptr});
   }
   MoeLayerGrads grads() const {
-    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_of(c);
     const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
-    return {.dx = dx.view(DType::kBFloat16, {T, H}),
-            .d_w_router = dwr.view(DType::kFloat32, {E, H}),
-            .d_w1 = dw1.view(DType::kFloat32, {E, fc1, H}),
-            .d_b1 = bias ? db1.view(DType::kFloat32, {E, fc1}) : TensorView{},
-            .d_w2 = dw2.view(DType::kFloat32, {E, H, F}),
-            .d_b2 = bias ? db2.view(DType::kFloat32, {E, H}) : TensorView{},
-            .d_shared_w1 = shared ? dsw1.view(DType::kFloat32, {s.fc1_width(), H}) : TensorView{},
-            .d_shared_w2 = shared ? dsw2.view(DType::kFloat32, {H, s.ffn}) : TensorView{}};
+    auto f32 = [](const DeviceBuffer& b) { return static_cast<float*>(b.get()); };
+    return layer_grad_views(c, T,
+                            {.dx = dx.get(),
+                             .d_w_router = f32(dwr),
+                             .d_w1 = f32(dw1),
+                             .d_b1 = bias ? f32(db1) : nullptr,
+                             .d_w2 = f32(dw2),
+                             .d_b2 = bias ? f32(db2) : nullptr,
+                             .d_shared_w1 = shared ? f32(dsw1) : nullptr,
+                             .d_shared_w2 = shared ? f32(dsw2) : nullptr});
   }
   MoeLayerOutputs outputs() const {
     return {.y = y.view(DType::kBFloat16, {T, c.hidden}),
@@ -316,7 +309,7 @@ Totals bench_mode(const std::string& name, LayerTensors& t, LayerMode mode, cons
 // The dense bound: the same GEMM FLOPs as plain cuBLAS GEMMs over all T·k rows at once.
 Totals dense_bound(const MoeConfig& c, int64_t T, const Options& o, cudaStream_t stream) {
   const int64_t R = T * c.top_k, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-  const MoeConfig s = shared_of(c);
+  const MoeConfig s = shared_expert_config(c);
   const bool shared = c.shared_expert_ffn > 0;
   struct Gemm {
     int64_t m, n, k;

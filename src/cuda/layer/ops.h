@@ -11,13 +11,6 @@
 
 namespace moefuse::layer {
 
-// The shared expert's config: the layer's, with its own F (same activation, no bias).
-inline MoeConfig shared_expert_config(const MoeConfig& c) {
-  MoeConfig s = c;
-  s.ffn = c.shared_expert_ffn;
-  return s;
-}
-
 // A [rows, cols] weight (or its gradient) of the shared expert as the one expert [1, rows, cols].
 inline TensorView one_expert(const TensorView& w) {
   return TensorView::contiguous(w.data, w.dtype, {1, w.size(0), w.size(1)}, w.device);
