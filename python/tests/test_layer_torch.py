@@ -1,6 +1,6 @@
 """moefuse.MoE under PyTorch. Skipped without torch; the GPU tests also need an sm_90 GPU.
 
-GPU tests compare the layer with tests/torch_reference.py on every preset's kind of layer scaled
+GPU tests compare the layer with moefuse/reference.py on every preset's kind of layer scaled
 down (H 256, F 128, E <= 16, k <= 4, aux and z losses on) and the other activations, fused and
 unfused. As in the C++ tests (tests/gpu/layer_test_fixture.h), x and w_router sit on dyadic grids
 so both sides compute the same logits exactly and choose the same experts."""
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 from moefuse import PRESETS, Activation, LayerMode, MoE, MoeConfig, RouterKind  # noqa: E402
 from moefuse.layer import deinterleave_glu, interleave_glu  # noqa: E402
-from torch_reference import moe_forward  # noqa: E402
+from moefuse.reference import moe_forward  # noqa: E402
 
 
 def _no_hopper_reason():

@@ -1,5 +1,8 @@
-"""A pure PyTorch MoE layer (fp32 math from the same weights, reference [gate; up] layout) with
-the semantics of src/ref/layer.h: the GPU tests compare moefuse.MoE against it."""
+"""A pure PyTorch MoE layer with the semantics of src/ref/layer.h, from the same weights in the
+usual [gate; up] layout. The GPU tests compare moefuse.MoE against it (fp32), and
+examples/train_moe_lm.py trains with it as the "torch" back end (expert GEMMs in bf16).
+
+Imports torch; `import moefuse` does not import this module."""
 
 import torch
 import torch.nn.functional as F
@@ -51,26 +54,34 @@ def route(c: MoeConfig, logits: torch.Tensor, score_bias):
     return idx, w * c.routed_scaling_factor, q
 
 
+def router_logits(x: torch.Tensor, w_router: torch.Tensor) -> torch.Tensor:
+    """[T, E] fp32, as the layer computes them (fp32 accumulation of its bf16 inputs)."""
+    return x.float() @ w_router.float().t()
+
+
 def moe_forward(c: MoeConfig, x, w_router, w1, w2, b1=None, b2=None, score_bias=None,
-                shared_w1=None, shared_w2=None):
-    """(y [T,H] fp32, losses [2] fp32 {aux, z}); every tensor argument is used as fp32."""
-    x = x.float()
-    logits = x @ w_router.float().t()
+                shared_w1=None, shared_w2=None, compute_dtype=torch.float32):
+    """(y [T,H] fp32, losses [2] fp32 {aux, z}). Routing, biases and the sum over experts are
+    fp32; the expert GEMMs run in compute_dtype (fp32 for the tests' reference, bf16 for a
+    training baseline that multiplies at the layer's precision)."""
+    logits = router_logits(x, w_router)
     idx, w, q = route(c, logits, score_bias)
-    y = torch.zeros_like(x)
+    xc = x.to(compute_dtype)
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e in range(c.num_experts):
         token, slot = (idx == e).nonzero(as_tuple=True)
         if token.numel() == 0:
             continue
-        h = x[token] @ w1[e].float().t()
+        h = xc[token] @ w1[e].to(compute_dtype).t()
         if b1 is not None:
             h = h + b1[e]
-        out = activation(c, h) @ w2[e].float().t()
+        out = activation(c, h).to(compute_dtype) @ w2[e].to(compute_dtype).t()
         if b2 is not None:
             out = out + b2[e]
-        y = y.index_add(0, token, out * w[token, slot, None])
+        y = y.index_add(0, token, out.float() * w[token, slot, None])
     if shared_w1 is not None:
-        y = y + activation(c, x @ shared_w1.float().t()) @ shared_w2.float().t()
+        h = activation(c, xc @ shared_w1.to(compute_dtype).t()).to(compute_dtype)
+        y = y + (h @ shared_w2.to(compute_dtype).t()).float()
     T, E, k = x.shape[0], c.num_experts, c.top_k
     f = torch.bincount(idx.flatten(), minlength=E).float() / (T * k)
     aux = c.aux_loss_coeff * E * (f * q.mean(0)).sum()
