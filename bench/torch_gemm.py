@@ -9,10 +9,9 @@ unavailable. One process serves every problem of a preset, so torch starts once.
   python3 bench/torch_gemm.py --counts 1024,998,... --problem fc1:1536:2048:swiglu \
       --problem fc2:2048:768:plain
 """
-import argparse
 import sys
 
-from torch_timing import UNAVAILABLE, median_ms, torch_or_none
+from torch_timing import UNAVAILABLE, grouped_gemm_cli, median_ms, torch_or_none
 
 
 def time_problem(name, counts, n, k, op, warmup, iters):
@@ -40,19 +39,11 @@ def time_problem(name, counts, n, k, op, warmup, iters):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--counts", required=True, help="rows per expert, comma separated")
-    p.add_argument("--problem", action="append", required=True,
-                   help="NAME:N:K:OP, OP plain or swiglu (N = 2F for a GLU FC1)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=50)
-    a = p.parse_args()
+    counts, problems, warmup, iters = grouped_gemm_cli("NAME:N:K:OP, OP plain or swiglu (N = 2F for a GLU FC1)")
     if torch_or_none() is None:
         return UNAVAILABLE
-    counts = [int(c) for c in a.counts.split(",")]
-    for spec in a.problem:
-        name, n, k, op = spec.split(":")
-        time_problem(name, counts, int(n), int(k), op, a.warmup, a.iters)
+    for name, n, k, op in problems:
+        time_problem(name, counts, int(n), int(k), op, warmup, iters)
     return 0
 
 

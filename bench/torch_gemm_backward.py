@@ -12,10 +12,9 @@ exit code 3 means torch (or a GPU) is unavailable.
   python3 bench/torch_gemm_backward.py --counts 1024,998,... --problem fc1:1536:2048 \
       --problem fc2:2048:768
 """
-import argparse
 import sys
 
-from torch_timing import UNAVAILABLE, median_ms, torch_or_none
+from torch_timing import UNAVAILABLE, grouped_gemm_cli, median_ms, torch_or_none
 
 
 def time_problem(name, counts, n, k, warmup, iters):
@@ -42,19 +41,11 @@ def time_problem(name, counts, n, k, warmup, iters):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--counts", required=True, help="rows per expert, comma separated")
-    p.add_argument("--problem", action="append", required=True,
-                   help="NAME:N:K, the forward GEMM's output width N and reduction K")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=50)
-    a = p.parse_args()
+    counts, problems, warmup, iters = grouped_gemm_cli("NAME:N:K, the forward GEMM's output width N and reduction K")
     if torch_or_none() is None:
         return UNAVAILABLE
-    counts = [int(c) for c in a.counts.split(",")]
-    for spec in a.problem:
-        name, n, k = spec.split(":")
-        time_problem(name, counts, int(n), int(k), a.warmup, a.iters)
+    for name, n, k in problems:
+        time_problem(name, counts, int(n), int(k), warmup, iters)
     return 0
 
 

@@ -1,5 +1,6 @@
 """What every torch baseline script (bench/torch_*.py) shares: the availability check and the
 event timing, so that all of moefuse-bench's torch figures are measured the same way."""
+import argparse
 import statistics
 import sys
 
@@ -32,3 +33,17 @@ def median_ms(fn, warmup, iters):
         e.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def grouped_gemm_cli(problem_help):
+    """The command line of the grouped-GEMM baselines (torch_gemm*.py): --counts (rows per expert),
+    repeated --problem specs (colon-separated fields), --warmup, --iters. Returns
+    (counts, [fields of each problem], warmup, iters)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--counts", required=True, help="rows per expert, comma separated")
+    p.add_argument("--problem", action="append", required=True, help=problem_help)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=50)
+    a = p.parse_args()
+    counts = [int(c) for c in a.counts.split(",")]
+    return counts, [spec.split(":") for spec in a.problem], a.warmup, a.iters
