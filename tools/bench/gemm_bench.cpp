@@ -39,17 +39,21 @@ Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
   return report;
 }
 
-std::optional<std::map<std::string, double>> run_torch_gemm(const std::string& script,
-                                                           const std::vector<int32_t>& counts,
-                                                           const std::string& problems,
-                                                           const GemmBenchOptions& o,
-                                                           std::string* why) {
+std::optional<double> TorchGemmTimings::at(const std::string& key) const {
+  if (!ms || !ms->count(key)) return std::nullopt;
+  return ms->at(key);
+}
+
+TorchGemmTimings run_torch_gemm(const std::string& script, const std::vector<int32_t>& counts,
+                                const std::string& problems, const GemmBenchOptions& o) {
   std::string list;
   for (size_t i = 0; i < counts.size(); ++i) list += (i ? "," : "") + std::to_string(counts[i]);
-  return run_torch_baseline(script,
+  TorchGemmTimings t;
+  t.ms = run_torch_baseline(script,
                             "--counts " + list + problems + " --warmup " +
                                 std::to_string(o.warmup) + " --iters " + std::to_string(o.iters),
-                            why);
+                            &t.unavailable);
+  return t;
 }
 
 void add_gemm_row(Report& report, const std::string& preset, const std::string& op,

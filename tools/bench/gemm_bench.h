@@ -31,13 +31,17 @@ GemmBenchOptions parse_gemm_bench_options(Args& args);
 Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
                         const std::string& tile, const std::string& columns_note);
 
-// Runs `script` on the exact per-expert counts with the --problem specs; nullopt when torch is
-// unavailable (the reason in *why).
-std::optional<std::map<std::string, double>> run_torch_gemm(const std::string& script,
-                                                           const std::vector<int32_t>& counts,
-                                                           const std::string& problems,
-                                                           const GemmBenchOptions& o,
-                                                           std::string* why);
+// The torch baseline's timings of one preset: `at(key)` is nullopt when torch did not run
+// (`unavailable` says why) or printed no such key.
+struct TorchGemmTimings {
+  std::optional<std::map<std::string, double>> ms;
+  std::string unavailable;
+  std::optional<double> at(const std::string& key) const;
+};
+
+// Runs `script` on the exact per-expert counts with the --problem specs.
+TorchGemmTimings run_torch_gemm(const std::string& script, const std::vector<int32_t>& counts,
+                                const std::string& problems, const GemmBenchOptions& o);
 
 // One row: TFLOP/s from `flops`, and the ratios dense/ms, torch/ms and unfused/ms ("-" when a
 // reference is absent).

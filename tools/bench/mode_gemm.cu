@@ -123,26 +123,22 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBase
       time("fc2 unfused", [&](cudaStream_t s) { grouped_gemm_unfused(fc2_args, {}, s); });
 
   progress("gemm " + name + ": torch");
-  std::string why;
   const std::string problems = " --problem fc1:" + std::to_string(fc1) + ":" + std::to_string(h) +
                                (is_glu(c.activation) ? ":swiglu" : ":plain") + " --problem fc2:" +
                                std::to_string(h) + ":" + std::to_string(f) + ":plain";
-  auto torch = run_torch_gemm("bench/torch_gemm.py", routing.counts, problems, o, &why);
-  auto torch_ms = [&](const std::string& key) -> std::optional<double> {
-    if (!torch || !torch->count(key)) return std::nullopt;
-    return torch->at(key);
-  };
+  const TorchGemmTimings torch =
+      run_torch_gemm("bench/torch_gemm.py", routing.counts, problems, o);
   progress_done();
 
   auto row = [&](const std::string& op, const std::string& variant, double ms, double flops,
                  double dense_ms, std::optional<double> torch_ref, std::optional<double> unfused) {
     add_gemm_row(report, name, op, variant, ms, flops, dense_ms, torch_ref, unfused);
   };
-  const auto torch_fc1_act = is_glu(c.activation) ? torch_ms("fc1.grouped_mm+silu_mul")
-                                                   : torch_ms("fc1.grouped_mm");
+  const auto torch_fc1_act = is_glu(c.activation) ? torch.at("fc1.grouped_mm+silu_mul")
+                                                   : torch.at("fc1.grouped_mm");
   row("fc1", "cublas dense (bound)", fc1_dense, fc1_flops, fc1_dense, std::nullopt, std::nullopt);
   row("fc1", "cublas per-expert loop", fc1_loop, fc1_flops, fc1_dense, std::nullopt, std::nullopt);
-  if (auto tm = torch_ms("fc1.grouped_mm"))
+  if (auto tm = torch.at("fc1.grouped_mm"))
     row("fc1", "torch grouped_mm (no act)", *tm, fc1_flops, fc1_dense, std::nullopt, std::nullopt);
   if (torch_fc1_act && is_glu(c.activation))
     row("fc1", "torch grouped_mm+silu_mul", *torch_fc1_act, fc1_flops, fc1_dense, std::nullopt,
@@ -157,14 +153,15 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBase
       fc1_unfused);
   row("fc2", "cublas dense (bound)", fc2_dense, fc2_flops, fc2_dense, std::nullopt, std::nullopt);
   row("fc2", "cublas per-expert loop", fc2_loop, fc2_flops, fc2_dense, std::nullopt, std::nullopt);
-  if (auto tm = torch_ms("fc2.grouped_mm"))
+  if (auto tm = torch.at("fc2.grouped_mm"))
     row("fc2", "torch grouped_mm (no scale)", *tm, fc2_flops, fc2_dense, std::nullopt,
         std::nullopt);
   row("fc2", "moefuse unfused +scale", fc2_unfused, fc2_flops, fc2_dense,
-      torch_ms("fc2.grouped_mm"), std::nullopt);
-  row("fc2", "moefuse fused +scale", fc2_fused, fc2_flops, fc2_dense, torch_ms("fc2.grouped_mm"),
+      torch.at("fc2.grouped_mm"), std::nullopt);
+  row("fc2", "moefuse fused +scale", fc2_fused, fc2_flops, fc2_dense, torch.at("fc2.grouped_mm"),
       fc2_unfused);
-  if (!torch) std::printf("   torch (%s): unavailable, %s\n", name.c_str(), why.c_str());
+  if (!torch.ms)
+    std::printf("   torch (%s): unavailable, %s\n", name.c_str(), torch.unavailable.c_str());
 }
 
 int run(Args& args) {

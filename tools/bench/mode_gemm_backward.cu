@@ -166,14 +166,10 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
   });
 
   progress("gemm-backward " + name + ": torch");
-  std::string why;
   const std::string problems = " --problem fc1:" + std::to_string(fc1) + ":" + std::to_string(h) +
                                " --problem fc2:" + std::to_string(h) + ":" + std::to_string(f);
-  auto torch = run_torch_gemm("bench/torch_gemm_backward.py", routing.counts, problems, o, &why);
-  auto torch_ms = [&](const std::string& key) -> std::optional<double> {
-    if (!torch || !torch->count(key)) return std::nullopt;
-    return torch->at(key);
-  };
+  const TorchGemmTimings torch =
+      run_torch_gemm("bench/torch_gemm_backward.py", routing.counts, problems, o);
   progress_done();
 
   auto row = [&](const std::string& op, const std::string& variant, double ms, double flops,
@@ -183,9 +179,9 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
   const std::string act = std::string(activation_name(c.activation));
   auto with_torch = [&](const std::string& op, const std::string& key, double flops,
                         double dense_ms) {
-    if (auto tm = torch_ms(key))
+    if (auto tm = torch.at(key))
       row(op, "torch _grouped_mm backward", *tm, flops, dense_ms, std::nullopt, std::nullopt);
-    return torch_ms(key);
+    return torch.at(key);
   };
 
   row("fc2 dgrad", "cublas dense (bound)", fc2_dgrad_dense, fc2_flops, fc2_dgrad_dense,
@@ -217,7 +213,8 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
       std::nullopt);
   const auto torch_dw2 = with_torch("dW2", "fc2.wgrad", fc2_flops, dw2_dense);
   row("dW2", "moefuse", dw2_ms, fc2_flops, dw2_dense, torch_dw2, std::nullopt);
-  if (!torch) std::printf("   torch (%s): unavailable, %s\n", name.c_str(), why.c_str());
+  if (!torch.ms)
+    std::printf("   torch (%s): unavailable, %s\n", name.c_str(), torch.unavailable.c_str());
 }
 
 int run(Args& args) {
