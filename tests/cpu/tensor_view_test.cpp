@@ -53,6 +53,28 @@ TEST(ExpectTensor, ChecksDtypeDeviceRankStridesAndNull) {
   EXPECT_NO_THROW(expect_tensor(empty, "x", DType::kFloat32, Device::kCpu, {0, 4}));
 }
 
+TEST(TensorView, AbsentMeansNoData) {
+  float buf[4];
+  EXPECT_TRUE(is_absent(TensorView{}));
+  EXPECT_TRUE(is_absent(TensorView::contiguous(nullptr, DType::kFloat32, {0, 4})));
+  EXPECT_FALSE(is_absent(TensorView::contiguous(buf, DType::kFloat32, {4})));
+  EXPECT_FALSE(is_absent(TensorView::contiguous(nullptr, DType::kFloat32, {2, 4})));
+}
+
+TEST(ExpectAligned, NamesArgumentAndMisalignment) {
+  alignas(16) unsigned char buf[64];
+  EXPECT_NO_THROW(expect_aligned(TensorView::contiguous(buf, DType::kBFloat16, {8}), "a"));
+  try {
+    expect_aligned(TensorView::contiguous(buf + 4, DType::kBFloat16, {8}), "a");
+    FAIL() << "no throw";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "a");
+    EXPECT_EQ(e.expected(), "a 16-byte aligned data pointer");
+    EXPECT_EQ(e.actual(), "a pointer misaligned by 4 bytes");
+  }
+  EXPECT_NO_THROW(expect_aligned(TensorView::contiguous(buf + 4, DType::kFloat32, {8}), "a", 4));
+}
+
 TEST(DType, SizesAndNames) {
   EXPECT_EQ(dtype_bits(DType::kFloat4E2M1), 4);
   EXPECT_EQ(dtype_bits(DType::kFloat8E8M0), 8);
