@@ -4,14 +4,16 @@
 # Build here first (scripts/build.sh) and carry build/release; results land in $OUT (default
 # ./gpu-out), at most 8 files so that the device tool brings them all back.
 #
-#   scripts/gpu_check.sh [tests] [sanitize] [sass] [bench] [profile]   (default: tests sass bench)
-# Environment: GTEST_FILTER narrows the GPU tests; BENCH_MODES lists the bench modes to run.
+#   scripts/gpu_check.sh [tests] [python] [example] [sanitize] [sass] [bench] [profile]
+#   (default: tests python sass bench)
+# Environment: GTEST_FILTER narrows the GPU tests; BENCH_MODES lists the bench modes to run;
+# EXAMPLE_ARGS are extra arguments of examples/train_moe_lm.py (e.g. --steps 50).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
 BUILD=${BUILD:-build/release}
 mkdir -p "$OUT"
-stages=${*:-tests sass bench}
+stages=${*:-tests python sass bench}
 export PATH=/usr/local/cuda/bin:$PATH
 
 {
@@ -40,6 +42,25 @@ if [[ " $stages " == *" tests "* ]]; then
        END {printf "GPU tests: %d passed, %d failed, %d skipped\n", p, f, s}' "$OUT/tests.log"
   echo "== CPU tests"
   "$BUILD/moefuse_cpu_tests" --gtest_brief=1 2>&1 | tail -n 3 | tee -a "$OUT/tests.log" || status=1
+fi
+
+# The Python package against the library built here: pip install as the README says (no build
+# isolation: the device has no registry), then the pytest suite, GPU tests included.
+if [[ " $stages " == *" python "* || " $stages " == *" example "* ]]; then
+  export MOEFUSE_LIBRARY=$PWD/$BUILD/libmoefuse_c.so
+  python3 -m pip install --no-build-isolation --no-deps -q -e ./python > "$OUT/pip.log" 2>&1 ||
+    { echo "pip install failed (log in pip.log); using PYTHONPATH"; export PYTHONPATH=$PWD/python; }
+fi
+if [[ " $stages " == *" python "* ]]; then
+  echo "== Python tests"
+  timeout 600 python3 -m pytest -q -rs python/tests 2>&1 | tee "$OUT/pytest.log" | tail -n 30
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ " $stages " == *" example "* ]]; then
+  echo "== examples/train_moe_lm.py ${EXAMPLE_ARGS:-}"
+  timeout 1200 python3 examples/train_moe_lm.py --out "$OUT/moe_lm" ${EXAMPLE_ARGS:-} 2>&1 |
+    tee "$OUT/example.log" | tail -n 40
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 
 if [[ " $stages " == *" sanitize "* ]]; then

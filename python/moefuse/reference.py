@@ -68,21 +68,30 @@ def moe_forward(c: MoeConfig, x, w_router, w1, w2, b1=None, b2=None, score_bias=
     idx, w, q = route(c, logits, score_bias)
     xc = x.to(compute_dtype)
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    for e in range(c.num_experts):
-        token, slot = (idx == e).nonzero(as_tuple=True)
-        if token.numel() == 0:
+    # Assignments sorted by expert (token order inside one), then one slice per expert: a single
+    # host sync per call for the counts, not one per expert.
+    k = c.top_k
+    order = torch.argsort(idx.flatten(), stable=True)
+    token, slot = order // k, order % k
+    counts = torch.bincount(idx.flatten(), minlength=c.num_experts).tolist()
+    outs, start = [], 0
+    for e, n in enumerate(counts):
+        if n == 0:
             continue
-        h = xc[token] @ w1[e].to(compute_dtype).t()
+        h = xc[token[start:start + n]] @ w1[e].to(compute_dtype).t()
         if b1 is not None:
             h = h + b1[e]
         out = activation(c, h).to(compute_dtype) @ w2[e].to(compute_dtype).t()
         if b2 is not None:
             out = out + b2[e]
-        y = y.index_add(0, token, out.float() * w[token, slot, None])
+        outs.append(out.float())
+        start += n
+    if outs:
+        y = y.index_add(0, token, torch.cat(outs) * w[token, slot, None])
     if shared_w1 is not None:
         h = activation(c, xc @ shared_w1.to(compute_dtype).t()).to(compute_dtype)
         y = y + (h @ shared_w2.to(compute_dtype).t()).float()
-    T, E, k = x.shape[0], c.num_experts, c.top_k
+    T, E = x.shape[0], c.num_experts
     f = torch.bincount(idx.flatten(), minlength=E).float() / (T * k)
     aux = c.aux_loss_coeff * E * (f * q.mean(0)).sum()
     z = c.z_loss_coeff * torch.logsumexp(logits, dim=-1).square().mean()
