@@ -4,6 +4,9 @@
     torch            pure PyTorch (moefuse.reference: a loop over experts), CPU or GPU
     moefuse-unfused  moefuse.MoE, LayerMode.UNFUSED (Hopper GPU, bf16)
     moefuse-fused    moefuse.MoE, LayerMode.FUSED   (Hopper GPU, bf16)
+    torch-repeat     the torch back end trained a second time; on a GPU its atomics (index_add,
+                     attention backward) make it no bitwise copy of the first, so its distance
+                     from the torch run is the noise floor of the loss comparison
 
 Every back end starts from the same weights (drawn once on the CPU from --seed; the moefuse
 layers get them through load_from_gate_up) and sees the same batches. The script prints tokens/s
@@ -31,7 +34,7 @@ import time
 
 _REPO_PYTHON = pathlib.Path(__file__).resolve().parent.parent / "python"
 
-BACKENDS = ("torch", "moefuse-unfused", "moefuse-fused")
+BACKENDS = ("torch", "torch-repeat", "moefuse-unfused", "moefuse-fused")
 
 # Defaults (the model) and --tiny (a smoke test that runs in seconds on a CPU).
 PRESETS = {
@@ -257,7 +260,7 @@ def make_model(torch, moefuse, args, backend: str, aux_coeff: float):
     torch.manual_seed(args.seed)  # drawn on the CPU in fp32: identical for every back end
     model = MoeLM(moe_config(moefuse, args, aux_coeff), args.layers, args.heads, args.seq)
     model = model.to(device=args.device, dtype=args.torch_dtype)
-    if backend != "torch":
+    if backend.startswith("moefuse"):
         model.use_moefuse(moefuse.LayerMode.FUSED if backend == "moefuse-fused"
                           else moefuse.LayerMode.UNFUSED)
     return model

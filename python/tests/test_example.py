@@ -55,6 +55,17 @@ def test_same_seed_same_losses(tmp_path):
     assert runs[0] == runs[1]
 
 
+def test_torch_repeat_is_compared_with_torch(tmp_path):
+    proc = run_example("--backends", "torch,torch-repeat", "--steps", "3", "--balance-steps", "0",
+                       "--dtype", "fp32", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads((tmp_path / "losses.json").read_text())["backends"]
+    # The CPU is deterministic: the repeat is the same run, its difference zero.
+    assert runs["torch-repeat"]["loss"] == runs["torch"]["loss"]
+    assert runs["torch-repeat"]["rel_diff_vs_torch"] == 0.0
+    assert "torch-repeat" in proc.stdout and "relative difference 0.00%" in proc.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without "
                                                       "a GPU")
 def test_moefuse_backend_without_gpu_fails_with_a_message(tmp_path):
