@@ -4,6 +4,8 @@
     torch            pure PyTorch (moefuse.reference: a loop over experts), CPU or GPU
     moefuse-unfused  moefuse.MoE, LayerMode.UNFUSED (Hopper GPU, bf16)
     moefuse-fused    moefuse.MoE, LayerMode.FUSED   (Hopper GPU, bf16)
+    torch-grouped    the same MoE with the expert GEMMs through torch._grouped_mm (CUDA, bf16):
+                     a fast torch MoE with no host sync, the stronger baseline
     torch-repeat     the torch back end trained a second time; on a GPU its atomics (index_add,
                      attention backward) make it no bitwise copy of the first, so its distance
                      from the torch run is the noise floor of the loss comparison
@@ -34,7 +36,7 @@ import time
 
 _REPO_PYTHON = pathlib.Path(__file__).resolve().parent.parent / "python"
 
-BACKENDS = ("torch", "torch-repeat", "moefuse-unfused", "moefuse-fused")
+BACKENDS = ("torch", "torch-repeat", "torch-grouped", "moefuse-unfused", "moefuse-fused")
 
 # Defaults (the issue's model) and --tiny (a smoke test that runs in seconds on a CPU).
 PRESETS = {
@@ -115,6 +117,8 @@ def import_moefuse():
 
 def check_backends(args, torch) -> None:
     """Fails early, with the reason, where a requested back end cannot run here."""
+    if "torch-grouped" in args.backends and (args.device != "cuda" or args.dtype != "bf16"):
+        raise UsageError("torch-grouped (torch._grouped_mm) needs --device cuda and --dtype bf16")
     wanted = [b for b in args.backends if b.startswith("moefuse")]
     if not wanted:
         return
@@ -182,6 +186,7 @@ def build_model_classes(torch, moefuse):
         def __init__(self, config):
             super().__init__()
             c = self.config = config
+            self.grouped_mm = False  # the torch-grouped back end sets it
             E, H, Fw = c.num_experts, c.hidden, c.ffn
             self.w_router = nn.Parameter(torch.randn(E, H) * H ** -0.5)
             self.w1 = nn.Parameter(torch.randn(E, c.fc1_width, H) * H ** -0.5)
@@ -189,7 +194,8 @@ def build_model_classes(torch, moefuse):
 
         def forward(self, x):
             y, losses = moe_forward(self.config, x.reshape(-1, x.shape[-1]), self.w_router,
-                                    self.w1, self.w2, compute_dtype=x.dtype)
+                                    self.w1, self.w2, compute_dtype=x.dtype,
+                                    grouped_mm=self.grouped_mm)
             return y.to(x.dtype).view(x.shape), losses
 
     class Attention(nn.Module):
@@ -260,6 +266,9 @@ def make_model(torch, moefuse, args, backend: str, aux_coeff: float):
     torch.manual_seed(args.seed)  # drawn on the CPU in fp32: identical for every back end
     model = MoeLM(moe_config(moefuse, args, aux_coeff), args.layers, args.heads, args.seq)
     model = model.to(device=args.device, dtype=args.torch_dtype)
+    if backend == "torch-grouped":
+        for block in model.blocks:
+            block.moe.grouped_mm = True
     if backend.startswith("moefuse"):
         model.use_moefuse(moefuse.LayerMode.FUSED if backend == "moefuse-fused"
                           else moefuse.LayerMode.UNFUSED)

@@ -117,6 +117,27 @@ def test_load_from_gate_up_names_a_missing_or_extra_weight():
         MoE(c).load_from_gate_up(**{**w, "w2": w["w2"][:, :, :64]})
 
 
+@pytest.mark.skipif(not hasattr(torch, "_grouped_mm"), reason="this torch has no _grouped_mm")
+def test_reference_grouped_mm_path_matches_the_expert_loop():
+    # Every expert gets rows (the CPU fallback of _grouped_mm's backward rejects empty groups).
+    c = MoeConfig(hidden=64, ffn=32, num_experts=4, top_k=2, activation=Activation.SWIGLU,
+                  router_kind=RouterKind.SOFTMAX_TOPK, router_renormalize=True,
+                  aux_loss_coeff=0.01)
+    gen = torch.Generator().manual_seed(torch.seed() % 2**31)
+    x = torch.randn(96, 64, generator=gen).bfloat16()
+    weights = [(torch.randn(*shape, generator=gen) * 0.1).bfloat16()
+               for shape in ((4, 64), (4, 64, 64), (4, 64, 32))]
+    results = []
+    for grouped in (False, True):
+        leaves = [t.clone().requires_grad_(True) for t in (x, *weights)]
+        y, losses = moe_forward(c, *leaves, compute_dtype=torch.bfloat16, grouped_mm=grouped)
+        (y.square().sum() + losses.sum()).backward()
+        results.append([y.detach()] + [t.grad for t in leaves])
+    for name, a, b in zip(("y", "dx", "dw_router", "dw1", "dw2"), *results):
+        err = ((a.float() - b.float()).norm() / b.float().norm()).item()
+        assert err < 1e-2, (name, err)
+
+
 def test_bad_config_is_a_value_error_naming_the_field():
     with pytest.raises(ValueError, match="'config.top_k'"):
         MoE(scaled("qwen3-30b-a3b", top_k=17))
