@@ -4,7 +4,7 @@
 # Build here first (scripts/build.sh) and carry build/release; results land in $OUT (default
 # ./gpu-out), at most 8 files so that the device tool brings them all back.
 #
-#   scripts/gpu_check.sh [tests] [python] [example] [sanitize] [sass] [bench] [profile]
+#   scripts/gpu_check.sh [tests] [python] [example] [gaps] [sanitize] [sass] [bench] [profile]
 #   (default: tests python sass bench)
 # Environment: GTEST_FILTER narrows the GPU tests; BENCH_MODES lists the bench modes to run;
 # EXAMPLE_ARGS are extra arguments of examples/train_moe_lm.py (e.g. --steps 50).
@@ -46,7 +46,7 @@ fi
 
 # The Python package against the library built here: pip install as the README says (no build
 # isolation: the device has no registry), then the pytest suite, GPU tests included.
-if [[ " $stages " == *" python "* || " $stages " == *" example "* ]]; then
+if [[ " $stages " == *" python "* || " $stages " == *" example "* || " $stages " == *" gaps "* ]]; then
   export MOEFUSE_LIBRARY=$PWD/$BUILD/libmoefuse_c.so
   python3 -m pip install --no-build-isolation --no-deps -q -e ./python > "$OUT/pip.log" 2>&1 ||
     { echo "pip install failed (log in pip.log); using PYTHONPATH"; export PYTHONPATH=$PWD/python; }
@@ -61,6 +61,13 @@ if [[ " $stages " == *" example "* ]]; then
   timeout 1200 python3 examples/train_moe_lm.py --out "$OUT/moe_lm" ${EXAMPLE_ARGS:-} 2>&1 |
     tee "$OUT/example.log" | tail -n 40
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+
+# Idle time between the kernels of the layer's fwd+bwd graph (torch.profiler over graph replays).
+if [[ " $stages " == *" gaps "* ]]; then
+  echo "== kernel gaps of the layer graph"
+  timeout 600 python3 bench/layer_gaps.py --preset "${GAPS_PRESET:-all}" --json "$OUT/gaps.json" ||
+    status=1
 fi
 
 if [[ " $stages " == *" sanitize "* ]]; then

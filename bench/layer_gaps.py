@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Idle gaps between the kernels of the MoE layer's forward+backward CUDA graph (issue 6: no gap
+longer than 5 µs).
+
+Captures moefuse's layer_forward and layer_backward ops (called directly, without autograd, so
+only the layer's own kernels run: router GEMMs, dispatch, grouped GEMMs, combine) in one
+torch.cuda graph, replays it under torch.profiler (CUPTI records the kernels of graph replays),
+and reports, per replay, the intervals in which no kernel of the step runs on any stream. The
+first replay is a warm-up and not counted.
+
+    MOEFUSE_LIBRARY=build/release/libmoefuse_c.so python3 bench/layer_gaps.py --preset all
+
+Prints one line per preset and mode; --json writes every gap above --threshold-us with the kernels
+on either side. Exit code 3: torch or a GPU is unavailable.
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+from torch_timing import UNAVAILABLE, torch_or_none
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "python"))
+
+# Kernels further apart than this belong to different replays (each replay is followed by a
+# synchronisation and a sleep much longer than this).
+REPLAY_SEPARATION_US = 2000.0
+
+
+def make_layer(torch, moefuse, preset: str, mode: str, tokens: int):
+    config = moefuse.MoeConfig.preset(preset)
+    moe = moefuse.MoE(config, mode=moefuse.LayerMode[mode.upper()], device="cuda")
+    x = torch.randn(tokens, config.hidden, device="cuda").bfloat16()
+    dy = torch.randn(tokens, config.hidden, device="cuda").bfloat16()
+    return moe, x, dy
+
+
+def step(moe, x, dy):
+    """One forward + backward of the layer through its custom ops (no autograd bookkeeping)."""
+    from moefuse.layer import WEIGHT_NAMES, layer_backward, layer_forward
+    weights = moe._tensors()
+    args = [weights[n] for n in WEIGHT_NAMES]
+    handle = moe._handle(x.device)
+    y, losses, cache = layer_forward(handle, x, *args)
+    return (y, losses, *layer_backward(handle, x, dy, *args, cache))
+
+
+def kernel_intervals(trace_path) -> list:
+    """(start µs, end µs, name) of every GPU kernel in a chrome trace, sorted by start."""
+    events = json.loads(pathlib.Path(trace_path).read_text())["traceEvents"]
+    kernels = [(e["ts"], e["ts"] + e.get("dur", 0.0), e["name"]) for e in events
+               if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    return sorted(kernels)
+
+
+def split_replays(kernels: list) -> list:
+    replays, current, last_end = [], [], None
+    for k in kernels:
+        if last_end is not None and k[0] - last_end > REPLAY_SEPARATION_US:
+            replays.append(current)
+            current = []
+        current.append(k)
+        last_end = k[1] if last_end is None else max(last_end, k[1])
+    if current:
+        replays.append(current)
+    return replays
+
+
+def idle_gaps(kernels: list) -> tuple:
+    """(span µs, [(gap µs, kernel before, kernel after)]) over the union of the intervals."""
+    gaps, end, before = [], kernels[0][1], kernels[0][2]
+    for start, stop, name in kernels[1:]:
+        if start > end:
+            gaps.append((start - end, before, name))
+        if stop > end:
+            end, before = stop, name
+    return end - kernels[0][0], gaps
+
+
+def measure(torch, moe, x, dy, replays: int, threshold_us: float) -> dict:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (allocator, lazy init)
+        step(moe, x, dy)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(moe, x, dy)
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(replays + 1):
+            graph.replay()
+            torch.cuda.synchronize()
+            time.sleep(0.01)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = pathlib.Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        runs = split_replays(kernel_intervals(trace))[1:]
+    if not runs:
+        raise RuntimeError("the profiler recorded no kernels of the graph replays")
+    spans, counts, worst, over = [], [], [], []
+    for kernels in runs:
+        span, gaps = idle_gaps(kernels)
+        spans.append(span)
+        counts.append(len(kernels))
+        worst.append(max((g[0] for g in gaps), default=0.0))
+        over.append(sorted((g for g in gaps if g[0] > threshold_us), reverse=True))
+    median_run = sorted(range(len(runs)), key=lambda i: spans[i])[len(runs) // 2]
+    return {
+        "replays": len(runs),
+        "kernels_per_step": statistics.median(counts),
+        "step_span_us": statistics.median(spans),
+        "max_gap_us": statistics.median(worst),
+        "gaps_over_threshold": statistics.median(len(o) for o in over),
+        "gaps_of_median_replay": [{"us": round(g[0], 2), "after": g[1], "before": g[2]}
+                                  for g in over[median_run][:20]],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="qwen3-30b-a3b", help="a preset name or 'all'")
+    ap.add_argument("--mode", choices=["fused", "unfused", "both"], default="both")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--threshold-us", type=float, default=5.0)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    torch = torch_or_none()
+    if torch is None:
+        return UNAVAILABLE
+    import moefuse
+
+    presets = moefuse.PRESETS if a.preset == "all" else (a.preset,)
+    modes = ("fused", "unfused") if a.mode == "both" else (a.mode,)
+    results = []
+    for preset in presets:
+        for mode in modes:
+            moe, x, dy = make_layer(torch, moefuse, preset, mode, a.tokens)
+            r = measure(torch, moe, x, dy, a.replays, a.threshold_us)
+            r.update(preset=preset, mode=mode, tokens=a.tokens, threshold_us=a.threshold_us)
+            results.append(r)
+            print(f"{preset:14s} {mode:8s} step {r['step_span_us'] / 1000:8.3f} ms  "
+                  f"{r['kernels_per_step']:4.0f} kernels  max gap {r['max_gap_us']:7.2f} µs  "
+                  f"gaps > {a.threshold_us:g} µs: {r['gaps_over_threshold']:.0f}", flush=True)
+            del moe, x, dy
+            torch.cuda.empty_cache()
+    if a.json:
+        meta = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
+                "moefuse": moefuse.version()}
+        pathlib.Path(a.json).write_text(json.dumps({**meta, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
