@@ -1,4 +1,4 @@
-// Shared test helpers: fresh random data, error norms, GPU presence.
+// Shared test helpers: fresh random data, error norms, the bad-input expectation, GPU presence.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,9 +7,23 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "moefuse/error.h"
+
 namespace moefuse::test {
+
+// `call` must throw InvalidArgument naming `argument` (the error model's contract for bad input).
+template <class Call>
+void expect_invalid(Call&& call, const std::string& argument) {
+  try {
+    std::forward<Call>(call)();
+    ADD_FAILURE() << "no InvalidArgument; expected one naming '" << argument << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
+}
 
 // A generator seeded from the test's name and a per-process random value, so every run draws
 // fresh data; the seed is printed on failure (SCOPED_TRACE) for reproduction.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/test_util.h"
 #include "moefuse/config.h"
 #include "moefuse/error.h"
 #include "moefuse/moefuse.h"
@@ -17,12 +18,7 @@ MoeConfig small() {
 }
 
 void expect_rejects(const MoeConfig& c, const std::string& argument) {
-  try {
-    c.validate();
-    FAIL() << "validate() accepted a config with a bad " << argument;
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
+  test::expect_invalid([&] { c.validate(); }, argument);
 }
 
 TEST(MoeConfig, EveryPresetIsValid) {

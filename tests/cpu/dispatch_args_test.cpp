@@ -2,9 +2,9 @@
 // these run on the CPU: views point at a fake (never dereferenced) device address.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <string>
 
+#include "common/test_util.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
 #include "moefuse/router.h"
@@ -18,14 +18,7 @@ TensorView dev(DType dtype, std::initializer_list<int64_t> shape, void* data = k
   return TensorView::contiguous(data, dtype, shape, Device::kCuda);
 }
 
-void expect_invalid(const std::function<void()>& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "no InvalidArgument; expected one naming '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
+using test::expect_invalid;
 
 constexpr int64_t T = 6, E = 8, K = 2, H = 16;
 

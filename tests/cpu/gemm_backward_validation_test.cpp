@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "common/test_util.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_backward.h"
 
@@ -23,12 +24,7 @@ constexpr int64_t kE = 4, kM = 100, kH = 48, kF = 64;
 
 template <class Args>
 void expect_rejects(void (*validate)(const Args&), const Args& args, const std::string& argument) {
-  try {
-    validate(args);
-    FAIL() << "accepted bad " << argument;
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
+  test::expect_invalid([&] { validate(args); }, argument);
 }
 
 GroupedGemmDgradArgs valid_dgrad() {  // FC1 dgrad: d_pre [M, 2F] · W1 [E, 2F, H]

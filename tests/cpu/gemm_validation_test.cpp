@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "common/test_util.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm.h"
 
@@ -34,12 +35,7 @@ GroupedGemmArgs valid_fc1() {
 }
 
 void expect_rejects(const GroupedGemmArgs& args, const std::string& argument) {
-  try {
-    validate_grouped_gemm(args);
-    FAIL() << "accepted bad " << argument;
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
+  test::expect_invalid([&] { validate_grouped_gemm(args); }, argument);
 }
 
 TEST(GemmValidation, AcceptsValidFc1AndFc2) {

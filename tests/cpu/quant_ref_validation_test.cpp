@@ -13,15 +13,7 @@
 namespace moefuse::ref {
 namespace {
 
-template <class F>
-void expect_invalid(F f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no InvalidArgument; expected one about '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
+using test::expect_invalid;
 
 // Valid buffers for M = 2, K = 160 (two 1x128 groups, five MX blocks, ten NVFP4 blocks).
 struct Buffers {

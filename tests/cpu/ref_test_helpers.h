@@ -1,5 +1,5 @@
-// Helpers of the reference-backend tests (tests/cpu/ref_*_test.cpp): views over vectors, the
-// bad-input expectation and the finite-difference check of a gradient.
+// Helpers of the reference-backend tests (tests/cpu/ref_*_test.cpp): views over vectors and the
+// finite-difference check of a gradient (the bad-input expectation is test::expect_invalid).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,17 +21,6 @@ inline TensorView f32(std::vector<float>& v, std::initializer_list<int64_t> shap
 }
 inline TensorView i32(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(v.data(), DType::kInt32, shape);
-}
-
-// `call` must throw InvalidArgument naming `argument`.
-template <class Call>
-void expect_invalid(Call&& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "accepted a bad '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
 }
 
 inline double dot(const std::vector<float>& a, const std::vector<float>& b) {

@@ -289,15 +289,7 @@ TEST(QuantGpu, Nvfp4CapturesInACudaGraphAndReplaysOnNewData) {
   cudaStreamDestroy(stream);
 }
 
-template <class F>
-void expect_invalid(F f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no InvalidArgument; expected one about '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
+using test::expect_invalid;
 
 // Argument checks run before any CUDA call, so fake device pointers suffice (and no GPU).
 TEST(QuantGpuValidation, RejectsBadArguments) {
