@@ -11,6 +11,7 @@
 #include "bench/mode.h"
 #include "bench/report.h"
 #include "bench/routing.h"
+#include "moefuse/grouped_gemm.h"
 
 namespace moefuse::bench {
 
@@ -27,9 +28,9 @@ struct GemmBenchOptions {
 GemmBenchOptions parse_gemm_bench_options(Args& args);
 
 // A report with the columns preset, op, variant, median_ms, TFLOP/s, vs_dense, vs_torch,
-// vs_unfused and the run's metadata.
+// vs_unfused and the run's metadata (the kernel's tile shape among it).
 Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
-                        const std::string& tile, const std::string& columns_note);
+                        const GroupedGemmTile& tile, const std::string& columns_note);
 
 // The torch baseline's timings of one preset: `at(key)` is nullopt when torch did not run
 // (`unavailable` says why) or printed no such key.

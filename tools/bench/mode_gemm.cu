@@ -167,11 +167,8 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBase
 int run(Args& args) {
   const GemmBenchOptions o = parse_gemm_bench_options(args);
   if (gpu_missing("gemm")) return 0;
-  const GroupedGemmTile tile = grouped_gemm_tile();
   Report report = make_gemm_report(
-      "grouped GEMM (bf16 in, fp32 accumulate, bf16 out)", o,
-      std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) + "x" +
-          std::to_string(tile.block_k) + ", " + std::to_string(tile.stages) + " stages",
+      "grouped GEMM (bf16 in, fp32 accumulate, bf16 out)", o, grouped_gemm_tile(),
       "vs_dense = dense cuBLAS time / this time (the same FLOPs); vs_torch and vs_unfused = "
       "their time / this time");
   CublasBaseline cublas;

@@ -223,8 +223,10 @@ int run(Args& args) {
   namespace cfg = gemm::bwd;
   Report report = make_gemm_report(
       "backward grouped GEMMs (bf16 in, fp32 accumulate; dgrad bf16 out, wgrad fp32 out)", o,
-      std::to_string(cfg::kBlockM) + "x" + std::to_string(cfg::kBlockN) + "x" +
-          std::to_string(cfg::kBlockK) + ", " + std::to_string(cfg::kStages) + " stages",
+      GroupedGemmTile{.block_m = cfg::kBlockM,
+                      .block_n = cfg::kBlockN,
+                      .block_k = cfg::kBlockK,
+                      .stages = cfg::kStages},
       "vs_dense = dense cuBLAS time of the same M, N, K / this time (for a wgrad K = all rows: "
       "1/E of the output); vs_torch and vs_unfused = their time / this time; torch's wgrad "
       "writes bf16, ours fp32");
