@@ -73,3 +73,10 @@ def test_moefuse_backend_without_gpu_fails_with_a_message(tmp_path):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "moefuse-fused" in proc.stderr and "GPU" in proc.stderr, proc.stderr
+
+
+def test_torch_grouped_backend_on_the_cpu_fails_with_a_message(tmp_path):
+    proc = run_example("--backends", "torch-grouped", "--steps", "2", tmp_path=tmp_path)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "torch-grouped" in proc.stderr and "--device cuda" in proc.stderr, proc.stderr
