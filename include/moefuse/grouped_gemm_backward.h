@@ -77,7 +77,8 @@ struct Fc2DgradScratch {
 };
 int64_t fc2_dgrad_dp_blocks(int64_t ffn);
 
-// The fused kernel (dGLU and dp in the GEMM's epilogue from registers) + the dp reduction.
+// The fused kernel (dGLU and dp in the GEMM's epilogue warps, overlapped with the next tile's
+// mainloop; g reaches them rounded to bf16, as in the unfused twin) + the dp reduction.
 void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
                             cudaStream_t stream);
 // The unfused twin: plain dgrad into scratch.g (bf16) → one elementwise kernel (activation

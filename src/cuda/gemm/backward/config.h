@@ -10,7 +10,9 @@ namespace moefuse::gemm::bwd {
 inline constexpr int kBlockM = 128;  // output rows per tile: 2 consumer warpgroups × 64
 inline constexpr int kBlockN = 256;  // output columns per tile: one wgmma m64n256k16 row slab
 inline constexpr int kBlockK = 64;   // K per stage
-inline constexpr int kStages = 4;
+// Three stages leave room for the epilogue hand-off's tile buffer (below); the forward measured
+// no slower with three than with four (docs/measurements.md).
+inline constexpr int kStages = 3;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
 
@@ -25,10 +27,16 @@ inline constexpr int kConsumerWarpgroups = 2;
 inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
 inline constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
 
-// setmaxnreg budgets (see the forward's config.h): the gather producer of the wgrad keeps 16
-// source addresses live, so it gets more and the consumers a little less.
-inline constexpr int kProducerRegs = 40;
-inline constexpr int kConsumerRegs = 232;
+// Warps 1-3 of warpgroup 0 are the epilogue warps (tile_handoff.cuh) in the dgrad and the TMA
+// wgrad; the gather wgrad's producer needs all 128 threads, so its consumers keep the epilogue.
+inline constexpr int kEpilogueWarps = 3;
+inline constexpr int kEpilogueThreads = kEpilogueWarps * 32;
+
+// setmaxnreg budgets (see the forward's config.h): warpgroup 0 holds the epilogue warps, whose
+// dGLU keeps four rows' loads in flight; the consumers now hold only the accumulators and the
+// hand-off. The gather producer keeps 16 source addresses live.
+inline constexpr int kProducerRegs = 136;
+inline constexpr int kConsumerRegs = 184;
 inline constexpr int kGatherProducerRegs = 72;
 inline constexpr int kGatherConsumerRegs = 216;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads);
@@ -44,19 +52,27 @@ static_assert(kBlockN % kMnChunk == 0 && kBlockK % 8 == 0);
 static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
 
 // Named barriers (id 0 is __syncthreads): the two consumer warpgroups together (wgrad tail
-// zeroing), and one per consumer warpgroup from kSlabBarrierFirstId (epilogue staging).
+// zeroing), and one per consumer warpgroup from kSlabBarrierFirstId (the gather wgrad's
+// in-consumer staging). The epilogue hand-off uses mbarriers only.
 inline constexpr int kConsumerBarrierId = 1;
 inline constexpr int kSlabBarrierFirstId = 2;
 
-// Epilogue staging buffer of one consumer warpgroup (staged_store.cuh): 64 rows × (128 + 16) B.
-inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
+// The hand-off's tile buffer (tile_handoff.cuh): 128 rows of 512 bytes (256 bf16 or 128 fp32
+// columns), pitch 528 so that a warp's 8 rows of accumulator pairs spread over the banks.
+inline constexpr int kTileRowBytes = 512;
+inline constexpr int kTilePitch = kTileRowBytes + 16;
+inline constexpr int kTileBufferBytes = kBlockM * kTilePitch;
 
-// Dynamic shared memory: stages, the consumers' staging buffers, 2 × kStages mbarriers,
-// tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
+// Epilogue staging buffer of one consumer warpgroup (staged_store.cuh, gather wgrad only): 64
+// rows × (128 + 16) B, both inside the tile buffer (unused by that variant).
+inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
+static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileBufferBytes);
+
+// Dynamic shared memory: stages, the tile buffer, 2 × kStages + 2 mbarriers, tile_start[E + 1];
+// plus slack to align the base to the 1024-byte swizzle atom.
 constexpr int64_t smem_bytes(int num_experts) {
-  return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) +
-         kConsumerWarpgroups * kEpilogueStageBytes + 2 * kStages * 8 +
-         4 * (int64_t{num_experts} + 1);
+  return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileBufferBytes +
+         (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
 }
 static_assert(smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 

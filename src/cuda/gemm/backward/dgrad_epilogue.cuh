@@ -1,149 +1,180 @@
-// The dgrad kernel's epilogues.
+// The dgrad kernel's epilogue warps (warps 1-3 of warpgroup 0): they drain every tile the
+// consumers hand over (tile_handoff.cuh) while the consumers run the next tile's mainloop.
 //
-// store_slab (staged_store.cuh): D = acc (bf16 or fp32) through the warpgroup's staging buffer.
+// Plain dgrad: D = the accumulator, bf16 (one part) or fp32 (two parts), 16-byte row pieces.
 //
-// dglu_slab<kOp> (FC2 dgrad): the accumulator is g = dys·W2[e] for output columns f of F. Per
-// chunk of 32 columns of the warpgroup's 64 × 256 slab:
-//   1. every thread writes its g pairs (fp32, the accumulator layout of mainloop.cuh's
-//      AccPosition) into the staging buffer; named barrier;
-//   2. thread t finishes slab row t / 2, octets 2·(t % 2) and 2·(t % 2) + 1 of the chunk (8
-//      columns f0 .. f0 + 7 each): 16-byte loads of the saved pre (GLU: gate f0.. at interleaved
-//      column 2·f0, up 8 columns later — the interleave of 8; squared ReLU: column f0), the
-//      activation and its derivatives, and 16-byte stores of d_pre = act'(pre) ⊙ (p·g)
-//      (interleaved like pre) and scaled_act = p·act; named barrier before the buffer's reuse.
-//   dp: each thread sums g·act over its octets in ascending column order, the two threads of a
-//   row add their sums (xor-shuffle 1), and the even one stores the (row, n-block) partial:
-//   deterministic.
+// dGLU (FC2 dgrad): the buffer holds g = dys·W2[e] (bf16) for output columns f of F. Warp w
+// finishes tile rows w, w + 3, ... two at a time (both rows' loads in flight together); lane l
+// finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte loads of g from the buffer and of
+// the saved pre (GLU: gate f0.. at interleaved column 2·f0, up 8 columns later — the interleave
+// of 8; squared ReLU: column f0), the activation and its derivatives, 16-byte stores of
+// d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and scaled_act = p·act. A warp thus reads
+// and writes whole rows: 1 KiB of pre and d_pre, 512 bytes of scaled_act (GLU).
+//   dp: each lane sums g·act over its 8 columns in order, a xor-shuffle tree adds the 32 lanes,
+//   lane 0 stores the (row, n-block) partial: deterministic.
+//   L2 prefetch: when a tile's drain starts, the rows of pre the next tile of this CTA will read
+//   are prefetched into L2 (cp.async.bulk.prefetch, one instruction per row), so the drain's
+//   loads hit L2 instead of waiting on HBM.
 // Rows at or past the expert's end and octets at or past n are neither read nor written (n % 8
 // == 0: an octet is entirely in or out).
 //
-// Code size: the activation is a template parameter (one switch, dglu_tile), and the chunk loop
-// is not unrolled: only step 1, which must name the accumulators at compile time, is repeated
-// per chunk (8 × 16 shared stores). The fully unrolled per-element form with a runtime switch was
-// 612 KiB of SASS; unrolled per op still 100 KiB (docs/grouped_gemm_backward.md).
+// Precision: g reaches the epilogue rounded to bf16 (a full fp32 tile, 128 KiB, does not fit next
+// to the pipeline stages). That is the unfused twin's (and torch's) g; d_pre and dp carry one more
+// bf16 rounding than an fp32 g would give (tests/gpu/grouped_gemm_backward_ops_test.cu).
+//
+// Code size: the activation is a template parameter, chosen once per kernel (one switch around
+// the tile loop); the per-row body is one octet per lane.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <utility>
 
 #include "cuda/gemm/backward/activation_backward.h"
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
-#include "cuda/gemm/backward/staged_store.cuh"
+#include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/epilogues/tile_epilogue.cuh"  // unpack8, pack8
+#include "cuda/gemm/tile_scheduler.h"
 
 namespace moefuse::gemm::bwd {
 
-inline constexpr int kDgluChunkCols = kStageChunkBytes / 4;                 // 32 fp32 g columns
-inline constexpr int kDgluChunks = kBlockN / kDgluChunkCols;               // 8
-inline constexpr int kDgluThreadsPerRow = kWarpgroupThreads / kStageRows;  // 2
-inline constexpr int kDgluOctetsPerThread = kDgluChunkCols / 8 / kDgluThreadsPerRow;  // 2
-
-// Step 1 for chunk kChunk.
-template <int kChunk>
-__device__ __forceinline__ void stage_g_chunk(const float (&acc)[128], uint8_t* stage,
-                                              const AccPosition& pos) {
-#pragma unroll
-  for (int jj = 0; jj < kDgluChunkCols / 8; ++jj) {
-    const int j = kChunk * (kDgluChunkCols / 8) + jj;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      stage_pair(stage, pos.row + 8 * h, (8 * jj + pos.col) * 4, acc[4 * j + 2 * h],
-                 acc[4 * j + 2 * h + 1], float{});
-  }
-}
-
-// Step 1 for the runtime chunk c: the accumulators must be named at compile time, so one
-// branch per chunk.
-template <size_t... kChunk>
-__device__ __forceinline__ void stage_g_chunk(const float (&acc)[128], uint8_t* stage,
-                                              const AccPosition& pos, int c,
-                                              std::index_sequence<kChunk...>) {
-  ((c == static_cast<int>(kChunk) ? stage_g_chunk<kChunk>(acc, stage, pos) : void()), ...);
-}
-
-// The row this thread finishes in step 2.
-struct DgluRow {
-  bool valid;
-  float scale;                // p
-  const __nv_bfloat16* pre;   // row start
-  __nv_bfloat16* d_pre;       // row start
-  __nv_bfloat16* scaled_act;  // row start, or null
+// A dgrad tile's rows: the first row of A (and D) it covers and the end of its expert's rows
+// (exclusive, capped at m_cap so that bad offsets can never make the epilogue write out of bounds).
+struct DgradRows {
+  int first;
+  int end;
 };
+__device__ __forceinline__ DgradRows dgrad_rows(const DgradProblem& p, const TileCoord& c) {
+  return DgradRows{.first = __ldg(p.offsets + c.expert) + c.m_block * kBlockM,
+                   .end = min(__ldg(p.offsets + c.expert + 1), p.m_cap)};
+}
 
-// Step 2 for one octet: g from the buffer (fp32), pre from global memory, f0 = its first column.
+// The pre rows the dGLU of tile c reads, into L2 (by the 96 epilogue threads, a row each).
+template <bool kGlu>
+__device__ __forceinline__ void prefetch_pre(const DgradProblem& p, const DGluEpilogue& ep,
+                                             const TileCoord& c) {
+  const DgradRows rows = dgrad_rows(p, c);
+  const int pre_cols = kGlu ? 2 * p.n : p.n;
+  const int col0 = (kGlu ? 2 : 1) * c.n_block * kBlockN;
+  const int bytes = min((kGlu ? 2 : 1) * kBlockN, pre_cols - col0) * 2;  // a multiple of 16
+  prefetch_rows_l2(ep.pre + static_cast<int64_t>(rows.first) * pre_cols + col0,
+                   int64_t{pre_cols} * 2, min(kBlockM, rows.end - rows.first), bytes);
+}
+
+// One octet: g and pre as loaded (bf16), f0 = its first column; returns Σ g·act.
 template <EpilogueOp kOp>
-__device__ __forceinline__ void finish_octet(const EpilogueParams& act_params, const DgluRow& row,
-                                             const uint8_t* staged_g, int f0, float& dp) {
+__device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, float scale,
+                                              const uint4& g_raw, const uint4& gate_raw,
+                                              const uint4& up_raw, __nv_bfloat16* d_pre,
+                                              __nv_bfloat16* scaled_act) {
   constexpr bool kGlu = is_glu_op(kOp);
   float g[8], gate[8], up[8], d_gate[8], d_up[8], act[8];
-  const float4 g_lo = *reinterpret_cast<const float4*>(staged_g);
-  const float4 g_hi = *reinterpret_cast<const float4*>(staged_g + 16);
-  g[0] = g_lo.x, g[1] = g_lo.y, g[2] = g_lo.z, g[3] = g_lo.w;
-  g[4] = g_hi.x, g[5] = g_hi.y, g[6] = g_hi.z, g[7] = g_hi.w;
-  const int gate_col = kGlu ? 2 * f0 : f0;
-  unpack8(*reinterpret_cast<const uint4*>(row.pre + gate_col), gate);
-  if constexpr (kGlu) unpack8(*reinterpret_cast<const uint4*>(row.pre + gate_col + 8), up);
+  unpack8(g_raw, g);
+  unpack8(gate_raw, gate);
+  if constexpr (kGlu) unpack8(up_raw, up);
+  float dp = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const ActivationGrad a = activation_grad_op<kOp>(act_params, gate[i], kGlu ? up[i] : 0.0f);
     dp = fmaf(g[i], a.value, dp);
-    const float d_act = row.scale * g[i];
+    const float d_act = scale * g[i];
     d_gate[i] = d_act * a.d_gate;
     d_up[i] = d_act * a.d_up;
-    act[i] = row.scale * a.value;
+    act[i] = scale * a.value;
   }
-  *reinterpret_cast<uint4*>(row.d_pre + gate_col) = pack8(d_gate);
-  if constexpr (kGlu) *reinterpret_cast<uint4*>(row.d_pre + gate_col + 8) = pack8(d_up);
-  if (row.scaled_act) *reinterpret_cast<uint4*>(row.scaled_act + f0) = pack8(act);
+  *reinterpret_cast<uint4*>(d_pre) = pack8(d_gate);
+  if constexpr (kGlu) *reinterpret_cast<uint4*>(d_pre + 8) = pack8(d_up);
+  if (scaled_act) *reinterpret_cast<uint4*>(scaled_act) = pack8(act);
+  return dp;
+}
+
+// The dGLU of one handed-over tile (rows from row_first, < row_end; columns from n0).
+template <EpilogueOp kOp>
+__device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProblem& p,
+                                           const DGluEpilogue& ep, const DgradRows& tile_rows,
+                                           int n0, int n_block) {
+  constexpr bool kGlu = is_glu_op(kOp);
+  constexpr int kRows = 4;  // rows per warp in flight
+  const int pre_cols = kGlu ? 2 * p.n : p.n;
+  const EpilogueLane me = EpilogueLane::of_thread();
+  const int f0 = n0 + 8 * me.lane;
+  const bool col_ok = f0 < p.n;
+  const int gate_col = kGlu ? 2 * f0 : f0;
+  const int rows = min(kBlockM, tile_rows.end - tile_rows.first);
+  for (int r0 = me.warp; r0 < rows; r0 += kEpilogueWarps * kRows) {
+    uint4 g_raw[kRows], gate_raw[kRows], up_raw[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int r = r0 + kEpilogueWarps * i;
+      if (r < rows && col_ok) {
+        const __nv_bfloat16* pre =
+            ep.pre + static_cast<int64_t>(tile_rows.first + r) * pre_cols + gate_col;
+        g_raw[i] = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + 16 * me.lane);
+        gate_raw[i] = __ldg(reinterpret_cast<const uint4*>(pre));
+        up_raw[i] = kGlu ? __ldg(reinterpret_cast<const uint4*>(pre + 8)) : uint4{};
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int r = r0 + kEpilogueWarps * i;
+      if (r >= rows) break;  // warp-uniform: the shuffles below see all 32 lanes
+      const int64_t row = tile_rows.first + r;
+      float dp = 0.0f;
+      if (col_ok) {
+        const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
+        dp = finish_octet<kOp>(ep.act, scale, g_raw[i], gate_raw[i], up_raw[i],
+                               ep.d_pre + row * pre_cols + gate_col,
+                               ep.scaled_act ? ep.scaled_act + row * p.n + f0 : nullptr);
+      }
+#pragma unroll
+      for (int s = 16; s > 0; s /= 2) dp += __shfl_xor_sync(0xffffffffu, dp, s);
+      if (ep.dp_partial && me.lane == 0) ep.dp_partial[row * ep.dp_blocks + n_block] = dp;
+    }
+  }
 }
 
 template <EpilogueOp kOp>
-__device__ __forceinline__ void dglu_slab(const float (&acc)[128], const DgradProblem& p,
-                                          const DGluEpilogue& ep, uint8_t* stage, int slab,
-                                          int row_first, int row_end, int n0, int n_block) {
-  const int pre_cols = is_glu_op(kOp) ? 2 * p.n : p.n;
-  const AccPosition pos = AccPosition::of_thread();
-  const int tid = threadIdx.x % kWarpgroupThreads;
-  const int r = tid / kDgluThreadsPerRow;
-  const int first_octet = kDgluOctetsPerThread * (tid % kDgluThreadsPerRow);
-  const int row_index = row_first + r;
-  DgluRow row{.valid = row_index < row_end};
-  const int64_t safe_row = row.valid ? row_index : 0;
-  row.scale = row.valid && ep.row_scale ? __ldg(ep.row_scale + row_index) : 1.0f;
-  row.pre = ep.pre + safe_row * pre_cols;
-  row.d_pre = ep.d_pre + safe_row * pre_cols;
-  row.scaled_act = ep.scaled_act ? ep.scaled_act + safe_row * p.n : nullptr;
-
-  float dp = 0.0f;
-#pragma unroll 1
-  for (int c = 0; c < kDgluChunks; ++c) {
-    stage_g_chunk(acc, stage, pos, c, std::make_index_sequence<kDgluChunks>{});
-    slab_barrier(slab);
-#pragma unroll
-    for (int k = 0; k < kDgluOctetsPerThread; ++k) {
-      const int octet = first_octet + k;
-      const int f0 = n0 + kDgluChunkCols * c + 8 * octet;
-      if (row.valid && f0 < p.n)
-        finish_octet<kOp>(ep.act, row, stage + r * kStagePitch + octet * 32, f0, dp);
-    }
-    slab_barrier(slab);
+__device__ __forceinline__ void dglu_epilogue(const DgradProblem& p, const DGluEpilogue& ep,
+                                              const SharedLayout& smem, const TileShape& shape,
+                                              int total_tiles) {
+  constexpr bool kGlu = is_glu_op(kOp);
+  TileHandoff h = TileHandoff::of(smem);
+  auto coord = [&](int t) {
+    return tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+  };
+  if (static_cast<int>(blockIdx.x) < total_tiles) prefetch_pre<kGlu>(p, ep, coord(blockIdx.x));
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = coord(t);
+    const DgradRows rows = dgrad_rows(p, c);
+    receive_tile(h, 1, [&](int, const uint8_t* tile) {
+      if (t + static_cast<int>(gridDim.x) < total_tiles)
+        prefetch_pre<kGlu>(p, ep, coord(t + gridDim.x));
+      dglu_drain<kOp>(tile, p, ep, rows, c.n_block * kBlockN, c.n_block);
+    });
   }
-
-  // Both lanes of a row take part in the shuffle (rows past the end add unused zeros).
-  dp += __shfl_xor_sync(0xffffffffu, dp, 1);
-  if (row.valid && ep.dp_partial && tid % kDgluThreadsPerRow == 0)
-    ep.dp_partial[static_cast<int64_t>(row_index) * ep.dp_blocks + n_block] = dp;
 }
 
-__device__ __forceinline__ void dglu_tile(const float (&acc)[128], const DgradProblem& p,
-                                          const DGluEpilogue& ep, uint8_t* stage, int slab,
-                                          int row_first, int row_end, int n0, int n_block) {
-  dispatch_epilogue_op(ep.act.op, [&](auto op) {
-    dglu_slab<decltype(op)::value>(acc, p, ep, stage, slab, row_first, row_end, n0, n_block);
-  });
+// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
+__device__ __forceinline__ void dgrad_epilogue_warps(const DgradProblem& p,
+                                                     const DGluEpilogue& ep,
+                                                     const SharedLayout& smem,
+                                                     const TileShape& shape, int total_tiles) {
+  if (ep.pre) {
+    dispatch_epilogue_op(ep.act.op, [&](auto op) {
+      dglu_epilogue<decltype(op)::value>(p, ep, smem, shape, total_tiles);
+    });
+    return;
+  }
+  TileHandoff h = TileHandoff::of(smem);
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+    const DgradRows rows = dgrad_rows(p, c);
+    receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
+      drain_output<false>(tile, part, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end,
+                          c.n_block * kBlockN);
+    });
+  }
 }
 
 }  // namespace moefuse::gemm::bwd

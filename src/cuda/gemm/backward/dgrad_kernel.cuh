@@ -6,12 +6,16 @@
 //   all:        warp 0 scans the tile counts (the forward's scheduler: experts in turn, m-blocks
 //               in groups of 8) into shared memory; thread 0 initialises the mbarriers;
 //               __syncthreads (the only CTA-wide barrier).
-//   warpgroup 0 (producer, one thread): per stage 1 TMA for A (128 rows × 64 K) and 4 for B
+//   warpgroup 0, thread 0 (producer): per stage 1 TMA for A (128 rows × 64 K) and 4 for B
 //               (64 K × 4·64 N); rows past the expert are loaded (next expert's rows, or zeros
 //               past m_cap) and masked in the epilogue; K and N tails are zero-filled by TMA.
+//   warpgroup 0, warps 1-3 (epilogue warps): drain each finished tile from the tile buffer:
+//               plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh).
 //   warpgroups 1, 2 (consumers): wgmma m64n256k16 (A K-major, B MN-major) into 128 fp32
-//               registers each, then the epilogue (plain store or the FC2 dGLU epilogue)
-//               through the warpgroup's own staging buffer (staged_store.cuh).
+//               registers each, hand the tile over (tile_handoff.cuh: bf16 for bf16 D and the
+//               dGLU's g, two fp32 halves for fp32 D) and go on with the next tile.
+// Synchronisation: the stage mbarriers (mainloop.cuh) and the hand-off's tile_full/tile_empty
+// (tile_handoff.cuh, protocol and hand walk there); no named barrier.
 #pragma once
 
 #include <cuda.h>
@@ -20,6 +24,7 @@
 
 #include "cuda/gemm/backward/dgrad_epilogue.cuh"
 #include "cuda/gemm/backward/mainloop.cuh"
+#include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/device_scheduler.cuh"
 #include "cuda/gemm/tile_scheduler.h"
 
@@ -42,11 +47,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if (threadIdx.x >= 32) {
+      dgrad_epilogue_warps(p, ep, smem, shape, total_tiles);
+      return;
+    }
     if (threadIdx.x != 0) return;
     PipelineState pipe;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-      const int first_row = __ldg(p.offsets + c.expert) + c.m_block * kBlockM;
+      const int first_row = dgrad_rows(p, c).first;
       for (int kb = 0; kb < k_blocks; ++kb) {
         ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
         uint64_t* full = &smem.full[pipe.stage];
@@ -63,23 +72,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
   const int slab = warpgroup - 1;
-  uint8_t* staging = smem.epilogue_stage(slab);
+  const bool fp32_handoff = !ep.pre && p.d_fp32;
+  TileHandoff handoff = TileHandoff::of(smem);
   float acc[128];
   PipelineState pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const int row_first = __ldg(p.offsets + c.expert) + c.m_block * kBlockM + slab * (kBlockM / 2);
-    const int row_end = min(__ldg(p.offsets + c.expert + 1), p.m_cap);
     consume_tile<Major::K, Major::MN>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
-    const int n0 = c.n_block * kBlockN;
-    if (ep.pre) {
-      dglu_tile(acc, p, ep, staging, slab, row_first, row_end, n0, c.n_block);
-    } else if (p.d_fp32) {
-      store_slab(acc, staging, slab, static_cast<float*>(p.d), p.n, p.n, row_first, row_end, n0);
-    } else {
-      store_slab(acc, staging, slab, static_cast<__nv_bfloat16*>(p.d), p.n, p.n, row_first,
-                 row_end, n0);
-    }
+    hand_off_tile(acc, handoff, slab, fp32_handoff);
   }
 }
 

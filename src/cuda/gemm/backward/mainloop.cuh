@@ -40,12 +40,14 @@ inline constexpr uint64_t kCacheHintNormal =
     static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 
 struct SharedLayout {
-  uint8_t* a;         // kStages × kABytes
-  uint8_t* b;         // kStages × kBBytes
-  uint8_t* epilogue;  // kConsumerWarpgroups × kEpilogueStageBytes (staged_store.cuh)
-  uint64_t* full;     // [kStages]
-  uint64_t* empty;    // [kStages]
-  int* tile_start;    // [E + 1] (dgrad only)
+  uint8_t* a;            // kStages × kABytes
+  uint8_t* b;            // kStages × kBBytes
+  uint8_t* tile;         // kTileBufferBytes: the epilogue hand-off (tile_handoff.cuh)
+  uint64_t* full;        // [kStages]
+  uint64_t* empty;       // [kStages]
+  uint64_t* tile_full;   // consumers → epilogue warps: the tile buffer holds a (part of a) tile
+  uint64_t* tile_empty;  // epilogue warps → consumers: the tile buffer may be overwritten
+  int* tile_start;       // [E + 1] (dgrad only)
 
   __device__ static SharedLayout carve(uint8_t* raw) {
     uint8_t* base = reinterpret_cast<uint8_t*>(
@@ -54,17 +56,18 @@ struct SharedLayout {
     SharedLayout s;
     s.a = base;
     s.b = s.a + kStages * kABytes;
-    s.epilogue = s.b + kStages * kBBytes;
-    s.full = reinterpret_cast<uint64_t*>(s.epilogue + kConsumerWarpgroups * kEpilogueStageBytes);
+    s.tile = s.b + kStages * kBBytes;
+    s.full = reinterpret_cast<uint64_t*>(s.tile + kTileBufferBytes);
     s.empty = s.full + kStages;
-    s.tile_start = reinterpret_cast<int*>(s.empty + kStages);
+    s.tile_full = s.empty + kStages;
+    s.tile_empty = s.tile_full + 1;
+    s.tile_start = reinterpret_cast<int*>(s.tile_empty + 1);
     return s;
   }
   __device__ uint8_t* a_stage(int stage) const { return a + stage * kABytes; }
   __device__ uint8_t* b_stage(int stage) const { return b + stage * kBBytes; }
-  __device__ uint8_t* epilogue_stage(int slab) const {
-    return epilogue + slab * kEpilogueStageBytes;
-  }
+  // The gather wgrad's per-consumer staging buffers (staged_store.cuh) live in the tile buffer.
+  __device__ uint8_t* epilogue_stage(int slab) const { return tile + slab * kEpilogueStageBytes; }
 
   // Barrier init by one thread, before the CTA-wide __syncthreads.
   __device__ void init_barriers(int full_arrivals) const {
@@ -72,6 +75,8 @@ struct SharedLayout {
       ClusterBarrier::init(&full[s], full_arrivals);
       ClusterBarrier::init(&empty[s], kConsumerThreads);
     }
+    ClusterBarrier::init(tile_full, kConsumerThreads);
+    ClusterBarrier::init(tile_empty, kEpilogueThreads);
     cutlass::arch::fence_barrier_init();
   }
 };

@@ -1,4 +1,5 @@
-// The backward epilogues' global stores through a per-warpgroup shared-memory staging buffer, so
+// The gather wgrad's in-consumer epilogue (its producer needs all of warpgroup 0, so it has no
+// epilogue warps for tile_handoff.cuh): global stores through a per-warpgroup staging buffer, so
 // that global memory sees whole 128-byte row segments written 16 bytes per thread instead of the
 // accumulator layout's 4- or 8-byte pieces of 8 rows per warp store. The geometry (64-row slab,
 // 128-byte chunks, row pitch 144 bytes: a warp's 8 rows of pairs hit all 32 banks) and the
@@ -38,10 +39,7 @@ struct CopyPiece {
 // Step 3 for fp32 data: dst += v (the wgrad's accumulate).
 struct AddPieceF32 {
   __device__ void operator()(uint8_t* dst, const uint4& v) const {
-    float4* d = reinterpret_cast<float4*>(dst);
-    const float4 old = *d;
-    const float4 s = *reinterpret_cast<const float4*>(&v);
-    *d = make_float4(old.x + s.x, old.y + s.y, old.z + s.z, old.w + s.w);
+    *reinterpret_cast<uint4*>(dst) = add_f32x4(*reinterpret_cast<const uint4*>(dst), v);
   }
 };
 

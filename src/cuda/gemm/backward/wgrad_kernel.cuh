@@ -20,6 +20,12 @@
 // of K row r of MN chunk i at i·8 KiB + r·128 + (c ^ r%8)·16); rows past the expert or with an
 // index outside [0, gather_rows) are zero-filled (src-size 0). full[s] then counts 1 (thread 0's
 // arrive.expect_tx for A's TMA) + 128 (cp.async.mbarrier.arrive.noinc).
+//
+// Epilogue: the TMA variant hands each finished tile to warps 1-3 of warpgroup 0
+// (tile_handoff.cuh: fp32 D in two halves, bf16 D in one) and its consumers go on with the next
+// tile; the epilogue warps store it, or add it to the old D with accumulate. The gather variant,
+// whose producer needs all of warpgroup 0, stores from the consumers through their staging
+// buffers (staged_store.cuh). Both sides skip an empty expert's tile in accumulate mode.
 #pragma once
 
 #include <cuda.h>
@@ -29,6 +35,7 @@
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/staged_store.cuh"
+#include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/tile_scheduler.h"
 
 namespace moefuse::gemm::bwd {
@@ -158,8 +165,13 @@ __device__ __forceinline__ void zero_tail_rows(const SharedLayout& smem, int sta
   asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumerBarrierId), "r"(kConsumerThreads) : "memory");
 }
 
-// The tile's 64 × 256 slab of D[e] through the staging buffer: plain stores, or with accumulate
-// a 16-byte read-add-write of the old fp32 D per piece (coalesced, as the stores).
+// An empty expert's tile leaves D untouched in accumulate mode (and zeros it otherwise).
+__device__ __forceinline__ bool skip_tile(const WgradProblem& p, int k_blocks) {
+  return k_blocks == 0 && p.accumulate;
+}
+
+// Gather variant, in the consumers: the tile's 64 × 256 slab of D[e] through the staging buffer:
+// plain stores, or with accumulate a 16-byte read-add-write of the old fp32 D per piece.
 __device__ __forceinline__ void wgrad_store(const float (&acc)[128], const WgradProblem& p,
                                             uint8_t* stage, int slab, int expert, int m_first,
                                             int n0) {
@@ -173,6 +185,46 @@ __device__ __forceinline__ void wgrad_store(const float (&acc)[128], const Wgrad
   } else {
     store_slab(acc, stage, slab, static_cast<float*>(p.d) + offset, p.n_out, p.n_out, m_first,
                p.m_out, n0);
+  }
+}
+
+// D[e]'s tile at (m-block, n-block) of tile c: its first row and column.
+__device__ __forceinline__ uint8_t* wgrad_tile_origin(const WgradProblem& p, const TileCoord& c) {
+  const int elt = p.d_fp32 ? 4 : 2;
+  return static_cast<uint8_t*>(p.d) +
+         ((static_cast<int64_t>(c.expert) * p.m_out + c.m_block * kBlockM) * p.n_out +
+          c.n_block * kBlockN) * elt;
+}
+
+// Accumulate mode: the old D of tile c into L2 (fp32 rows of up to 1 KiB).
+__device__ __forceinline__ void prefetch_old_d(const WgradProblem& p, const TileCoord& c) {
+  prefetch_rows_l2(wgrad_tile_origin(p, c), int64_t{p.n_out} * 4,
+                   min(kBlockM, p.m_out - c.m_block * kBlockM),
+                   min(kBlockN, p.n_out - c.n_block * kBlockN) * 4);
+}
+
+// TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. With
+// accumulate, the old D of this CTA's next tile is prefetched into L2 when a drain starts.
+__device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
+                                                     const SharedLayout& smem,
+                                                     const WgradTiles& tiles, int total_tiles) {
+  TileHandoff h = TileHandoff::of(smem);
+  if (p.accumulate && static_cast<int>(blockIdx.x) < total_tiles)
+    prefetch_old_d(p, tiles.coord(blockIdx.x));
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tiles.coord(t);
+    if (skip_tile(p, ceil_div(expert_rows(p, c.expert).count, kBlockK))) continue;
+    uint8_t* d = wgrad_tile_origin(p, c);
+    const int rows = p.m_out - c.m_block * kBlockM, cols = p.n_out - c.n_block * kBlockN;
+    receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
+      if (!p.accumulate) {
+        drain_output<false>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
+        return;
+      }
+      if (part == 0 && t + static_cast<int>(gridDim.x) < total_tiles)
+        prefetch_old_d(p, tiles.coord(t + gridDim.x));
+      drain_output<true>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
+    });
   }
 }
 
@@ -196,12 +248,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kProducerRegs>();
     if constexpr (kGather) wgrad_produce_gather(&tmap_a, p, smem, tiles, total_tiles);
     else if (threadIdx.x == 0) wgrad_produce_tma(&tmap_a, &tmap_b, p, smem, tiles, total_tiles);
+    else if (threadIdx.x >= 32) wgrad_epilogue_warps(p, smem, tiles, total_tiles);
     return;
   }
 
   cutlass::arch::warpgroup_reg_alloc<kGather ? kGatherConsumerRegs : kConsumerRegs>();
   const int slab = warpgroup - 1;
-  uint8_t* staging = smem.epilogue_stage(slab);
+  TileHandoff handoff = TileHandoff::of(smem);
   float acc[128];
   PipelineState pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
@@ -215,9 +268,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (kGather) cutlass::arch::fence_view_async_shared();
           if (kb == k_blocks - 1 && tail < kBlockK) zero_tail_rows(smem, stage, tail);
         });
-    if (k_blocks == 0 && p.accumulate) continue;  // an empty expert leaves D untouched
-    const int m_first = c.m_block * kBlockM + slab * (kBlockM / 2);
-    wgrad_store(acc, p, staging, slab, c.expert, m_first, c.n_block * kBlockN);
+    if (skip_tile(p, k_blocks)) continue;
+    if constexpr (kGather) {
+      wgrad_store(acc, p, smem.epilogue_stage(slab), slab, c.expert,
+                  c.m_block * kBlockM + slab * (kBlockM / 2), c.n_block * kBlockN);
+    } else {
+      hand_off_tile(acc, handoff, slab, p.d_fp32);
+    }
   }
 }
 

@@ -1,0 +1,183 @@
+// The epilogue hand-off of the backward kernels: the consumer warpgroups write the finished
+// accumulator tile into the shared tile buffer and go straight back to the mainloop; the epilogue
+// warps (warps 1-3 of warpgroup 0, 96 threads) drain it to global memory while the tensor cores
+// work on the next tile.
+//
+// Tile buffer: 128 rows × kTilePitch (528) bytes; a row holds 512 bytes of data: a whole tile row
+// as bf16 (256 columns) or half of it as fp32 (128 columns). A tile therefore goes over in
+// `parts` = 1 (bf16 staging: the dGLU's g, bf16 outputs) or 2 (fp32 outputs: columns 0-127,
+// then 128-255) hand-offs. `parts` is a function of kernel parameters only, so both sides agree.
+//
+// Protocol (two mbarriers; every thread of a side keeps its own phase bit, starting at 0):
+//   consumers (256 threads), per part:  wait tile_empty (parity phase ^ 1: a fresh barrier
+//     passes), write the part, arrive tile_full (count 256), phase ^= 1.
+//   epilogue warps (96 threads), per part:  wait tile_full (parity phase), drain the part,
+//     arrive tile_empty (count 96), phase ^= 1.
+// The arrive (release) / wait (acquire) pairs order the buffer's writes and reads; no named
+// barrier is involved. Both sides walk the same tiles (same scheduler, same skip rule: the
+// wgrad's empty experts in accumulate mode hand nothing over) with the same `parts`.
+//
+// Walked by hand (u = tile_full's completed phases, v = tile_empty's):
+//   0 tiles: neither side enters its loop; nothing waits.
+//   1 tile, 1 part: consumers pass empty(parity 1) on the fresh barrier, write, arrive: u = 1.
+//     Epilogue waits full(parity 0): passes once u = 1; drains; arrives: v = 1. The consumers may
+//     already have left the kernel; the buffer lives until the whole CTA exits.
+//   2 tiles, 1 part: consumers' second wait is empty(parity 0): blocks until v = 1 (tile 1
+//     drained); write, arrive: u = 2. Epilogue waits full(parity 1): passes at u = 2; v = 2.
+//     A consumer cannot arrive twice within one phase of tile_full: its next arrive needs the
+//     epilogue's release of the part, which needs the phase to have completed.
+//   2 parts: the same sequence with two hand-offs per tile (the consumers wait for the drain of
+//     part 0 before writing part 1; part 1 is drained while the next tile's mainloop runs).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/backward/mainloop.cuh"
+
+namespace moefuse::gemm::bwd {
+
+static_assert(kTileRowBytes == kBlockN * 2, "a buffer row is one bf16 tile row");
+
+// One side's view of the hand-off: the buffer, the two barriers and this thread's phase bit.
+struct TileHandoff {
+  uint8_t* tile;
+  uint64_t* full;
+  uint64_t* empty;
+  uint32_t phase = 0;
+
+  __device__ static TileHandoff of(const SharedLayout& smem) {
+    return TileHandoff{.tile = smem.tile, .full = smem.tile_full, .empty = smem.tile_empty};
+  }
+  // Consumer side.
+  __device__ void acquire() const { ClusterBarrier::wait(empty, phase ^ 1u); }
+  __device__ void publish() {
+    ClusterBarrier::arrive(full);
+    phase ^= 1u;
+  }
+  // Epilogue side.
+  __device__ void wait_full() const { ClusterBarrier::wait(full, phase); }
+  __device__ void release() {
+    ClusterBarrier::arrive(empty);
+    phase ^= 1u;
+  }
+};
+
+// Consumer side: part kPart of warpgroup `slab`'s 64 × 256 accumulators as T (columns
+// [kPart · 512 / sizeof(T), ...) of the tile) into the buffer's rows 64·slab .. 64·slab + 63.
+template <class T, int kPart>
+__device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* tile, int slab) {
+  constexpr int kJ = kTileRowBytes / int{sizeof(T)} / 8;  // column octets per part
+  const AccPosition pos = AccPosition::of_thread();
+  uint8_t* row0 = tile + (slab * (kBlockM / 2) + pos.row) * kTilePitch;
+#pragma unroll
+  for (int jj = 0; jj < kJ; ++jj) {
+    const int j = kPart * kJ + jj;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      store_pair(
+          reinterpret_cast<T*>(row0 + 8 * h * kTilePitch + (8 * jj + pos.col) * int{sizeof(T)}),
+          acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
+template <class T, int kPart>
+__device__ __forceinline__ void send_part(const float (&acc)[128], TileHandoff& h, int slab) {
+  h.acquire();
+  stage_part<T, kPart>(acc, h.tile, slab);
+  h.publish();
+}
+
+// Consumer side of one tile: fp32 in two parts, or bf16 in one.
+__device__ __forceinline__ void hand_off_tile(const float (&acc)[128], TileHandoff& h, int slab,
+                                              bool fp32) {
+  if (fp32) {
+    send_part<float, 0>(acc, h, slab);
+    send_part<float, 1>(acc, h, slab);
+  } else {
+    send_part<__nv_bfloat16, 0>(acc, h, slab);
+  }
+}
+
+__device__ __forceinline__ int handoff_parts(bool fp32) { return fp32 ? 2 : 1; }
+
+// Epilogue side of one tile: `drain(part, tile)` between the waits, by all 96 threads.
+template <class Drain>
+__device__ __forceinline__ void receive_tile(TileHandoff& h, int parts, Drain&& drain) {
+  for (int part = 0; part < parts; ++part) {
+    h.wait_full();
+    drain(part, static_cast<const uint8_t*>(h.tile));
+    h.release();
+  }
+}
+
+// The epilogue thread's warp (0-2) and lane.
+struct EpilogueLane {
+  int warp;
+  int lane;
+  __device__ static EpilogueLane of_thread() {
+    return EpilogueLane{.warp = static_cast<int>(threadIdx.x) / 32 - 1,
+                        .lane = static_cast<int>(threadIdx.x) % 32};
+  }
+};
+
+// Epilogue side: `rows` row segments of `bytes` bytes (a multiple of 16, 16-byte aligned), the
+// first at src and then every pitch_bytes, prefetched into L2 by the 96 epilogue threads (one
+// cp.async.bulk.prefetch per row), so that the drain's later loads hit L2 instead of HBM.
+__device__ __forceinline__ void prefetch_rows_l2(const void* src, int64_t pitch_bytes, int rows,
+                                                 int bytes) {
+  for (int r = static_cast<int>(threadIdx.x) - 32; r < rows; r += kEpilogueThreads)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(
+                     static_cast<const uint8_t*>(src) + r * pitch_bytes),
+                 "r"(bytes)
+                 : "memory");
+}
+
+// Epilogue side: buffer rows [0, 128) → dst rows row_first + r (< row_end), bytes [byte_first,
+// byte_first + 512) of each row clipped to row_bytes (a multiple of 16). Warp w takes rows w,
+// w + 3, ..., lane l the 16-byte piece l: a warp writes one 512-byte row segment. kAdd: dst +=
+// the fp32 piece (the wgrad's accumulate); each step loads kBatch rows' old values first, so the
+// loads are in flight together.
+template <bool kAdd>
+__device__ __forceinline__ void drain_rows(const uint8_t* tile, uint8_t* dst,
+                                           int64_t row_pitch_bytes, int row_first, int row_end,
+                                           int byte_first, int row_bytes) {
+  constexpr int kBatch = kAdd ? 8 : 4;
+  const EpilogueLane me = EpilogueLane::of_thread();
+  const int byte = byte_first + 16 * me.lane;
+  if (byte >= row_bytes) return;  // no barrier below: idle lanes may leave
+  const int rows = min(kBlockM, row_end - row_first);
+  for (int r0 = me.warp; r0 < rows; r0 += kEpilogueWarps * kBatch) {
+    uint4 v[kBatch], old[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + kEpilogueWarps * i;
+      if (r < rows) {
+        v[i] = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + 16 * me.lane);
+        if constexpr (kAdd)
+          old[i] = *reinterpret_cast<const uint4*>(dst + (row_first + r) * row_pitch_bytes + byte);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + kEpilogueWarps * i;
+      if (r < rows)
+        *reinterpret_cast<uint4*>(dst + (row_first + r) * row_pitch_bytes + byte) =
+            kAdd ? add_f32x4(old[i], v[i]) : v[i];
+    }
+  }
+}
+
+// A plain output tile: part `part` of the tile at (row_first, n0) of a row-major D with row pitch
+// `ld` elements, `n` valid columns, rows < row_end; fp32 (two parts, kAdd possible) or bf16.
+template <bool kAdd>
+__device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void* d, bool fp32,
+                                             int64_t ld, int n, int row_first, int row_end,
+                                             int n0) {
+  const int elt = fp32 ? 4 : 2;
+  drain_rows<kAdd>(tile, static_cast<uint8_t*>(d), ld * elt, row_first, row_end,
+                   n0 * elt + part * kTileRowBytes, n * elt);
+}
+
+}  // namespace moefuse::gemm::bwd
