@@ -1,6 +1,7 @@
 // GPU permute, combine and their backward vs the CPU reference: H 8..7168 (with a partial last
-// chunk), k 1..16, T 0..1024, padded maps (align 8); permute bitwise, the sums within bf16
-// rounding; bitwise repeatability.
+// chunk), k 1..16, T 0..16384 (the last two cases give every block of the persistent permute
+// several token groups, so its shared-memory stages are reused), padded maps (align 8); permute
+// bitwise, the sums within bf16 rounding; bitwise repeatability.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,7 +33,8 @@ struct Case {
 
 const Case kCases[] = {{37, 2048, 64, 8, 1},  {1024, 2880, 128, 4, 8}, {300, 7168, 32, 4, 1},
                        {1, 8, 1, 1, 1},       {5, 24, 16, 16, 8},      {0, 2048, 8, 2, 1},
-                       {1024, 4096, 8, 2, 1}, {64, 520, 512, 16, 8}};
+                       {1024, 4096, 8, 2, 1}, {64, 520, 512, 16, 8},
+                       {4096, 2880, 128, 4, 8}, {16384, 64, 16, 2, 1}};
 
 // Maps from the reference for random distinct routes.
 struct RefMaps {

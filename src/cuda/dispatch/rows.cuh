@@ -31,15 +31,18 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
   return v;
 }
 
-// Lane j (< k) loads row_of[t, j] (classify_row). Returns the row, or -1 when there is none to
-// use.
-__device__ __forceinline__ int load_row(const int32_t* row_of, int64_t t, int k, int lane,
-                                        int rows, int32_t* health) {
-  if (lane >= k) return -1;
-  const int32_t r = row_of[t * k + lane];
+// A row_of entry as the row kernels use it (classify_row): the row, or -1 when there is none
+// to use; a bad entry is reported.
+__device__ __forceinline__ int usable_row(int32_t r, int rows, int32_t* health) {
   const RowUse use = classify_row(r, rows);
   if (use == RowUse::kBad && health) atomicOr(health, kHealthRowOutOfRange);
   return use == RowUse::kUse ? r : -1;
+}
+
+// Lane j (< k) loads row_of[t, j]: usable_row of it, or -1 for the other lanes.
+__device__ __forceinline__ int load_row(const int32_t* row_of, int64_t t, int k, int lane,
+                                        int rows, int32_t* health) {
+  return lane < k ? usable_row(row_of[t * k + lane], rows, health) : -1;
 }
 
 // The warp zeroes those of rows [first, first + 32) whose token_of_row is -1 (padding rows and
