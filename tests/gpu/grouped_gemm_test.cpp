@@ -88,6 +88,10 @@ std::vector<int> zipf_counts(int experts, int total) {
   return c;
 }
 
+// How the gather index is drawn: uniform over [-2, T + 2) (a few rows read zeros), over
+// [-T, 2T) (about two thirds do, whole tiles among them), or entirely outside [0, T).
+enum class GatherIndex { kFewInvalid, kMostlyInvalid, kAllInvalid };
+
 struct Case {
   std::vector<int> counts;
   int row_base = 0;     // offsets[0]: rows before it must stay untouched
@@ -97,6 +101,7 @@ struct Case {
   Activation act = Activation::kSwiGLU;
   bool bias = false, row_scale = false, pre = false, fp32_out = false, gather = false;
   bool unfused = false;
+  GatherIndex index = GatherIndex::kFewInvalid;
 };
 
 struct Outcome {
@@ -120,7 +125,12 @@ class Runner {
     bias_ref_ = test::random_normal(experts_ * c.n, 0.5f);
     scale_ = test::random_uniform(m_cap_, 0.1f, 1.0f);
     if (c.gather) {
-      std::uniform_int_distribution<int> tok(-2, static_cast<int>(tokens_) + 1);  // some invalid
+      const int t = static_cast<int>(tokens_);
+      const int lo = c.index == GatherIndex::kFewInvalid      ? -2
+                     : c.index == GatherIndex::kMostlyInvalid ? -t
+                                                              : t;
+      std::uniform_int_distribution<int> tok(lo, c.index == GatherIndex::kFewInvalid ? t + 1
+                                                                                      : 2 * t - 1);
       index_.resize(m_cap_);
       for (int& t : index_) t = tok(test::rng());
     }
@@ -380,6 +390,35 @@ TEST(GroupedGemm, GatherFusedFc1) {
   run_case({.counts = {5, 0, 200, 131, 1, 400}, .row_base = 2, .spare_rows = 9, .n = 512,
             .k = 328, .bias = true, .row_scale = true, .pre = true, .gather = true},
            "gather swiglu");
+}
+
+// Row-wise TMA gather with the overlapped epilogue: about three tiles per CTA (N = 2048 gives 8
+// n-blocks, ~48 m-blocks on a 132-SM H200), K = 328 (6 K blocks, more than the 3 stages, with a
+// K tail), an empty expert and experts whose row counts are not multiples of 128.
+TEST(GroupedGemm, GatherFusedSeveralTilesPerCta) {
+  MOEFUSE_REQUIRE_HOPPER();
+  std::vector<int> counts = uniform_counts(12, 5000);
+  counts[3] = 0;
+  run_case({.counts = counts, .row_base = 1, .spare_rows = 40, .n = 2048, .k = 328, .bias = true,
+            .row_scale = true, .pre = true, .gather = true},
+           "gather swiglu, several tiles per CTA");
+}
+
+// Rows whose index is outside [0, T) must read zeros (h = bias): most rows, then every row
+// (whole tiles with no row loaded: the stage's expected bytes are B's alone). Non-GLU and linear
+// epilogues of the gather instantiation.
+TEST(GroupedGemm, GatherFusedOutOfRangeIndicesReadZeros) {
+  MOEFUSE_REQUIRE_HOPPER();
+  run_case({.counts = {130, 0, 1, 255, 128}, .spare_rows = 3, .n = 256, .k = 200,
+            .act = Activation::kSquaredReLU, .bias = true, .pre = true, .gather = true,
+            .index = GatherIndex::kMostlyInvalid},
+           "gather squared relu, mostly invalid indices");
+  run_case({.counts = {0, 300, 77}, .row_base = 5, .n = 264, .k = 64, .activation = false,
+            .bias = true, .row_scale = true, .gather = true, .index = GatherIndex::kAllInvalid},
+           "gather linear, all indices invalid");
+  run_case({.counts = {200, 129}, .n = 512, .k = 136, .act = Activation::kGeGLU,
+            .gather = true, .index = GatherIndex::kMostlyInvalid},
+           "gather geglu without bias, mostly invalid indices");
 }
 
 TEST(GroupedGemm, UnfusedTwinMatchesTheReference) {

@@ -15,24 +15,22 @@ inline constexpr int kStages = 3;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
 
-// Warp roles: warpgroup 0 produces (one thread issues TMA; all 128 threads issue cp.async in the
-// gather variant) and, in the overlapped variant, warps 1-3 of it run the epilogue; warpgroups 1
-// and 2 consume (each owns 64 rows of the 128-row tile).
+// Warp roles: warpgroup 0 produces (warp 0: one thread issues TMA, or all 32 lanes issue the
+// gather variant's row-wise TMA) and, with bf16 output, warps 1-3 of it run the epilogue;
+// warpgroups 1 and 2 consume (each owns 64 rows of the 128-row tile).
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kConsumerWarpgroups = 2;
 inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
 inline constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
 
 // setmaxnreg budgets: 128 × producer + 256 × consumer must not exceed the 168 × 384 registers
-// __launch_bounds__(384, 1) gives the CTA. The gather producer keeps row indices and addresses
-// live, so it gets more and the consumers (128 fp32 accumulators each) a little less.
-inline constexpr int kProducerRegs = 56;  // with the epilogue warps' 8-wide row pieces
-inline constexpr int kConsumerRegs = 224;
+// __launch_bounds__(384, 1) gives the CTA. The producer warpgroup runs the producer warp (the
+// gather producer holds 4 row tokens) and the epilogue warps' 8-wide row pieces; the consumers
+// hold 128 fp32 accumulators each.
+inline constexpr int kProducerRegs = 72;
+inline constexpr int kConsumerRegs = 216;
 inline constexpr int kEpilogueWarps = 3;  // warps 1-3 of warpgroup 0
-inline constexpr int kGatherProducerRegs = 72;
-inline constexpr int kGatherConsumerRegs = 216;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads);
-static_assert(kGatherProducerRegs * 128 + kGatherConsumerRegs * 256 <= 168 * kThreads);
 
 inline constexpr int kABytes = kBlockM * kBlockK * 2;  // one stage of A, bf16
 inline constexpr int kBBytes = kBlockN * kBlockK * 2;  // one stage of B
@@ -43,9 +41,10 @@ static_assert((kBlockM / kConsumerWarpgroups) * 128 % kSwizzleAtomBytes == 0,
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kBlockN <= 256 && kBlockM <= 256, "TMA box extents are at most 256");
 
-// The epilogue's staging region: the overlapped variant's bf16 tile buffer (128 rows of 256
-// columns, padded to a 528-byte pitch: epilogues/tile_epilogue.cuh); the in-consumer variant uses
-// its start as two 64-row × 144-byte chunk buffers (epilogues/staged_store.cuh).
+// The epilogue's staging region: the overlapped (bf16 output) variant's tile buffer (128 rows of
+// 256 columns, padded to a 528-byte pitch: epilogues/tile_epilogue.cuh); the fp32 variant's
+// in-consumer epilogue uses its start as two 64-row × 144-byte chunk buffers
+// (epilogues/staged_store.cuh).
 inline constexpr int kTileStageBytes = kBlockM * (kBlockN * 2 + 16);
 inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileStageBytes);

@@ -4,14 +4,45 @@
 //   all:        warp 0 computes tile_start[] from the offsets; thread 0 initialises the
 //               mbarriers; __syncthreads (the only CTA-wide barrier).
 //   warpgroup 0 (setmaxnreg down): warp 0 produces, walking tiles blockIdx.x, +gridDim.x, ... and
-//               filling stages ahead of the consumers (mainloop.cuh has the protocol); in the
-//               overlapped variant warps 1-3 are the epilogue warps, draining each finished tile
-//               from shared memory to global memory (epilogues/tile_epilogue.cuh).
+//               filling stages ahead of the consumers (mainloop.cuh has the protocol; thread 0
+//               alone in the plain variant, all 32 lanes with row-wise TMA in the gather
+//               variant); with bf16 output warps 1-3 are the epilogue warps, draining each
+//               finished tile from shared memory to global memory (epilogues/tile_epilogue.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
 //               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
-//               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
-//               stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
-//               and the gather variant, whose producer needs all of warpgroup 0).
+//               to the epilogue warps (bf16 output, gathered or not: the next tile's MMAs overlap
+//               this tile's stores) or the in-consumer epilogue (fp32 output, which must not
+//               round h to bf16).
+//
+// Barriers (all mbarriers, initialised once; parity waits; phase bits start at 0):
+//   full[s]    count 1 + tx bytes   producer -> consumers   (mainloop.cuh)
+//   empty[s]   count 256            consumers -> producer
+//   tile_full  count 256            consumers -> epilogue warps (bf16 output only)
+//   tile_empty count 96             epilogue warps -> consumers (bf16 output only)
+// Each role keeps its own (stage, phase) or tile phase and every role walks the same tile list
+// t = blockIdx.x, +gridDim.x, ... < total_tiles with the same k_blocks per tile.
+//
+// Walked by hand (bf16 output; K = k_blocks K blocks per tile, S = kStages):
+//   0 tiles (blockIdx.x >= total_tiles, e.g. every expert empty): no role enters its loop; no
+//     barrier is waited on or arrived at, no copy is in flight; every thread returns.
+//   1 tile: the producer waits empty[s] with parity 1 for its first S stages (fresh barriers pass
+//     at once), later with parity 0 after the consumers' first arrivals; each full[s] phase
+//     completes after the producer's arrive.expect_tx and all counted bytes. Consumers wait
+//     full[s] with parity 0 (then 1 once the stages wrap) and arrive on empty[s] for every stage,
+//     the last one after wait_group 0, so the producer's K waits are all satisfied and no TMA is
+//     left in flight when the consumers leave (they have waited on every full phase). Consumers
+//     wait tile_empty parity 1 (fresh: passes), stage, arrive tile_full (256 -> phase 0 done);
+//     the epilogue warps wait tile_full parity 0, drain, arrive tile_empty (96 -> phase 0 done)
+//     and return. Nobody waits on tile_empty's completed phase, which is harmless.
+//   2 tiles: the stage counters simply continue (the K loops of tile 2 start at stage K mod S).
+//     Consumers wait tile_empty with parity 0 before staging tile 2, i.e. until the epilogue
+//     warps' tile-1 arrivals complete phase 0, so the buffer is never overwritten while drained;
+//     the epilogue warps wait tile_full with parity 1 for tile 2. Each barrier's phase advances
+//     at most once per tile and each waiter waits on every phase in order, so no waiter can be
+//     lapped (a parity wait would then pass spuriously).
+//   A tile whose rows all lie past the expert's end (only bad offsets make one; the scheduler
+//     gives every tile at least one row): the gather producer loads no A row, zeroes all 128
+//     rows and expects only kBBytes, which the B box delivers; the epilogue writes no row.
 #pragma once
 
 #include <cuda.h>
@@ -48,12 +79,13 @@ __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const E
   }
 }
 
+// tmap_a: A [m_cap, K] in 128-row boxes, or with kGather x [T, K] in 1-row boxes.
 template <class OutT, bool kGather>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                         const __grid_constant__ CUtensorMap tmap_b, const GemmProblem p,
                         const EpilogueParams ep) {
-  constexpr bool kOverlap = std::is_same_v<OutT, __nv_bfloat16> && !kGather;
+  constexpr bool kOverlap = std::is_same_v<OutT, __nv_bfloat16>;
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
@@ -62,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x < 32) warp_tile_starts(p.offsets, p.num_experts, shape, smem.tile_start);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ClusterBarrier::init(&smem.full[s], kGather ? 1 + kWarpgroupThreads : 1);
+      ClusterBarrier::init(&smem.full[s], 1);
       ClusterBarrier::init(&smem.empty[s], kConsumerThreads);
     }
     ClusterBarrier::init(smem.tile_full, kConsumerThreads);
@@ -74,16 +106,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kProducerRegs>();
-    if constexpr (kGather) {
-      produce_gather(&tmap_b, p, smem, shape, total_tiles);
-    } else if (threadIdx.x == 0) {
-      produce_tma(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
-    } else if (kOverlap && threadIdx.x >= 32) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if (threadIdx.x < 32) {
+      if constexpr (kGather) {
+        produce_gather(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
+      } else if (threadIdx.x == 0) {
+        produce_tma(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
+      }
+    } else if (kOverlap) {
       run_epilogue_warps(p, ep, smem, shape, total_tiles);
     }
   } else {
-    cutlass::arch::warpgroup_reg_alloc<kGather ? kGatherConsumerRegs : kConsumerRegs>();
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int slab = warpgroup - 1;
     float acc[128];
     PipelineState pipe;
@@ -91,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
       const TileRows rows = tile_rows(p, c);
-      consume_tile<kGather>(acc, p, smem, pipe, slab);
+      consume_tile(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
         ClusterBarrier::wait(smem.tile_empty, tile_phase ^ 1u);
         stage_accumulators(acc, smem.stage, slab,

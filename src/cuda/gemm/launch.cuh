@@ -18,11 +18,13 @@ void launch_grouped_gemm(const GemmLaunch& launch, cudaStream_t stream) {
   MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
   MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
 
-  // The A map is unused by the gather variant but still a valid descriptor (over B's memory) so
-  // that the kernel signature stays one.
-  const CUtensorMap tmap_a = kGather
-      ? make_tma_2d_bf16(launch.b, int64_t{p.num_experts} * p.n, p.k, kBlockM, kBlockK)
-      : make_tma_2d_bf16(launch.a, p.m_cap, p.k, kBlockM, kBlockK);
+  // Gather: x [T, K] in boxes of one row (mainloop.cuh, produce_gather). With T = 0 every index is
+  // out of range and no row is ever loaded, but the kernel still takes a valid descriptor: one
+  // over B's memory stands in.
+  const CUtensorMap tmap_a =
+      !kGather              ? make_tma_2d_bf16(launch.a, p.m_cap, p.k, kBlockM, kBlockK)
+      : p.gather_rows > 0   ? make_tma_2d_bf16(p.gather_x, p.gather_rows, p.k, 1, kBlockK)
+                            : make_tma_2d_bf16(launch.b, 1, p.k, 1, kBlockK);
   const CUtensorMap tmap_b = make_tma_3d_bf16(launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
 
   // The host cannot know the tile count; this bound (each expert adds at most one partial
