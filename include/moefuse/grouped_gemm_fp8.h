@@ -1,0 +1,88 @@
+// Ragged-M grouped GEMM with FP8 operands, DeepSeek-V3 recipe (Hopper, sm_90a): E4M3 values,
+// activations scaled per 1x128 group along K, weights per 128x128 block, fp32 scales, fp32
+// accumulation promoted into fp32 registers once per 128 of K (one scale group).
+//
+//   a         [M_cap, K]                       e4m3  rows of all experts, expert-contiguous
+//   a_scales  [ceil(K/128), fp8_scale_rows(M_cap)] fp32  K-major ("transposed"): entry [g, r]
+//                                                    scales a[r, 128g .. 128g+127]
+//   b         [E, N, K]                        e4m3  one weight per expert, K contiguous
+//   b_scales  [E, ceil(N/128), ceil(K/128)]    fp32  entry [e, i, g] scales the 128x128 block
+//                                                    b[e, 128i.., 128g..]
+//   offsets   [E+1]                            int32 device; expert e owns rows
+//                                                    [offsets[e], offsets[e+1])
+//   d         [M_cap, N_out]                   bf16 or fp32; N_out = N / 2 for GLU, N otherwise
+//
+// With deq(a)[r, k] = a[r, k] · a_scales[k/128, r] and deq(b)[e, n, k] = b[e, n, k] ·
+// b_scales[e, n/128, k/128], for every row r of expert e:
+//   h = deq(a)[r] · deq(b)[e]ᵀ;   D[r] = epilogue(h) (· row_scale[r]).
+// A last group shorter than 128 (K or N not a multiple of 128) is a group of its own. These are
+// the scales moefuse::quantize_fp8_blockwise_1x128 / _128x128 (moefuse/quant.h) produce, except
+// that the activation scales are stored K-major: transpose_fp8_activation_scales converts.
+//
+// Why K-major activation scales (as DeepGEMM): the kernel loads the 128 scales of a tile's rows
+// for one K group with a single TMA box, which needs them contiguous; the row stride of that
+// tensor must be a multiple of 16 bytes, hence fp8_scale_rows(M_cap) = M_cap rounded up to 4
+// (the padding entries are never read).
+//
+// Epilogues as in moefuse/grouped_gemm.h (GemmEpilogue, Activation; GLU weights column-interleaved
+// by glu_interleaved_row: interleave the weight, then quantise it, so that the 128x128 blocks and
+// their scales are those of the interleaved rows). Rows outside [offsets[0], offsets[E]) of D are
+// never written; no per-expert padding is needed. No bias and no pre-activation output here.
+//
+// Requirements (validated, InvalidArgument names the argument): K > 0 and K % 16 == 0 (TMA's
+// 16-byte row stride of e4m3); N > 0 and N % 8 == 0 (N % 16 == 0 for GLU); contiguous tensors,
+// a, a_scales, b and d 16-byte aligned; 1 <= E <= kGroupedGemmMaxExperts.
+//
+// grouped_gemm_fp8 is asynchronous on `stream`, allocates nothing, never synchronises and reads
+// no device memory on the host: CUDA-graph safe, like grouped_gemm.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "moefuse/config.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/tensor.h"
+
+namespace moefuse {
+
+inline constexpr int64_t kFp8ScaleGroup = 128;  // 1x128 activation groups, 128x128 weight blocks
+
+// Columns of the K-major activation-scale tensor for M_cap rows: a multiple of 4 (16 bytes).
+constexpr int64_t fp8_scale_rows(int64_t m_cap) { return (m_cap + 3) / 4 * 4; }
+
+// Scale groups along an extent: ceil(extent / 128).
+constexpr int64_t fp8_scale_groups(int64_t extent) {
+  return (extent + kFp8ScaleGroup - 1) / kFp8ScaleGroup;
+}
+
+struct GroupedGemmFp8Args {
+  TensorView a;         // [M_cap, K] e4m3
+  TensorView a_scales;  // [ceil(K/128), fp8_scale_rows(M_cap)] fp32, K-major
+  TensorView b;         // [E, N, K] e4m3 (GLU: interleaved rows, quantised after interleaving)
+  TensorView b_scales;  // [E, ceil(N/128), ceil(K/128)] fp32
+  TensorView offsets;   // [E+1] int32
+  TensorView d;         // [M_cap, N_out] bf16 or fp32
+
+  GemmEpilogue epilogue = GemmEpilogue::kLinear;
+  Activation activation = Activation::kSwiGLU;  // used with kActivation
+  ClampedSwiGLUParams clamped_swiglu{};          // used with Activation::kClampedSwiGLU
+
+  TensorView row_scale;  // optional [M_cap] fp32: multiplies the final output (routing prob.)
+};
+
+// The fused kernel: TMA + FP8 wgmma, persistent grid, promotion per 128 of K, epilogue in
+// registers. All tensors Device::kCuda.
+void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream);
+
+// Validates args as grouped_gemm_fp8 does, with every tensor on `device` (the CPU reference
+// validates kCpu views with the same rules). No CUDA call. Throws InvalidArgument.
+void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device = Device::kCuda);
+
+// Row-major activation scales [M, ceil(K/128)] (as quantize_fp8_blockwise_1x128 writes them) to
+// the K-major layout [ceil(K/128), fp8_scale_rows(M)]; the padding columns are set to 1. Host
+// tensors (Device::kCpu) only; src and dst must not alias.
+void transpose_fp8_activation_scales(const TensorView& src, const TensorView& dst);
+
+}  // namespace moefuse

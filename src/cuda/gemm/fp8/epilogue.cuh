@@ -1,0 +1,76 @@
+// The FP8 kernel's epilogue: activation (GLU on interleaved columns, squared ReLU or none) and
+// row scale applied to the promoted fp32 accumulators, stored straight from registers.
+//
+// Accumulator layout as in mainloop.cuh: acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the
+// slab, column 8j + 2·(lane % 4) + i of the tile. With the GLU interleave of 8 (gate block 2q,
+// up block 2q + 1), gate and up of an output sit in the same thread: gate = acc[8q + 2h + i],
+// up = acc[8q + 4 + 2h + i], output column n0/2 + 8q + 2·(lane % 4) + i.
+//
+// Rows at or past the expert's end (the next expert's rows, rows past m_cap) are not written;
+// neither are columns at or past N (N % 8 == 0, N % 16 == 0 for GLU: a thread's column pair is
+// entirely in or out).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/epilogues/activation.h"
+#include "cuda/gemm/fp8/config.h"
+#include "cuda/gemm/fp8/params.h"
+
+namespace moefuse::gemm::fp8 {
+
+__device__ __forceinline__ void store_pair(__nv_bfloat16* at, float v0, float v1) {
+  *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0, v1);
+}
+__device__ __forceinline__ void store_pair(float* at, float v0, float v1) {
+  *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+}
+
+// slab_first: the first row of this warpgroup's 64-row slab; row_end: exclusive; n0: first
+// column of h in this tile.
+template <class OutT, EpilogueOp kOp>
+__device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulators],
+                                                 const Fp8GemmProblem& p, const EpilogueParams& ep,
+                                                 int slab_first, int row_end, int n0) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int pair_col = 2 * (lane % 4);
+  OutT* d = static_cast<OutT*>(p.d);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = slab_first + 16 * warp + lane / 4 + 8 * h;
+    if (row >= row_end) continue;
+    const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
+    OutT* out = d + static_cast<int64_t>(row) * p.n_out;
+    if constexpr (is_glu_op(kOp)) {
+#pragma unroll
+      for (int q = 0; q < kBlockN / 16; ++q) {
+        if (n0 + 16 * q >= p.n) break;
+        const float* g = &acc[8 * q + 2 * h];
+        const float* u = &acc[8 * q + 4 + 2 * h];
+        store_pair(out + n0 / 2 + 8 * q + pair_col, apply_op<kOp>(ep, g[0], u[0]) * scale,
+                   apply_op<kOp>(ep, g[1], u[1]) * scale);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        if (n0 + 8 * j >= p.n) break;
+        const float* v = &acc[4 * j + 2 * h];
+        store_pair(out + n0 + 8 * j + pair_col, apply_op<kOp>(ep, v[0], 0.0f) * scale,
+                   apply_op<kOp>(ep, v[1], 0.0f) * scale);
+      }
+    }
+  }
+}
+
+template <class OutT>
+__device__ __forceinline__ void epilogue_tile(const float (&acc)[kAccumulators],
+                                              const Fp8GemmProblem& p, const EpilogueParams& ep,
+                                              int slab_first, int row_end, int n0) {
+  dispatch_epilogue_op(ep.op, [&](auto op) {
+    epilogue_tile_op<OutT, decltype(op)::value>(acc, p, ep, slab_first, row_end, n0);
+  });
+}
+
+}  // namespace moefuse::gemm::fp8

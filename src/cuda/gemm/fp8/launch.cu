@@ -1,0 +1,51 @@
+// The FP8 kernel's host launcher and its two instantiations (bf16 and fp32 output).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "cuda/check.h"
+#include "cuda/gemm/fp8/kernel.cuh"
+#include "cuda/gemm/fp8/launch.h"
+#include "cuda/gemm/fp8/tma.h"
+#include "moefuse/grouped_gemm_fp8.h"
+
+namespace moefuse::gemm::fp8 {
+namespace {
+
+template <class OutT>
+void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
+  const Fp8GemmProblem& p = launch.problem;
+  if (p.m_cap == 0) return;  // nothing can be written
+  int device = 0, num_sms = 0;
+  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
+  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+
+  const CUtensorMap tmap_a = make_tma_2d_e4m3(launch.a, p.m_cap, p.k, kBlockM, kBlockK);
+  const CUtensorMap tmap_b = make_tma_3d_e4m3(launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
+  const CUtensorMap tmap_scales = make_tma_2d_f32_rows(
+      launch.a_scales, fp8_scale_groups(p.k), fp8_scale_rows(p.m_cap), kBlockM);
+
+  // The host cannot know the tile count; this bound (each expert adds at most one partial
+  // m-block) only trims the grid for tiny problems.
+  const int64_t max_tiles = (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) *
+                            ceil_div(p.n, kBlockN);
+  const int grid = static_cast<int>(std::min<int64_t>(num_sms, max_tiles));
+  const int64_t smem_bytes = fp8_gemm_smem_bytes(p.num_experts);
+  auto* kernel = &grouped_gemm_fp8_kernel<OutT>;
+  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem_bytes)));
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(tmap_a, tmap_b, tmap_scales, p, launch.epilogue);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_grouped_gemm_fp8_bf16(const Fp8GemmLaunch& launch, cudaStream_t stream) {
+  launch_fp8<__nv_bfloat16>(launch, stream);
+}
+
+void launch_grouped_gemm_fp8_fp32(const Fp8GemmLaunch& launch, cudaStream_t stream) {
+  launch_fp8<float>(launch, stream);
+}
+
+}  // namespace moefuse::gemm::fp8

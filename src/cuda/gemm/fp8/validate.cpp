@@ -1,0 +1,69 @@
+// Argument checks of the FP8 grouped GEMM (moefuse/grouped_gemm_fp8.h), shared by the kernel's
+// entry point (Device::kCuda) and the CPU reference (Device::kCpu).
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "cuda/gemm/params.h"
+#include "moefuse/error.h"
+#include "moefuse/grouped_gemm_fp8.h"
+
+namespace moefuse {
+namespace {
+
+void expect_int32_extent(int64_t v, std::string_view name, std::string_view what) {
+  MOEFUSE_EXPECT(v <= std::numeric_limits<int32_t>::max(), name,
+                 std::string(what) + " below 2^31", std::to_string(v));
+}
+
+}  // namespace
+
+void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
+  MOEFUSE_EXPECT(args.epilogue == GemmEpilogue::kLinear ||
+                     args.epilogue == GemmEpilogue::kActivation,
+                 "epilogue", "kLinear or kActivation",
+                 std::to_string(static_cast<int>(args.epilogue)));
+  if (args.epilogue == GemmEpilogue::kActivation)
+    gemm::activation_epilogue_op(args.activation);  // throws naming "activation"
+  const bool glu = args.epilogue == GemmEpilogue::kActivation && is_glu(args.activation);
+
+  MOEFUSE_EXPECT(args.b.rank == 3, "b", "rank 3 [E, N, K]", "rank " + std::to_string(args.b.rank));
+  const int64_t num_experts = args.b.size(0), n = args.b.size(1), k = args.b.size(2);
+  expect_tensor(args.b, "b", DType::kFloat8E4M3, device, {kAnyExtent, kAnyExtent, kAnyExtent});
+  MOEFUSE_EXPECT(num_experts >= 1 && num_experts <= kGroupedGemmMaxExperts, "b",
+                 "1 to " + std::to_string(kGroupedGemmMaxExperts) + " experts (dim 0)",
+                 std::to_string(num_experts));
+  MOEFUSE_EXPECT(k > 0 && k % 16 == 0, "b",
+                 "K (dim 2) > 0 and a multiple of 16 (TMA row stride of e4m3)",
+                 "K = " + std::to_string(k));
+  const int64_t n_multiple = glu ? 16 : 8;
+  MOEFUSE_EXPECT(n > 0 && n % n_multiple == 0, "b",
+                 "N (dim 1) > 0 and a multiple of " + std::to_string(n_multiple) +
+                     (glu ? " (GLU interleave)" : ""),
+                 "N = " + std::to_string(n));
+  expect_int32_extent(n, "b", "N");
+  expect_int32_extent(k, "b", "K");
+  expect_aligned(args.b, "b", 16);
+  expect_tensor(args.b_scales, "b_scales", DType::kFloat32, device,
+                {num_experts, fp8_scale_groups(n), fp8_scale_groups(k)});
+
+  expect_tensor(args.offsets, "offsets", DType::kInt32, device, {num_experts + 1});
+
+  expect_tensor(args.a, "a", DType::kFloat8E4M3, device, {kAnyExtent, k});
+  expect_aligned(args.a, "a", 16);
+  const int64_t m_cap = args.a.size(0);
+  expect_int32_extent(m_cap, "a", "rows");
+  expect_tensor(args.a_scales, "a_scales", DType::kFloat32, device,
+                {fp8_scale_groups(k), fp8_scale_rows(m_cap)});
+  expect_aligned(args.a_scales, "a_scales", 16);
+
+  MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16 || args.d.dtype == DType::kFloat32, "d",
+                 "dtype bf16 or fp32", "dtype " + std::string(dtype_name(args.d.dtype)));
+  expect_tensor(args.d, "d", args.d.dtype, device, {m_cap, glu ? n / 2 : n});
+  expect_aligned(args.d, "d", 16);
+
+  if (!is_absent(args.row_scale))
+    expect_tensor(args.row_scale, "row_scale", DType::kFloat32, device, {m_cap});
+}
+
+}  // namespace moefuse

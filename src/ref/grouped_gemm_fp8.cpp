@@ -1,0 +1,90 @@
+#include "ref/grouped_gemm_fp8.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "formats/fp8.h"
+#include "ref/check.h"
+#include "ref/expert_mlp.h"
+
+namespace moefuse::ref {
+namespace {
+
+// fp32 → bf16 bits, round to nearest even (NaN stays a quiet NaN).
+uint16_t bf16_bits(double v) {
+  const float f = static_cast<float>(v);
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// The dequantised operands of one expert: b as [N, K] and a as [rows, K], fp64.
+std::vector<double> dequantize_b(const GroupedGemmFp8Args& args, int64_t e) {
+  const int64_t n = args.b.size(1), k = args.b.size(2);
+  const int64_t ng = fp8_scale_groups(n), kg = fp8_scale_groups(k);
+  const uint8_t* q = args.b.as<const uint8_t>() + e * n * k;
+  const float* s = args.b_scales.as<const float>() + e * ng * kg;
+  std::vector<double> out(n * k);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      out[i * k + j] = double(formats::e4m3_to_float(q[i * k + j])) *
+                       double(s[(i / kFp8ScaleGroup) * kg + j / kFp8ScaleGroup]);
+  return out;
+}
+
+std::vector<double> dequantize_a_row(const GroupedGemmFp8Args& args, int64_t r) {
+  const int64_t k = args.a.size(1), pitch = args.a_scales.size(1);
+  const uint8_t* q = args.a.as<const uint8_t>() + r * k;
+  const float* s = args.a_scales.as<const float>();
+  std::vector<double> out(k);
+  for (int64_t j = 0; j < k; ++j)
+    out[j] = double(formats::e4m3_to_float(q[j])) * double(s[(j / kFp8ScaleGroup) * pitch + r]);
+  return out;
+}
+
+}  // namespace
+
+void grouped_gemm_fp8(const GroupedGemmFp8Args& args) {
+  validate_grouped_gemm_fp8(args, Device::kCpu);
+  const int64_t num_experts = args.b.size(0), n = args.b.size(1), k = args.b.size(2);
+  const int64_t m_cap = args.a.size(0), n_out = args.d.size(1);
+  expect_offsets(args.offsets, "offsets", num_experts, m_cap);
+  const bool activation = args.epilogue == GemmEpilogue::kActivation;
+  const bool glu = activation && is_glu(args.activation);
+  const MoeConfig config{.hidden = k, .ffn = n_out, .num_experts = num_experts, .top_k = 1,
+                         .activation = args.activation, .clamped_swiglu = args.clamped_swiglu};
+  const int32_t* off = args.offsets.as<const int32_t>();
+  const bool fp32_out = args.d.dtype == DType::kFloat32;
+  std::vector<double> h(n), pre(n), out(n_out);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (off[e + 1] <= off[e]) continue;
+    const std::vector<double> b = dequantize_b(args, e);
+    for (int64_t r = off[e]; r < off[e + 1]; ++r) {
+      const std::vector<double> a = dequantize_a_row(args, r);
+      for (int64_t i = 0; i < n; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += a[j] * b[i * k + j];
+        h[i] = sum;
+      }
+      if (activation) {
+        // The kernel's interleaved columns back to the reference [gate; up] order.
+        for (int64_t i = 0; i < n; ++i) pre[i] = glu ? h[glu_interleaved_row(i, n_out)] : h[i];
+        activation_forward(config, pre.data(), out.data());
+      } else {
+        out = h;
+      }
+      const double scale = is_absent(args.row_scale) ? 1.0 : args.row_scale.as<const float>()[r];
+      for (int64_t i = 0; i < n_out; ++i) {
+        const double v = out[i] * scale;
+        if (fp32_out) args.d.as<float>()[r * n_out + i] = static_cast<float>(v);
+        else args.d.as<uint16_t>()[r * n_out + i] = bf16_bits(v);
+      }
+    }
+  }
+}
+
+}  // namespace moefuse::ref

@@ -1,0 +1,20 @@
+// CPU reference of the FP8 grouped GEMM (moefuse/grouped_gemm_fp8.h): the same arguments, as host
+// tensors, computed in fp64 from the dequantised operands.
+//
+// For every row r of expert e (offsets[e] <= r < offsets[e+1]):
+//   h[n] = sum_k deq(a)[r, k] · deq(b)[e, n, k]                         fp64
+//   D[r] = epilogue(h) · row_scale[r]                                   rounded once to D's dtype
+// with the activations of expert_mlp.h (activation_forward) applied to h in the reference
+// [gate; up] order (the GLU columns of h are interleaved as glu_interleaved_row says, the
+// reference undoes that). Rows outside [offsets[0], offsets[E]) are not written.
+#pragma once
+
+#include "moefuse/grouped_gemm_fp8.h"
+
+namespace moefuse::ref {
+
+// Validates as validate_grouped_gemm_fp8(args, Device::kCpu) plus the offsets' values
+// (non-decreasing, within [0, M_cap]). Throws InvalidArgument.
+void grouped_gemm_fp8(const GroupedGemmFp8Args& args);
+
+}  // namespace moefuse::ref

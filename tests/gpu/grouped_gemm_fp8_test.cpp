@@ -1,0 +1,348 @@
+// The FP8 grouped GEMM (DeepSeek-V3 recipe) on the GPU against the fp64 CPU reference of
+// src/ref/grouped_gemm_fp8.h on the same quantised operands.
+//
+// Operands: fresh random fp32 data quantised by the quant reference (bit-identical to the GPU
+// quantisers), activation scales transposed to the K-major layout. The reference runs on every
+// row for small problems, else on every expert's first and last row plus a random sample
+// (gathered into a compact problem with the same weights).
+//
+// Tolerances (relative norm): fp32 output 1e-3, DeepGEMM's bar for its FP8 GEMMs (the tensor
+// cores' reduced-precision accumulation inside one 128-wide K block, promoted in fp32 after it).
+// bf16 output: its rounding, about 2^-9 per element, so 5e-3 as in the BF16 kernel's test.
+// Rows outside [offsets[0], offsets[E]) must keep their poison bit for bit; every row inside
+// must be written (no NaN left).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "dispatch_test_util.h"
+#include "moefuse/grouped_gemm_fp8.h"
+#include "ref/grouped_gemm_fp8.h"
+#include "ref/quant.h"
+
+namespace moefuse {
+namespace {
+
+using test::DeviceBuffer;
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TensorView host(void* data, DType dtype, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(data, dtype, shape);
+}
+
+std::vector<int> uniform_counts(int experts, int total) {
+  std::vector<int> c(experts, 0);
+  std::uniform_int_distribution<int> pick(0, experts - 1);
+  for (int i = 0; i < total; ++i) ++c[pick(test::rng())];
+  return c;
+}
+
+struct Case {
+  std::vector<int> counts;
+  int row_base = 0, spare_rows = 0;
+  int64_t n = 256, k = 256;
+  bool activation = false;
+  Activation act = Activation::kSwiGLU;
+  bool row_scale = false, fp32_out = true;
+};
+
+// Host operands (quantised), their device copies, the kernel run and the comparison.
+class Runner {
+ public:
+  explicit Runner(const Case& c) : c_(c) {
+    experts_ = static_cast<int64_t>(c.counts.size());
+    offsets_.assign(experts_ + 1, c.row_base);
+    for (int64_t e = 0; e < experts_; ++e) offsets_[e + 1] = offsets_[e] + c.counts[e];
+    m_cap_ = offsets_[experts_] + c.spare_rows;
+    glu_ = c.activation && is_glu(c.act);
+    n_out_ = glu_ ? c.n / 2 : c.n;
+    kg_ = fp8_scale_groups(c.k);
+    const int64_t n = c.n, k = c.k, ng = fp8_scale_groups(n);
+
+    std::vector<float> x = test::random_normal(m_cap_ * k);
+    a_.resize(m_cap_ * k);
+    std::vector<float> a_scales_rows(m_cap_ * kg_);
+    ref::quantize_fp8_blockwise_1x128(host(x.data(), DType::kFloat32, {m_cap_, k}),
+                                      host(a_.data(), DType::kFloat8E4M3, {m_cap_, k}),
+                                      host(a_scales_rows.data(), DType::kFloat32, {m_cap_, kg_}));
+    a_scales_.resize(kg_ * fp8_scale_rows(m_cap_));
+    transpose_fp8_activation_scales(
+        host(a_scales_rows.data(), DType::kFloat32, {m_cap_, kg_}),
+        host(a_scales_.data(), DType::kFloat32, {kg_, fp8_scale_rows(m_cap_)}));
+
+    // GLU weights: the layout the kernel reads is interleaved, then quantised; the reference
+    // reads the same quantised interleaved weight, so the raw draw can be used as is.
+    std::vector<float> w = test::random_normal(experts_ * n * k, 1.0f / std::sqrt(float(k)));
+    b_.resize(experts_ * n * k);
+    b_scales_.resize(experts_ * ng * kg_);
+    ref::quantize_fp8_blockwise_128x128(
+        host(w.data(), DType::kFloat32, {experts_, n, k}),
+        host(b_.data(), DType::kFloat8E4M3, {experts_, n, k}),
+        host(b_scales_.data(), DType::kFloat32, {experts_, ng, kg_}));
+    scale_ = test::random_uniform(m_cap_, 0.1f, 1.0f);
+
+    a_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(a_);
+    a_scales_dev_ = std::make_unique<DeviceBuffer<float>>(a_scales_);
+    b_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(b_);
+    b_scales_dev_ = std::make_unique<DeviceBuffer<float>>(b_scales_);
+    offsets_dev_ = std::make_unique<DeviceBuffer<int32_t>>(offsets_);
+    scale_dev_ = std::make_unique<DeviceBuffer<float>>(scale_);
+    d_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(m_cap_ * n_out_ * out_bytes());
+  }
+
+  int out_bytes() const { return c_.fp32_out ? 4 : 2; }
+
+  GroupedGemmFp8Args args() const {
+    GroupedGemmFp8Args g{
+        .a = a_dev_->view(DType::kFloat8E4M3, {m_cap_, c_.k}),
+        .a_scales = a_scales_dev_->view(DType::kFloat32, {kg_, fp8_scale_rows(m_cap_)}),
+        .b = b_dev_->view(DType::kFloat8E4M3, {experts_, c_.n, c_.k}),
+        .b_scales = b_scales_dev_->view(DType::kFloat32,
+                                        {experts_, fp8_scale_groups(c_.n), kg_}),
+        .offsets = offsets_dev_->view(DType::kInt32, {experts_ + 1}),
+        .d = d_dev_->view(c_.fp32_out ? DType::kFloat32 : DType::kBFloat16, {m_cap_, n_out_}),
+        .epilogue = c_.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
+        .activation = c_.act};
+    if (c_.row_scale) g.row_scale = scale_dev_->view(DType::kFloat32, {m_cap_});
+    return g;
+  }
+
+  void run() {
+    d_dev_->poison();
+    grouped_gemm_fp8(args(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+
+  std::vector<uint8_t> raw_d() const { return d_dev_->download(); }
+
+  // Poison outside the experts, no NaN inside, and the rel-norm error of the checked rows.
+  void check(double tolerance) const {
+    const std::vector<uint8_t> raw = raw_d();
+    const int64_t row_bytes = n_out_ * out_bytes();
+    const int first = offsets_.front(), end = offsets_.back();
+    for (int64_t r = 0; r < m_cap_; ++r) {
+      if (r >= first && r < end) continue;
+      ASSERT_TRUE(std::all_of(raw.begin() + r * row_bytes, raw.begin() + (r + 1) * row_bytes,
+                              [](uint8_t b) { return b == 0xFF; }))
+          << "row " << r << " outside the experts was written";
+    }
+    const std::vector<float> d = widen(raw);
+    for (int64_t r = first; r < end; ++r)
+      for (int64_t j = 0; j < n_out_; ++j)
+        ASSERT_FALSE(std::isnan(d[r * n_out_ + j]))
+            << "row " << r << " (expert " << expert_of(r) << ") column " << j << " not written";
+
+    const std::vector<int> rows = rows_to_check();
+    const std::vector<float> want = reference(rows);
+    std::vector<float> got;
+    for (int r : rows) got.insert(got.end(), d.begin() + r * n_out_, d.begin() + (r + 1) * n_out_);
+    const double error = test::rel_norm_error(got, want);
+    EXPECT_LE(error, tolerance) << worst(rows, got, want);
+  }
+
+ private:
+  std::vector<float> widen(const std::vector<uint8_t>& raw) const {
+    std::vector<float> d(m_cap_ * n_out_);
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (c_.fp32_out) {
+        std::memcpy(&d[i], &raw[4 * i], 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, &raw[2 * i], 2);
+        d[i] = bf16_to_float(h);
+      }
+    }
+    return d;
+  }
+
+  int expert_of(int64_t row) const {
+    return static_cast<int>(std::upper_bound(offsets_.begin(), offsets_.end(), row) -
+                            offsets_.begin()) - 1;
+  }
+
+  // All rows when the reference is cheap, else each expert's first and last row and a sample;
+  // sorted, so that the compact problem's rows stay expert-contiguous.
+  std::vector<int> rows_to_check() const {
+    const int first = offsets_.front(), end = offsets_.back();
+    std::vector<int> rows;
+    if (int64_t{end - first} * c_.n * c_.k <= 300'000'000) {
+      rows.resize(end - first);
+      std::iota(rows.begin(), rows.end(), first);
+      return rows;
+    }
+    for (int64_t e = 0; e < experts_; ++e)
+      if (offsets_[e + 1] > offsets_[e]) rows.push_back(offsets_[e]), rows.push_back(offsets_[e + 1] - 1);
+    std::uniform_int_distribution<int> pick(first, end - 1);
+    const size_t budget = std::clamp<size_t>(size_t(3e9 / double(c_.n * c_.k)), 16, 256);
+    while (rows.size() < budget) rows.push_back(pick(test::rng()));
+    std::sort(rows.begin(), rows.end());
+    return rows;
+  }
+
+  // The reference on the rows `rows` only: a compact problem holding those rows of A, their
+  // scales and row scales, with the same weights and offsets recounted.
+  std::vector<float> reference(const std::vector<int>& rows) const {
+    const int64_t s = static_cast<int64_t>(rows.size()), k = c_.k, pitch = fp8_scale_rows(s);
+    std::vector<uint8_t> a(s * k);
+    std::vector<float> a_scales(kg_ * pitch, 1.0f), scale(s), d(s * n_out_);
+    std::vector<int32_t> offsets(experts_ + 1, 0);
+    for (int64_t i = 0; i < s; ++i) {
+      const int r = rows[i];
+      std::copy(a_.begin() + r * k, a_.begin() + (r + 1) * k, a.begin() + i * k);
+      for (int64_t g = 0; g < kg_; ++g)
+        a_scales[g * pitch + i] = a_scales_[g * fp8_scale_rows(m_cap_) + r];
+      scale[i] = scale_[r];
+      ++offsets[expert_of(r) + 1];
+    }
+    std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+    auto b = const_cast<uint8_t*>(b_.data());
+    auto b_scales = const_cast<float*>(b_scales_.data());
+    GroupedGemmFp8Args g{
+        .a = host(a.data(), DType::kFloat8E4M3, {s, k}),
+        .a_scales = host(a_scales.data(), DType::kFloat32, {kg_, pitch}),
+        .b = host(b, DType::kFloat8E4M3, {experts_, c_.n, k}),
+        .b_scales = host(b_scales, DType::kFloat32, {experts_, fp8_scale_groups(c_.n), kg_}),
+        .offsets = host(offsets.data(), DType::kInt32, {experts_ + 1}),
+        .d = host(d.data(), DType::kFloat32, {s, n_out_}),
+        .epilogue = c_.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
+        .activation = c_.act};
+    if (c_.row_scale) g.row_scale = host(scale.data(), DType::kFloat32, {s});
+    ref::grouped_gemm_fp8(g);
+    return d;
+  }
+
+  // Where the largest difference is, for the failure message.
+  std::string worst(const std::vector<int>& rows, const std::vector<float>& got,
+                    const std::vector<float>& want) const {
+    size_t at = 0;
+    double max_diff = -1;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double diff = std::abs(double(got[i]) - double(want[i]));
+      if (!(diff <= max_diff)) max_diff = diff, at = i;
+    }
+    if (got.empty()) return "no rows";
+    const int r = rows[at / n_out_];
+    return "max |diff| " + std::to_string(max_diff) + " at row " + std::to_string(r) +
+           " (expert " + std::to_string(expert_of(r)) + ") column " +
+           std::to_string(at % n_out_) + ": got " + std::to_string(got[at]) + ", want " +
+           std::to_string(want[at]);
+  }
+
+  Case c_;
+  int64_t experts_ = 0, m_cap_ = 0, n_out_ = 0, kg_ = 0;
+  bool glu_ = false;
+  std::vector<int32_t> offsets_;
+  std::vector<uint8_t> a_, b_;
+  std::vector<float> a_scales_, b_scales_, scale_;
+  std::unique_ptr<DeviceBuffer<uint8_t>> a_dev_, b_dev_, d_dev_;
+  std::unique_ptr<DeviceBuffer<float>> a_scales_dev_, b_scales_dev_, scale_dev_;
+  std::unique_ptr<DeviceBuffer<int32_t>> offsets_dev_;
+};
+
+void run_case(const Case& c, const std::string& name) {
+  SCOPED_TRACE(name + " (seed " + std::to_string(test::seed()) + ")");
+  Runner runner(c);
+  runner.run();
+  runner.check(c.fp32_out ? 1e-3 : 5e-3);
+}
+
+TEST(GroupedGemmFp8, Fc1EveryActivation) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
+                         Activation::kClampedSwiGLU, Activation::kSquaredReLU}) {
+    for (bool fp32 : {false, true}) {
+      // N = 400 (a 16-column tail past 384), K = 208 (a short last K group), ragged rows
+      // including empty experts, M not a multiple of 128, rows before and after the experts.
+      run_case({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
+                .n = 400, .k = 208, .activation = true, .act = act, .row_scale = true,
+                .fp32_out = fp32},
+               std::string(activation_name(act)) + (fp32 ? " fp32" : " bf16"));
+    }
+  }
+}
+
+TEST(GroupedGemmFp8, Fc2RowScaleBf16AndFp32) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (bool fp32 : {false, true})
+    run_case({.counts = uniform_counts(16, 1500), .spare_rows = 33, .n = 520, .k = 336,
+              .row_scale = true, .fp32_out = fp32},
+             fp32 ? "fp32 out" : "bf16 out");
+}
+
+TEST(GroupedGemmFp8, OneExpertHoldingAllRowsAtK7168) {
+  MOEFUSE_REQUIRE_HOPPER();
+  std::vector<int> hot(16, 0);
+  hot[11] = 1000;
+  run_case({.counts = hot, .spare_rows = 1, .n = 264, .k = 7168}, "one hot expert, K 7168");
+}
+
+TEST(GroupedGemmFp8, NoRowsAtAllWritesNothing) {
+  MOEFUSE_REQUIRE_HOPPER();
+  run_case({.counts = std::vector<int>(32, 0), .spare_rows = 300, .activation = true},
+           "all experts empty");
+  run_case({.counts = std::vector<int>(4, 0), .n = 64, .k = 64}, "M_cap = 0");
+}
+
+// DeepGEMM's grouped shape (N 4096, K 7168) with fewer rows per group, not multiples of 128.
+TEST(GroupedGemmFp8, DeepGemmShapeRagged) {
+  MOEFUSE_REQUIRE_HOPPER();
+  run_case({.counts = {1000, 777, 0, 1301}, .spare_rows = 5, .n = 4096, .k = 7168},
+           "4 groups, N 4096, K 7168");
+}
+
+// FC1 of the deepseek-v3 preset slice (H 7168, F 2048, SwiGLU) with skewed routing.
+TEST(GroupedGemmFp8, DeepSeekFc1Preset) {
+  MOEFUSE_REQUIRE_HOPPER();
+  std::vector<int> counts = uniform_counts(4, 1200);
+  counts[1] += 700;
+  run_case({.counts = counts, .spare_rows = 9, .n = 4096, .k = 7168, .activation = true,
+            .row_scale = true, .fp32_out = false},
+           "deepseek fc1 swiglu");
+}
+
+TEST(GroupedGemmFp8, BitwiseRepeatable) {
+  MOEFUSE_REQUIRE_HOPPER();
+  Runner runner({.counts = uniform_counts(8, 900), .n = 384, .k = 512, .activation = true});
+  runner.run();
+  const std::vector<uint8_t> first = runner.raw_d();
+  runner.run();
+  EXPECT_TRUE(first == runner.raw_d());
+}
+
+TEST(GroupedGemmFp8, RejectsHostTensors) {
+  // Validation runs before any CUDA call, so this runs without a GPU too.
+  std::vector<uint8_t> a(4 * 16), b(16 * 16);
+  std::vector<float> sa(4), sb(1), d(4 * 16);
+  std::vector<int32_t> off = {0, 4};
+  const GroupedGemmFp8Args args{.a = host(a.data(), DType::kFloat8E4M3, {4, 16}),
+                                .a_scales = host(sa.data(), DType::kFloat32, {1, 4}),
+                                .b = host(b.data(), DType::kFloat8E4M3, {1, 16, 16}),
+                                .b_scales = host(sb.data(), DType::kFloat32, {1, 1, 1}),
+                                .offsets = host(off.data(), DType::kInt32, {2}),
+                                .d = host(d.data(), DType::kFloat32, {4, 16})};
+  try {
+    grouped_gemm_fp8(args, nullptr);
+    FAIL() << "accepted host tensors";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "b") << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace moefuse

@@ -1,0 +1,176 @@
+// `moefuse-bench gemm-fp8`: the FP8 grouped GEMM (DeepSeek-V3 recipe, moefuse/grouped_gemm_fp8.h)
+// against, in the same run, the BF16 grouped GEMM on the same problem and one dense cuBLAS BF16
+// GEMM of the same total size. Problems: DeepGEMM's published grouped shapes (linear epilogue,
+// bf16 out, every group the same size) and each preset's FC1 (its activation) and FC2 (routing
+// probability) at --tokens with --routing.
+//
+// The values are quantised from random bf16 data by the GPU quantisers; the activation scales
+// (K-major, which no GPU kernel writes yet) are random positive values: the timing does not
+// depend on them.
+#include <cuda_bf16.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/cublas_baseline.h"
+#include "bench/device_buffer.h"
+#include "bench/gemm_bench.h"
+#include "bench/mode.h"
+#include "bench/report.h"
+#include "bench/routing.h"
+#include "bench/timing.h"
+#include "cuda/check.h"
+#include "moefuse/config.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/quant.h"
+
+namespace moefuse::bench {
+namespace {
+
+struct Problem {
+  std::string name, op;
+  std::vector<int32_t> offsets;  // [E+1]
+  int64_t n = 0, k = 0;
+  bool activation = false;
+  Activation act = Activation::kSwiGLU;
+  bool row_scale = false;
+};
+
+// One problem's operands in bf16 and in FP8, with fresh random data.
+struct Buffers {
+  DeviceBuffer a, b, d, a8, a_scales, a_scales_rows, b8, b_scales, offsets, scale;
+
+  Buffers(const Problem& p, uint64_t seed) {
+    const int64_t e = static_cast<int64_t>(p.offsets.size()) - 1, m = p.offsets.back();
+    const int64_t n_out = p.activation && is_glu(p.act) ? p.n / 2 : p.n;
+    const int64_t kg = fp8_scale_groups(p.k), ng = fp8_scale_groups(p.n);
+    a = DeviceBuffer(m * p.k * 2);
+    b = DeviceBuffer(e * p.n * p.k * 2);
+    d = DeviceBuffer(m * n_out * 2);
+    a8 = DeviceBuffer(m * p.k);
+    a_scales = DeviceBuffer(kg * fp8_scale_rows(m) * 4);
+    a_scales_rows = DeviceBuffer(m * kg * 4);
+    b8 = DeviceBuffer(e * p.n * p.k);
+    b_scales = DeviceBuffer(e * ng * kg * 4);
+    offsets = upload(p.offsets);
+    scale = DeviceBuffer(m * 4);
+    const float w_range = 1.0f / std::sqrt(static_cast<float>(p.k));
+    fill_uniform_bf16(a.get(), m * p.k, -1, 1, seed + 1, nullptr);
+    fill_uniform_bf16(b.get(), e * p.n * p.k, -w_range, w_range, seed + 2, nullptr);
+    fill_uniform_fp32(a_scales.get(), kg * fp8_scale_rows(m), 0.5f / 448, 2.0f / 448, seed + 3,
+                      nullptr);
+    fill_uniform_fp32(scale.get(), m, 0.0f, 1.0f, seed + 4, nullptr);
+    quantize_fp8_blockwise_1x128(a.view(DType::kBFloat16, {m, p.k}),
+                                 a8.view(DType::kFloat8E4M3, {m, p.k}),
+                                 a_scales_rows.view(DType::kFloat32, {m, kg}), nullptr);
+    quantize_fp8_blockwise_128x128(b.view(DType::kBFloat16, {e, p.n, p.k}),
+                                   b8.view(DType::kFloat8E4M3, {e, p.n, p.k}),
+                                   b_scales.view(DType::kFloat32, {e, ng, kg}), nullptr);
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+};
+
+void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& cublas,
+                   Report& report) {
+  const int64_t e = static_cast<int64_t>(p.offsets.size()) - 1, m = p.offsets.back();
+  const int64_t n_out = p.activation && is_glu(p.act) ? p.n / 2 : p.n;
+  const int64_t kg = fp8_scale_groups(p.k);
+  progress("gemm-fp8 " + p.name + " " + p.op + ": random data");
+  Buffers buf(p, 0x5eedf8 + std::hash<std::string>{}(p.name + p.op));
+  const GemmEpilogue epilogue = p.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear;
+  const TensorView row_scale = p.row_scale ? buf.scale.view(DType::kFloat32, {m}) : TensorView{};
+  const GroupedGemmArgs bf16_args{.a = buf.a.view(DType::kBFloat16, {m, p.k}),
+                                  .b = buf.b.view(DType::kBFloat16, {e, p.n, p.k}),
+                                  .offsets = buf.offsets.view(DType::kInt32, {e + 1}),
+                                  .d = buf.d.view(DType::kBFloat16, {m, n_out}),
+                                  .epilogue = epilogue,
+                                  .activation = p.act,
+                                  .row_scale = row_scale};
+  const GroupedGemmFp8Args fp8_args{
+      .a = buf.a8.view(DType::kFloat8E4M3, {m, p.k}),
+      .a_scales = buf.a_scales.view(DType::kFloat32, {kg, fp8_scale_rows(m)}),
+      .b = buf.b8.view(DType::kFloat8E4M3, {e, p.n, p.k}),
+      .b_scales = buf.b_scales.view(DType::kFloat32, {e, fp8_scale_groups(p.n), kg}),
+      .offsets = buf.offsets.view(DType::kInt32, {e + 1}),
+      .d = buf.d.view(DType::kBFloat16, {m, n_out}),
+      .epilogue = epilogue,
+      .activation = p.act,
+      .row_scale = row_scale};
+
+  auto time = [&](const std::string& what, auto&& launch) {
+    progress("gemm-fp8 " + p.name + " " + p.op + ": " + what);
+    return time_on_stream(launch, nullptr, o.warmup, o.iters).median_ms;
+  };
+  // The dense bound writes [m, n]: a scratch of that size (d may be half as wide for GLU).
+  DeviceBuffer dense_out(m * p.n * 2);
+  const double dense = time("cuBLAS dense bf16", [&](cudaStream_t s) {
+    cublas.gemm_bf16(buf.a.get(), buf.b.get(), dense_out.get(), m, p.n, p.k, s);
+  });
+  const double bf16 = time("bf16 grouped", [&](cudaStream_t s) { grouped_gemm(bf16_args, s); });
+  const double fp8 = time("fp8 grouped", [&](cudaStream_t s) { grouped_gemm_fp8(fp8_args, s); });
+  progress_done();
+
+  const double flops = 2.0 * m * p.n * p.k;
+  auto row = [&](const std::string& variant, double ms) {
+    report.add_row({p.name, p.op, variant, ms, flops / ms * 1e-9, dense / ms, bf16 / ms});
+  };
+  row("cublas dense bf16 (bound)", dense);
+  row("moefuse bf16 grouped", bf16);
+  row("moefuse fp8 grouped", fp8);
+}
+
+std::vector<int32_t> equal_groups(int groups, int32_t rows) {
+  std::vector<int32_t> offsets(groups + 1);
+  for (int g = 0; g <= groups; ++g) offsets[g] = g * rows;
+  return offsets;
+}
+
+int run(Args& args) {
+  const GemmBenchOptions o = parse_gemm_bench_options(args);
+  if (gpu_missing("gemm-fp8")) return 0;
+  std::vector<Problem> problems;
+  // DeepGEMM's grouped (contiguous layout) shapes: groups × M, N, K.
+  for (auto [groups, rows, n, k] : std::vector<std::array<int, 4>>{
+           {4, 8192, 4096, 7168}, {4, 8192, 7168, 2048}, {8, 4096, 4096, 7168},
+           {8, 4096, 7168, 2048}}) {
+    problems.push_back({.name = "deepgemm " + std::to_string(groups) + "x" + std::to_string(rows),
+                        .op = std::to_string(n) + "x" + std::to_string(k),
+                        .offsets = equal_groups(groups, rows), .n = n, .k = k});
+  }
+  for (const auto& name : o.presets) {
+    const MoeConfig c = preset(name);
+    const SyntheticRouting r = draw_routing(o.tokens, c.num_experts, c.top_k, o.routing,
+                                            0x5eed0000 + std::hash<std::string>{}(name));
+    problems.push_back({.name = name, .op = "fc1", .offsets = r.offsets, .n = c.fc1_width(),
+                        .k = c.hidden, .activation = true, .act = c.activation});
+    problems.push_back({.name = name, .op = "fc2", .offsets = r.offsets, .n = c.hidden,
+                        .k = c.ffn, .row_scale = true});
+  }
+  Report report("FP8 grouped GEMM (e4m3, 1x128 / 128x128 fp32 scales, bf16 out)",
+                {"problem", "op", "variant", "median_ms", "TFLOP/s", "vs_dense_bf16",
+                 "vs_bf16_grouped"});
+  report.set_meta("tokens", static_cast<long long>(o.tokens));
+  report.set_meta("routing", o.routing_name);
+  report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
+                                std::to_string(o.warmup) + " warm-up, CUDA events");
+  report.set_meta("columns", "vs_* = that variant's time / this time (the same FLOPs)");
+  CublasBaseline cublas;
+  for (const Problem& p : problems) bench_problem(p, o, cublas, report);
+  report.print();
+  std::printf("reproduce: %s\n", args.command().c_str());
+  if (!o.json.empty()) write_json_file(o.json, args.command(), {&report});
+  return 0;
+}
+
+}  // namespace
+
+MOEFUSE_BENCH_MODE(gemm_fp8, "gemm-fp8",
+                   "FP8 grouped GEMM (DeepSeek-V3 recipe) vs BF16 grouped and cuBLAS dense bf16",
+                   run);
+
+}  // namespace moefuse::bench
