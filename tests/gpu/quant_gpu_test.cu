@@ -1,6 +1,10 @@
 // GPU quantise / dequantise against the CPU reference, byte for byte: fresh wide-range random
-// data with NaN, Inf and all-zero groups, bf16 and fp32 inputs, sizes with short last groups.
-// Outputs are poisoned (0xFF bytes: NaN floats, codes no quantiser emits) before each launch.
+// data with NaN, Inf and all-zero groups, bf16 and fp32 inputs, sizes with short last groups,
+// a single row, more rows than the grid has warps (the grid-stride loop), rows longer than one
+// step of the row kernels with a short tail. Outputs are poisoned (0xFF bytes: NaN floats, codes
+// no quantiser emits) before each launch. The device codecs the kernels use in place of the
+// reference's scalar ones (hardware E4M3 conversions, the fast E2M1 encoder) are checked against
+// the reference codecs on every fp32 input (QuantGpuCodec).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +17,8 @@
 
 #include "common/test_util.h"
 #include "cuda/check.h"
+#include "cuda/quant/dequant_kernel.cuh"
+#include "cuda/quant/vec16.cuh"
 #include "moefuse/error.h"
 #include "moefuse/quant.h"
 #include "ref/quant.h"
@@ -141,8 +147,10 @@ TensorView host(std::vector<uint8_t>& v, DType t, std::initializer_list<int64_t>
 struct Shape {
   int64_t m, k;
 };
-// 2880 = 22.5 x 128 (short last 1x128 group), 48 = 1.5 x 32, 37 rows (not a multiple of anything).
-const Shape kShapes[] = {{37, 2880}, {5, 48}, {128, 7168}, {1, 16}};
+// 2880 = 22.5 x 128 (short last 1x128 group), 48 = 1.5 x 32, 37 rows (not a multiple of anything);
+// 7184 = 3.5 steps of 2048 (bf16) / 7 of 1024 (fp32) columns with a 16-column last group; 9000 rows
+// exceed one warp per row of the largest grid (132 SMs x 8 CTAs x 8 warps), so warps loop.
+const Shape kShapes[] = {{37, 2880}, {5, 48}, {128, 7168}, {1, 16}, {3, 7184}, {9000, 32}};
 const DType kInputs[] = {DType::kBFloat16, DType::kFloat32};
 
 TEST(QuantGpu, Blockwise1x128MatchesReferenceBytes) {
@@ -255,6 +263,28 @@ TEST(QuantGpu, Blockwise128x128MatchesReferenceBytes) {
     }
 }
 
+// 4096 x 2304: 589,824 vectors, more than two grid-stride steps of the amax kernel's largest
+// grid (132 SMs x 8 CTAs x 256 threads x 2 fp32 vectors), so its loop and tail run.
+TEST(QuantGpu, Nvfp4LargeTensorMatchesReferenceBytes) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const int64_t m = 4096, k = 2304, g = k / 16;
+  for (DType in : kInputs) {
+    SCOPED_TRACE(std::string(dtype_name(in)) + ", seed " + std::to_string(test::seed()));
+    Input x(test_data(m, k, 16, false), in);
+    DeviceBuffer q(m * k / 2), sc(m * g), amax(4), ts(4);
+    quantize_nvfp4(x.dev.view(in, {m, k}), q.view(DType::kFloat4E2M1, {m, k}),
+                   sc.view(DType::kFloat8E4M3, {m, g}), amax.view(DType::kFloat32, {1}),
+                   ts.view(DType::kFloat32, {1}), nullptr);
+    std::vector<uint8_t> rq(m * k / 2), rs(m * g);
+    std::vector<float> rts(1);
+    ref::quantize_nvfp4(host(x.ref, {m, k}), host(rq, DType::kFloat4E2M1, {m, k}),
+                        host(rs, DType::kFloat8E4M3, {m, g}), host(rts, {1}));
+    expect_same_bytes(as_bytes(ts.download<float>()), as_bytes(rts), 4, "tensor scale");
+    expect_same_bytes(q.download<uint8_t>(), rq, k / 2, "values");
+    expect_same_bytes(sc.download<uint8_t>(), rs, g, "block scales");
+  }
+}
+
 TEST(QuantGpu, Nvfp4CapturesInACudaGraphAndReplaysOnNewData) {
   MOEFUSE_REQUIRE_HOPPER();
   const int64_t m = 33, k = 96, g = k / 16;
@@ -287,6 +317,98 @@ TEST(QuantGpu, Nvfp4CapturesInACudaGraphAndReplaysOnNewData) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// ---- Device codecs against the reference codecs, over every fp32 bit pattern.
+
+struct CodecMismatch {
+  unsigned long long count;
+  uint32_t first;  // smallest mismatching input (bits), 0xFFFFFFFF if none
+};
+
+// Thread t encodes the four patterns 4t .. 4t + 3 in one e4m3x4 call (so byte order is checked too).
+__global__ void e4m3_encode_check(CodecMismatch* out) {
+  for (uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; t < (uint64_t(1) << 30);
+       t += uint64_t(gridDim.x) * blockDim.x) {
+    const uint32_t u = uint32_t(t) * 4u;
+    const uint32_t got =
+        cuda::quant::e4m3x4(formats::bits_float(u), formats::bits_float(u + 1),
+                            formats::bits_float(u + 2), formats::bits_float(u + 3));
+    for (uint32_t k = 0; k < 4; ++k)
+      if (((got >> (8 * k)) & 0xFFu) != formats::e4m3_from_float(formats::bits_float(u + k))) {
+        atomicAdd(&out->count, 1ull);
+        atomicMin(&out->first, u + k);
+      }
+  }
+}
+
+__global__ void e2m1_encode_check(CodecMismatch* out) {
+  for (uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; t < (uint64_t(1) << 32);
+       t += uint64_t(gridDim.x) * blockDim.x) {
+    const uint32_t u = uint32_t(t);
+    if ((u & 0x7FC00000u) == 0x7F800000u && (u & 0x3FFFFFu) != 0) continue;  // signalling NaN
+    const float y = formats::bits_float(u);
+    if (cuda::quant::e2m1_code_fast(y) != formats::e2m1_from_float(y)) {
+      atomicAdd(&out->count, 1ull);
+      atomicMin(&out->first, u);
+    }
+  }
+}
+
+// Word t holds the codes t & 0xFF, t >> 8, (t + 1) & 0xFF, (t + 7) >> 8 & 0xFF for t < 2^16: every
+// code in every byte position. NaN codes must decode to some NaN.
+__global__ void e4m3_decode_check(CodecMismatch* out) {
+  const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= 0x10000u) return;
+  const uint32_t c[4] = {t & 0xFFu, t >> 8, (t + 1) & 0xFFu, ((t + 7) >> 8) & 0xFFu};
+  float f[4];
+  cuda::quant::e4m3x4_to_float(c[0] | c[1] << 8 | c[2] << 16 | c[3] << 24, f);
+  for (int k = 0; k < 4; ++k) {
+    const float want = formats::e4m3_to_float(uint8_t(c[k]));
+    const bool same = isnan(want) ? isnan(f[k]) : formats::float_bits(f[k]) == formats::float_bits(want);
+    if (!same) {
+      atomicAdd(&out->count, 1ull);
+      atomicMin(&out->first, c[k]);
+    }
+  }
+}
+
+template <class Kernel>
+CodecMismatch run_codec_check(Kernel kernel, unsigned blocks) {
+  CodecMismatch* d = nullptr;
+  MOEFUSE_CUDA_CHECK(cudaMalloc(&d, sizeof(CodecMismatch)));
+  const CodecMismatch init{.count = 0, .first = 0xFFFFFFFFu};
+  MOEFUSE_CUDA_CHECK(cudaMemcpy(d, &init, sizeof(init), cudaMemcpyHostToDevice));
+  kernel<<<blocks, 256>>>(d);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+  CodecMismatch h;
+  MOEFUSE_CUDA_CHECK(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
+  cudaFree(d);
+  return h;
+}
+
+TEST(QuantGpuCodec, HardwareE4m3EncodeMatchesReferenceOnEveryFloat) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const CodecMismatch r = run_codec_check(e4m3_encode_check, 132 * 64);
+  EXPECT_EQ(r.count, 0u) << "first mismatching input bits 0x" << std::hex << r.first
+                         << ", reference code 0x"
+                         << int(formats::e4m3_from_float(formats::bits_float(r.first)));
+}
+
+TEST(QuantGpuCodec, FastE2m1EncodeMatchesReferenceOnEveryFloat) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const CodecMismatch r = run_codec_check(e2m1_encode_check, 132 * 64);
+  EXPECT_EQ(r.count, 0u) << "first mismatching input bits 0x" << std::hex << r.first
+                         << ", reference code 0x"
+                         << int(formats::e2m1_from_float(formats::bits_float(r.first)))
+                         << ", host fast code 0x"
+                         << cuda::quant::e2m1_code_fast(formats::bits_float(r.first));
+}
+
+TEST(QuantGpuCodec, HardwareE4m3DecodeMatchesReferenceOnEveryCode) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const CodecMismatch r = run_codec_check(e4m3_decode_check, 0x10000 / 256);
+  EXPECT_EQ(r.count, 0u) << "first mismatching code 0x" << std::hex << r.first;
 }
 
 using test::expect_invalid;

@@ -4,7 +4,10 @@
 //
 //   moefuse-bench quant [--m 16384] [--k 7168] [--dtype bf16|fp32] [--experts 8] [--n 2048]
 //                       [--iters 50] [--warmup 10] [--json FILE]
-// Activations are x [m, k]; weights (128x128 blocks) are w [experts, n, k].
+// Activations are x [m, k]; weights (128x128 blocks) are w [experts, n, k]. The input holds
+// pseudo-random values over a wide range (fill_inputs), not a constant, so every group gets its
+// own scale and codes of every magnitude; the dequantisers read what the quantisers wrote.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +41,24 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
+// x[i] = a hashed value in (-1, 1) times 2^(e - 8), e in [0, 16) chosen per 16 elements (a group
+// of every recipe sees one magnitude, as real activations roughly do).
+__device__ uint32_t hash32(uint64_t i) {
+  uint64_t h = i * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  return uint32_t(h >> 32);
+}
+
+template <class T>
+__global__ void fill_inputs(T* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float unit = float(int32_t(hash32(i))) * 0x1p-31f;
+    x[i] = T(ldexpf(unit, int(hash32(i / 16 + (int64_t(1) << 40)) % 16) - 8));
+  }
+}
+
 struct Case {
   std::string name;
   std::string shape;
@@ -68,6 +89,11 @@ int run_quant(Args& args) {
   auto dev = [](const DeviceBuffer& b, DType t, std::initializer_list<int64_t> s) {
     return TensorView::contiguous(b.ptr, t, s, Device::kCuda);
   };
+  if (in == DType::kBFloat16)
+    fill_inputs<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x.ptr), big);
+  else
+    fill_inputs<<<1024, 256>>>(static_cast<float*>(x.ptr), big);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
   const std::string act = "[" + std::to_string(m) + ", " + std::to_string(k) + "]";
   const std::string wsh = "[" + std::to_string(experts) + ", " + std::to_string(n) + ", " +
                           std::to_string(k) + "]";

@@ -1,6 +1,9 @@
 // Blockwise FP8 quantisation of weights in 128x128 blocks: one CTA per block (grid: K blocks,
 // N blocks, experts). 256 threads: 8 lanes of 16 elements cover a block row, 32 rows per pass,
-// 4 passes; the block stays in registers (64 values a thread) between the amax and the encode.
+// 4 passes. All 4 loads of a thread are issued first and the block stays in registers as loaded
+// (32 words a thread for bf16, 64 for fp32) between the amax and the encode, so a CTA has the
+// whole block (32 or 64 KB) in flight and ~4 CTAs an SM overlap their load, reduce and store
+// phases.
 #pragma once
 
 #include <cstdint>
@@ -26,32 +29,35 @@ static_assert(kPasses * kRowsPerPass == kBlockEdge && kBlocksThreads % 32 == 0);
 
 template <class T>
 __global__ void __launch_bounds__(kBlocksThreads) quantize_blocks_kernel(BlockQuantParams p) {
-  __shared__ uint32_t warp_amax[kBlocksThreads / 32];
+  __shared__ float warp_amax[kBlocksThreads / 32];
   const int64_t col = int64_t(blockIdx.x) * kBlockEdge + (threadIdx.x % kLanesPerBlockRow) * kVec;
   const int64_t row0 = int64_t(blockIdx.y) * kBlockEdge + threadIdx.x / kLanesPerBlockRow;
-  const int64_t base = int64_t(blockIdx.z) * p.rows * p.cols;
-  float v[kPasses][kVec];
-  uint32_t a = 0;
+  const T* w = static_cast<const T*>(p.w) + int64_t(blockIdx.z) * p.rows * p.cols;
+  Raw16<T> v[kPasses];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int64_t row = row0 + pass * kRowsPerPass;
-    if (row < p.rows && col < p.cols) {
-      load16(static_cast<const T*>(p.w) + base + row * p.cols + col, v[pass]);
-      a = formats::max_bits(a, amax16(v[pass]));
-    }
+    if (row < p.rows && col < p.cols)
+      load16(w + row * p.cols + col, v[pass]);
+    else
+      zero16(v[pass]);
   }
+  float a = 0.0f;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) a = fmaxf(a, amax16(v[pass]));
   a = group_max<32>(a);
   if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = a;
   __syncthreads();
 #pragma unroll
-  for (int w = 0; w < kBlocksThreads / 32; ++w) a = formats::max_bits(a, warp_amax[w]);
-  const formats::BlockwiseScale s = formats::blockwise_scale(formats::bits_float(a));
+  for (int i = 0; i < kBlocksThreads / 32; ++i) a = fmaxf(a, warp_amax[i]);
+  const formats::BlockwiseScale s = formats::blockwise_scale(a);
   if (threadIdx.x == 0)
     p.scales[(int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = s.scale;
+  uint8_t* q = p.q + int64_t(blockIdx.z) * p.rows * p.cols;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int64_t row = row0 + pass * kRowsPerPass;
-    if (row < p.rows && col < p.cols) store16_e4m3(p.q + base + row * p.cols + col, v[pass], s.multiplier);
+    if (row < p.rows && col < p.cols) store16_e4m3(q + row * p.cols + col, v[pass], s.multiplier);
   }
 }
 

@@ -1,10 +1,18 @@
-// Dequantisation of every recipe: each thread turns 16 codes into 16 fp32 values. The scale of
-// element (row, col) of a [batches * batch_rows, cols] tensor sits at
-//   ((row / batch_rows) * scale_rows + (row % batch_rows) / row_group) * scale_cols + col / col_group
-// which covers 1xG groups (batch_rows = rows, row_group = 1) and 128x128 blocks of stacked weights.
+// Dequantisation of every recipe to fp32. The tensor is [batches * batch_rows, cols]; the scale
+// of element (row, col) sits at
+//   ((row / batch_rows) * scale_rows + (row % batch_rows) / row_group) * scale_cols + col / G
+// which covers 1xG groups (batch_rows = rows, row_group = 1) and 128x128 blocks of stacked
+// weights. G is fixed by the scale kind (128 fp32, 32 UE8M0, 16 NVFP4).
+//
+// Mapping as rows_kernel.cuh: a warp owns a row at a time (the scale row is computed once per
+// row), lane l decodes the 16-element vectors l, l + 32, ..., kSteps of them per step with all
+// code loads issued first. E4M3 decodes in hardware (cvt to f16x2, exact: every E4M3 value is an
+// fp16 value; NaN stays NaN); E2M1 through a 16-entry table in shared memory built from
+// formats::e2m1_to_float. Products are formed in the reference's order, so results are equal.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/quant/vec16.cuh"
 #include "formats/recipes.h"
@@ -13,44 +21,98 @@ namespace moefuse::cuda::quant {
 
 enum class ScaleKind { kFp32, kUE8M0, kNvfp4 };
 
+template <ScaleKind kKind>
+inline constexpr int kDequantGroup = kKind == ScaleKind::kFp32    ? formats::kBlockwiseGroup
+                                     : kKind == ScaleKind::kUE8M0 ? formats::kMxBlock
+                                                                  : formats::kNvfp4Block;
+
 struct DequantParams {
   const uint8_t* q = nullptr;
   const void* scales = nullptr;
   const float* tensor_scale = nullptr;  // NVFP4 only
   float* x = nullptr;
   int64_t rows = 0, cols = 0;
-  int64_t batch_rows = 0, row_group = 1, col_group = 0, scale_rows = 0, scale_cols = 0;
+  int64_t batch_rows = 0, row_group = 1, scale_rows = 0, scale_cols = 0;
 };
 
 inline constexpr int kDequantThreads = 256;
+inline constexpr int kDequantWarps = kDequantThreads / 32;
+inline constexpr int kDequantSteps = 4;  // 64 bytes of E4M3 codes a lane in flight
+
+// The four E4M3 codes of w (byte k is element k) as floats.
+__device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float (&f)[4]) {
+  asm("{\n .reg .b16 p0, p1, h0, h1, h2, h3;\n .reg .b32 f01, f23;\n"
+      " mov.b32 {p0, p1}, %4;\n"
+      " cvt.rn.f16x2.e4m3x2 f01, p0;\n"
+      " cvt.rn.f16x2.e4m3x2 f23, p1;\n"
+      " mov.b32 {h0, h1}, f01;\n"
+      " mov.b32 {h2, h3}, f23;\n"
+      " cvt.f32.f16 %0, h0;\n cvt.f32.f16 %1, h1;\n cvt.f32.f16 %2, h2;\n cvt.f32.f16 %3, h3;\n}"
+      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3])
+      : "r"(w));
+}
+
+__device__ __forceinline__ void store16(float* out, const float (&v)[kVec]) {
+  float4* o4 = reinterpret_cast<float4*>(out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o4[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}
 
 template <ScaleKind kKind>
 __global__ void __launch_bounds__(kDequantThreads) dequantize_kernel(DequantParams p) {
-  const int64_t e0 = (blockIdx.x * int64_t(kDequantThreads) + threadIdx.x) * kVec;
-  if (e0 >= p.rows * p.cols) return;
-  const int64_t row = e0 / p.cols, col = e0 % p.cols;
-  const int64_t s = ((row / p.batch_rows) * p.scale_rows + (row % p.batch_rows) / p.row_group) *
-                        p.scale_cols + col / p.col_group;
-  float v[kVec];
-  if constexpr (kKind == ScaleKind::kNvfp4) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p.q + e0 / 2);
-    const uint8_t block = static_cast<const uint8_t*>(p.scales)[s];
-    const float ts = *p.tensor_scale;
-    const uint32_t w[2] = {u.x, u.y};
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      v[k] = formats::nvfp4_dequant(uint8_t((w[k / 8] >> (4 * (k % 8))) & 0xFu), block, ts);
-  } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(p.q + e0);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-    const float scale = kKind == ScaleKind::kFp32
-                            ? static_cast<const float*>(p.scales)[s]
-                            : formats::ue8m0_to_float(static_cast<const uint8_t*>(p.scales)[s]);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      v[k] = formats::e4m3_to_float(uint8_t(w[k / 4] >> (8 * (k % 4)))) * scale;
+  constexpr bool kFp4 = kKind == ScaleKind::kNvfp4;
+  constexpr int kGroup = kDequantGroup<kKind>;
+  using Codes = std::conditional_t<kFp4, uint2, uint4>;  // 16 codes
+  constexpr int64_t kStepCols = 32 * kDequantSteps * kVec;
+  __shared__ float e2m1_value[16];
+  if constexpr (kFp4) {
+    if (threadIdx.x < 16) e2m1_value[threadIdx.x] = formats::e2m1_to_float(uint8_t(threadIdx.x));
+    __syncthreads();
   }
-  store16(p.x + e0, v);
+  const float tensor_scale = kFp4 ? *p.tensor_scale : 1.0f;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * kDequantWarps;
+  for (int64_t row = blockIdx.x * int64_t(kDequantWarps) + threadIdx.x / 32; row < p.rows;
+       row += warps) {
+    const int64_t scale_row =
+        (row / p.batch_rows) * p.scale_rows + (row % p.batch_rows) / p.row_group;
+    const uint8_t* q = p.q + (kFp4 ? row * p.cols / 2 : row * p.cols);
+    for (int64_t col0 = 0; col0 < p.cols; col0 += kStepCols) {
+      Codes c[kDequantSteps];
+#pragma unroll
+      for (int u = 0; u < kDequantSteps; ++u) {
+        const int64_t col = col0 + (u * 32 + lane) * kVec;
+        if (col < p.cols) c[u] = __ldg(reinterpret_cast<const Codes*>(q + (kFp4 ? col / 2 : col)));
+      }
+#pragma unroll
+      for (int u = 0; u < kDequantSteps; ++u) {
+        const int64_t col = col0 + (u * 32 + lane) * kVec;
+        if (col >= p.cols) continue;
+        const int64_t s = scale_row * p.scale_cols + col / kGroup;
+        float v[kVec];
+        if constexpr (kFp4) {
+          const float block = formats::e4m3_to_float(static_cast<const uint8_t*>(p.scales)[s]);
+          const uint32_t w[2] = {c[u].x, c[u].y};
+#pragma unroll
+          for (int k = 0; k < kVec; ++k)
+            v[k] = e2m1_value[(w[k / 8] >> (4 * (k % 8))) & 0xFu] * block * tensor_scale;
+        } else {
+          const float scale = kKind == ScaleKind::kFp32
+                                  ? static_cast<const float*>(p.scales)[s]
+                                  : formats::ue8m0_to_float(static_cast<const uint8_t*>(p.scales)[s]);
+          const uint32_t w[4] = {c[u].x, c[u].y, c[u].z, c[u].w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float f[4];
+            e4m3x4_to_float(w[i], f);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[4 * i + k] = f[k] * scale;
+          }
+        }
+        store16(p.x + row * p.cols + col, v);
+      }
+    }
+  }
 }
 
 }  // namespace moefuse::cuda::quant

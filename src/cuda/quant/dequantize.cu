@@ -1,6 +1,7 @@
 // Host side of the GPU dequantisers (moefuse/quant.h): validation, then dequant_kernel.cuh.
 #include "cuda/check.h"
 #include "cuda/quant/dequant_kernel.cuh"
+#include "cuda/quant/grid.h"
 #include "cuda/quant/validate.h"
 #include "moefuse/quant.h"
 
@@ -9,11 +10,12 @@ namespace {
 
 using namespace cuda::quant;
 
+// A warp a row, grid-stride (dequant_kernel.cuh).
 template <ScaleKind kKind>
 void launch_dequant(const DequantParams& p, cudaStream_t stream) {
-  const int64_t vectors = p.rows * p.cols / kVec;
-  if (vectors == 0) return;
-  dequantize_kernel<kKind><<<ceil_div(vectors, kDequantThreads), kDequantThreads, 0, stream>>>(p);
+  if (p.rows == 0 || p.cols == 0) return;
+  const auto ctas = static_cast<unsigned>(grid_stride_ctas(p.rows, kDequantWarps, current_sm_count()));
+  dequantize_kernel<kKind><<<ctas, kDequantThreads, 0, stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
@@ -22,7 +24,7 @@ DequantParams row_groups(const TensorView& q, const TensorView& scales, const Te
                          int64_t group) {
   const int64_t m = q.size(0), k = q.size(1);
   return {.q = q.as<const uint8_t>(), .scales = scales.data, .x = x.as<float>(), .rows = m,
-          .cols = k, .batch_rows = m, .row_group = 1, .col_group = group, .scale_rows = m,
+          .cols = k, .batch_rows = m, .row_group = 1, .scale_rows = m,
           .scale_cols = ceil_div(k, group)};
 }
 
@@ -66,7 +68,7 @@ void dequantize_fp8_blockwise_128x128(const TensorView& q, const TensorView& sca
   launch_dequant<ScaleKind::kFp32>(
       {.q = q.as<const uint8_t>(), .scales = scales.data, .x = w.as<float>(),
        .rows = e.experts * e.rows, .cols = e.cols, .batch_rows = e.rows,
-       .row_group = formats::kBlockwiseGroup, .col_group = formats::kBlockwiseGroup,
+       .row_group = formats::kBlockwiseGroup,
        .scale_rows = ceil_div(e.rows, formats::kBlockwiseGroup),
        .scale_cols = ceil_div(e.cols, formats::kBlockwiseGroup)},
       stream);

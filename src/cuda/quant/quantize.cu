@@ -2,10 +2,9 @@
 // rows_kernel.cuh (1xG groups) and blocks_kernel.cuh (128x128 blocks).
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "cuda/check.h"
 #include "cuda/quant/blocks_kernel.cuh"
+#include "cuda/quant/grid.h"
 #include "cuda/quant/rows_kernel.cuh"
 #include "cuda/quant/validate.h"
 #include "moefuse/quant.h"
@@ -15,19 +14,18 @@ namespace {
 
 using namespace cuda::quant;
 
-// Launches quantize_rows_kernel for `x` [M, K] (already validated) with at least one CTA, so
-// NVFP4 writes its tensor scale even for an empty tensor.
+// Launches quantize_rows_kernel for `x` [M, K] (already validated): a warp a row, grid-stride,
+// at least one CTA so NVFP4 writes its tensor scale even for an empty tensor.
 template <class Recipe>
 void launch_rows(const TensorView& x, RowQuantParams p, cudaStream_t stream) {
   p.rows = x.size(0);
   p.cols = x.size(1);
   p.groups_per_row = ceil_div(p.cols, Recipe::kGroup);
-  p.lanes_per_row = std::max<int64_t>(1, p.groups_per_row * (Recipe::kGroup / kVec));
-  const int64_t blocks = std::max<int64_t>(1, ceil_div(p.rows * p.lanes_per_row, kRowsThreads));
+  const auto ctas = static_cast<unsigned>(grid_stride_ctas(p.rows, kRowsWarps, current_sm_count()));
   if (x.dtype == DType::kBFloat16)
-    quantize_rows_kernel<__nv_bfloat16, Recipe><<<blocks, kRowsThreads, 0, stream>>>(p);
+    quantize_rows_kernel<__nv_bfloat16, Recipe><<<ctas, kRowsThreads, 0, stream>>>(p);
   else
-    quantize_rows_kernel<float, Recipe><<<blocks, kRowsThreads, 0, stream>>>(p);
+    quantize_rows_kernel<float, Recipe><<<ctas, kRowsThreads, 0, stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
@@ -67,16 +65,13 @@ void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& 
   MOEFUSE_CUDA_CHECK(cudaMemsetAsync(amax.data, 0, sizeof(float), stream));
   const int64_t vectors = m * k / kVec;
   if (vectors > 0) {
-    int device = 0, sms = 0;
-    MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
-    MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    // A few waves of CTAs with grid-stride loops: enough loads in flight, few atomics.
-    const int64_t blocks = std::min<int64_t>(ceil_div(vectors, kRowsThreads), int64_t(sms) * 8);
+    const auto ctas = static_cast<unsigned>(
+        grid_stride_ctas(vectors, int64_t(kRowsThreads) * kInFlight<float>, current_sm_count()));
     auto* bits = static_cast<uint32_t*>(amax.data);
     if (x.dtype == DType::kBFloat16)
-      amax_kernel<<<blocks, kRowsThreads, 0, stream>>>(x.as<const __nv_bfloat16>(), vectors, bits);
+      amax_kernel<<<ctas, kRowsThreads, 0, stream>>>(x.as<const __nv_bfloat16>(), vectors, bits);
     else
-      amax_kernel<<<blocks, kRowsThreads, 0, stream>>>(x.as<const float>(), vectors, bits);
+      amax_kernel<<<ctas, kRowsThreads, 0, stream>>>(x.as<const float>(), vectors, bits);
     MOEFUSE_CUDA_CHECK_LAUNCH();
   }
   launch_rows<Nvfp4Recipe>(x,

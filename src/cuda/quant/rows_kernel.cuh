@@ -1,11 +1,12 @@
 // Quantisation in 1xG groups along each row (blockwise 1x128, MXFP8 1x32, NVFP4 1x16).
 //
-// Mapping: each thread owns 16 consecutive elements of a row; a row gets `lanes_per_row` threads,
-// ceil(K / G) * G / 16, so that every group starts on a lane multiple of G / 16 and the G / 16
-// lanes of a group sit in one warp (G / 16 in {8, 2, 1} divides 32). Lanes past the row's end
-// (the short last group) load nothing but still join the group's shuffle. The group amax is an
-// integer max over |x| bits (formats/recipes.h), reduced with shuffles; the group's first lane
-// stores its scale.
+// Mapping: a warp owns a row at a time (rows strided over the grid's warps: row_launch.h sizes the
+// grid); lane l handles the 16-element vectors l, l + 32, ..., kInFlight of them per step, all
+// loads of a step issued before any arithmetic (128 bytes a lane in flight). A step covers
+// 32 * kInFlight * 16 elements, a multiple of every G, so groups never straddle steps, and the
+// G / 16 lanes of a group (8, 2, 1) are consecutive lanes of one warp. Vectors past the row's end
+// (the short last group, the last step) load nothing and contribute 0 to their group's amax,
+// which is reduced with G / 16 - 1 shuffles; the group's first lane stores the scale.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +22,16 @@ struct RowQuantParams {
   void* scales = nullptr;      // [rows, groups_per_row]
   const float* amax = nullptr;       // NVFP4: tensor amax, written by amax_kernel
   float* tensor_scale = nullptr;     // NVFP4: decode scale out
-  int64_t rows = 0, cols = 0, groups_per_row = 0, lanes_per_row = 0;
+  int64_t rows = 0, cols = 0, groups_per_row = 0;
 };
 
+// Each recipe: kGroup; tensor_encode(p), a per-tensor value read once per thread; prepare(),
+// which turns a group amax into the value multiplier and has the group's leader store the scale.
 struct BlockwiseRecipe {
   static constexpr int kGroup = formats::kBlockwiseGroup;
   static constexpr bool kFp4 = false;
-  __device__ static float prepare(float amax, const RowQuantParams& p, int64_t s, bool leader) {
+  __device__ static float tensor_encode(const RowQuantParams&) { return 1.0f; }
+  __device__ static float prepare(float amax, float, const RowQuantParams& p, int64_t s, bool leader) {
     const formats::BlockwiseScale b = formats::blockwise_scale(amax);
     if (leader) static_cast<float*>(p.scales)[s] = b.scale;
     return b.multiplier;
@@ -37,7 +41,8 @@ struct BlockwiseRecipe {
 struct MxRecipe {
   static constexpr int kGroup = formats::kMxBlock;
   static constexpr bool kFp4 = false;
-  __device__ static float prepare(float amax, const RowQuantParams& p, int64_t s, bool leader) {
+  __device__ static float tensor_encode(const RowQuantParams&) { return 1.0f; }
+  __device__ static float prepare(float amax, float, const RowQuantParams& p, int64_t s, bool leader) {
     const uint8_t code = formats::mx_scale_code(amax);
     if (leader) static_cast<uint8_t*>(p.scales)[s] = code;
     return formats::ue8m0_reciprocal(code);
@@ -47,8 +52,11 @@ struct MxRecipe {
 struct Nvfp4Recipe {
   static constexpr int kGroup = formats::kNvfp4Block;
   static constexpr bool kFp4 = true;
-  __device__ static float prepare(float amax, const RowQuantParams& p, int64_t s, bool leader) {
-    const float encode = formats::nvfp4_tensor_encode_scale(*p.amax);
+  __device__ static float tensor_encode(const RowQuantParams& p) {
+    return formats::nvfp4_tensor_encode_scale(*p.amax);
+  }
+  __device__ static float prepare(float amax, float encode, const RowQuantParams& p, int64_t s,
+                                  bool leader) {
     const uint8_t code = formats::nvfp4_block_scale_code(amax, encode);
     if (leader) static_cast<uint8_t*>(p.scales)[s] = code;
     return formats::nvfp4_value_multiplier(code, formats::nvfp4_tensor_scale(encode));
@@ -56,48 +64,74 @@ struct Nvfp4Recipe {
 };
 
 inline constexpr int kRowsThreads = 256;
+inline constexpr int kRowsWarps = kRowsThreads / 32;
 
 template <class T, class Recipe>
 __global__ void __launch_bounds__(kRowsThreads) quantize_rows_kernel(RowQuantParams p) {
   constexpr int kLanes = Recipe::kGroup / kVec;
-  const int64_t t = blockIdx.x * int64_t(kRowsThreads) + threadIdx.x;
+  constexpr int kSteps = kInFlight<T>;
+  constexpr int64_t kStepCols = 32 * kSteps * kVec;
+  static_assert(kStepCols % Recipe::kGroup == 0 && 32 % kLanes == 0);
+  const int lane = threadIdx.x % 32;
+  const float encode = Recipe::tensor_encode(p);
   if constexpr (Recipe::kFp4) {
-    if (t == 0)
-      *p.tensor_scale = formats::nvfp4_tensor_scale(formats::nvfp4_tensor_encode_scale(*p.amax));
+    if (blockIdx.x == 0 && threadIdx.x == 0) *p.tensor_scale = formats::nvfp4_tensor_scale(encode);
   }
-  const int64_t row = t / p.lanes_per_row;
-  const int64_t col = (t % p.lanes_per_row) * kVec;
-  const bool active = row < p.rows && col < p.cols;
-  float v[kVec];
-  uint32_t amax = 0;
-  if (active) {
-    load16(static_cast<const T*>(p.x) + row * p.cols + col, v);
-    amax = amax16(v);
+  const int64_t warps = int64_t(gridDim.x) * kRowsWarps;
+  for (int64_t row = blockIdx.x * int64_t(kRowsWarps) + threadIdx.x / 32; row < p.rows;
+       row += warps) {
+    const T* x = static_cast<const T*>(p.x) + row * p.cols;
+    for (int64_t col0 = 0; col0 < p.cols; col0 += kStepCols) {
+      Raw16<T> v[kSteps];
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const int64_t col = col0 + (u * 32 + lane) * kVec;
+        if (col < p.cols)
+          load16(x + col, v[u]);
+        else
+          zero16(v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const int64_t col = col0 + (u * 32 + lane) * kVec;
+        const float amax = group_max<kLanes>(amax16(v[u]));
+        if (col >= p.cols) continue;
+        const float multiplier =
+            Recipe::prepare(amax, encode, p, row * p.groups_per_row + col / Recipe::kGroup,
+                            col % Recipe::kGroup == 0);
+        if constexpr (Recipe::kFp4)
+          store16_e2m1(p.q + (row * p.cols + col) / 2, v[u], multiplier);
+        else
+          store16_e4m3(p.q + row * p.cols + col, v[u], multiplier);
+      }
+    }
   }
-  amax = group_max<kLanes>(amax);
-  if (!active) return;
-  const float multiplier = Recipe::prepare(formats::bits_float(amax), p,
-                                           row * p.groups_per_row + col / Recipe::kGroup,
-                                           col % Recipe::kGroup == 0);
-  if constexpr (Recipe::kFp4)
-    store16_e2m1(p.q + (row * p.cols + col) / 2, v, multiplier);
-  else
-    store16_e4m3(p.q + row * p.cols + col, v, multiplier);
 }
 
-// NVFP4's first pass: max |x| over the tensor into *amax_bits (zeroed before), as fp32 bits.
+// NVFP4's first pass: max |x| over `vectors` 16-element vectors into *amax_bits (zeroed before),
+// as fp32 bits (an integer atomicMax orders non-negative floats). Grid-stride, kInFlight vectors
+// a thread per step, all loads issued first; one atomic per warp.
 template <class T>
 __global__ void __launch_bounds__(kRowsThreads) amax_kernel(const T* x, int64_t vectors,
                                                             uint32_t* amax_bits) {
-  uint32_t a = 0;
-  for (int64_t i = blockIdx.x * int64_t(kRowsThreads) + threadIdx.x; i < vectors;
-       i += int64_t(gridDim.x) * kRowsThreads) {
-    float v[kVec];
-    load16(x + i * kVec, v);
-    a = formats::max_bits(a, amax16(v));
+  constexpr int kSteps = kInFlight<T>;
+  const int64_t stride = int64_t(gridDim.x) * kRowsThreads;
+  float a = 0.0f;
+  for (int64_t i0 = blockIdx.x * int64_t(kRowsThreads) + threadIdx.x; i0 < vectors;
+       i0 += stride * kSteps) {
+    Raw16<T> v[kSteps];
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      if (i0 + u * stride < vectors)
+        load16(x + (i0 + u * stride) * kVec, v[u]);
+      else
+        zero16(v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) a = fmaxf(a, amax16(v[u]));
   }
   a = group_max<32>(a);
-  if (threadIdx.x % 32 == 0 && a != 0) atomicMax(amax_bits, a);
+  if (threadIdx.x % 32 == 0 && a != 0.0f) atomicMax(amax_bits, formats::float_bits(a));
 }
 
 }  // namespace moefuse::cuda::quant

@@ -1,89 +1,124 @@
 // The unit every quantisation kernel moves: 16 consecutive elements per thread, read and written
 // with 16-byte (or, for 16 FP4 codes, 8-byte) accesses. Callers guarantee the alignment
 // (16-byte-aligned bases, rows a multiple of 16 elements; validate.h checks it).
+//
+// The elements stay in registers as loaded (Raw16: 8 words for bf16, 16 for fp32) and are widened
+// to fp32 where used, so a thread can keep several vectors in flight cheaply. The per-element
+// work is kept to a few instructions, because at HBM speed an SM has only ~10 integer-pipe
+// instructions per bf16 element to spend: the amax is one fmaxf (|x| bits order like the floats,
+// and fmaxf skips NaN, exactly as formats::amax_bits), E4M3 codes come from the hardware
+// conversion (two per instruction), E2M1 codes from e2m1_fast.h.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "cuda/quant/e2m1_fast.h"
 #include "formats/bits.h"
-#include "formats/recipes.h"
 
 namespace moefuse::cuda::quant {
 
 inline constexpr int kVec = 16;
 
-__device__ __forceinline__ void load16(const float* p, float (&v)[kVec]) {
-  const float4* p4 = reinterpret_cast<const float4*>(p);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float4 f = __ldg(p4 + i);
-    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-  }
-}
+template <class T>
+struct Raw16;
+template <>
+struct Raw16<__nv_bfloat16> {
+  uint32_t w[8];  // element 2i in the low half of w[i], 2i + 1 in the high half
+};
+template <>
+struct Raw16<float> {
+  float f[16];
+};
 
-// bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
-__device__ __forceinline__ void load16(const __nv_bfloat16* p, float (&v)[kVec]) {
+// Vectors a thread keeps in flight: 128 bytes of input either way (4 bf16 or 2 fp32 vectors).
+template <class T>
+inline constexpr int kInFlight = 8 / sizeof(T);
+
+__device__ __forceinline__ void load16(const __nv_bfloat16* p, Raw16<__nv_bfloat16>& r) {
   const uint4* p4 = reinterpret_cast<const uint4*>(p);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const uint4 u = __ldg(p4 + i);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[8 * i + 2 * j] = formats::bits_float(w[j] << 16);
-      v[8 * i + 2 * j + 1] = formats::bits_float(w[j] & 0xFFFF0000u);
-    }
+    r.w[4 * i] = u.x, r.w[4 * i + 1] = u.y, r.w[4 * i + 2] = u.z, r.w[4 * i + 3] = u.w;
   }
 }
 
-// 16 E4M3 codes of v * multiplier, one 16-byte store (element k in byte k).
-__device__ __forceinline__ void store16_e4m3(uint8_t* q, const float (&v)[kVec], float multiplier) {
-  uint32_t w[4];
+__device__ __forceinline__ void load16(const float* p, Raw16<float>& r) {
+  const float4* p4 = reinterpret_cast<const float4*>(p);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    w[i] = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      w[i] |= uint32_t(formats::e4m3_from_float(v[4 * i + k] * multiplier)) << (8 * k);
+    const float4 f = __ldg(p4 + i);
+    r.f[4 * i] = f.x, r.f[4 * i + 1] = f.y, r.f[4 * i + 2] = f.z, r.f[4 * i + 3] = f.w;
   }
-  *reinterpret_cast<uint4*>(q) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// 16 E2M1 codes of v * multiplier, one 8-byte store (element k in nibble k: low nibble first).
-__device__ __forceinline__ void store16_e2m1(uint8_t* q, const float (&v)[kVec], float multiplier) {
-  uint32_t w[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    w[i] = 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      w[i] |= uint32_t(formats::e2m1_from_float(v[8 * i + k] * multiplier)) << (4 * k);
-  }
-  *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
+// Zeros: what a lane past the end of a row contributes to its group's amax.
+template <class T>
+__device__ __forceinline__ void zero16(Raw16<T>& r) {
+  r = Raw16<T>{};
 }
 
-__device__ __forceinline__ void store16(float* out, const float (&v)[kVec]) {
-  float4* o4 = reinterpret_cast<float4*>(out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) o4[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+// Element k as fp32 (bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits).
+__device__ __forceinline__ float element(const Raw16<__nv_bfloat16>& r, int k) {
+  const uint32_t w = r.w[k / 2];
+  return formats::bits_float(k % 2 == 0 ? w << 16 : w & 0xFFFF0000u);
 }
+__device__ __forceinline__ float element(const Raw16<float>& r, int k) { return r.f[k]; }
 
-__device__ __forceinline__ uint32_t amax16(const float (&v)[kVec]) {
-  uint32_t a = 0;
+// max |x| over the 16 elements, NaN ignored; +0 for all-zero or all-NaN.
+template <class T>
+__device__ __forceinline__ float amax16(const Raw16<T>& r) {
+  float a = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) a = formats::max_bits(a, formats::amax_bits(v[i]));
+  for (int k = 0; k < kVec; ++k) a = fmaxf(a, fabsf(element(r, k)));
   return a;
 }
 
 // Max over aligned groups of `kLanes` consecutive lanes (a power of two <= 32); every lane of the
 // warp must call it.
 template <int kLanes>
-__device__ __forceinline__ uint32_t group_max(uint32_t a) {
+__device__ __forceinline__ float group_max(float a) {
 #pragma unroll
-  for (int o = kLanes / 2; o >= 1; o /= 2) a = formats::max_bits(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+  for (int o = kLanes / 2; o >= 1; o /= 2) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
   return a;
+}
+
+// E4M3 codes of a, b, c, d (a in the low byte), = formats::e4m3_from_float of each: the hardware
+// conversion rounds to nearest even and saturates finite values and Inf to +-448 like the
+// reference; a NaN's code may carry its sign (0xFF), which the reference drops (0x7F), so bytes
+// equal to 0xFF (never a finite code) are turned into 0x7F.
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
+  uint32_t w;
+  asm("{\n .reg .b16 lo, hi;\n"
+      " cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      " cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      " mov.b32 %0, {lo, hi};\n}"
+      : "=r"(w)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+  const uint32_t nan_ff = w & ((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u;
+  return w ^ nan_ff;
+}
+
+// 16 E4M3 codes of x * multiplier, one 16-byte store (element k in byte k).
+template <class T>
+__device__ __forceinline__ void store16_e4m3(uint8_t* q, const Raw16<T>& r, float multiplier) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = e4m3x4(element(r, 4 * i) * multiplier, element(r, 4 * i + 1) * multiplier,
+                  element(r, 4 * i + 2) * multiplier, element(r, 4 * i + 3) * multiplier);
+  *reinterpret_cast<uint4*>(q) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// 16 E2M1 codes of x * multiplier, one 8-byte store (element k in nibble k: low nibble first).
+template <class T>
+__device__ __forceinline__ void store16_e2m1(uint8_t* q, const Raw16<T>& r, float multiplier) {
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) w[k / 8] |= e2m1_code_fast(element(r, k) * multiplier) << (4 * (k % 8));
+  *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
 }
 
 }  // namespace moefuse::cuda::quant
