@@ -3,33 +3,15 @@
 // 32 lanes × a few vectors so that several 16-byte loads per lane are in flight.
 #pragma once
 
-#include <cuda_bf16.h>
-
 #include <cstdint>
 
 #include "cuda/dispatch/row_index.h"
+#include "cuda/packed_values.cuh"  // unpack_bf16x8, pack_bf16x8: the row kernels' octets
 #include "moefuse/health.h"
 
 namespace moefuse::cuda {
 
 inline constexpr int kRowWarps = 8;  // warps (tokens) per block of the row kernels
-
-__device__ __forceinline__ void unpack_bf16x8(const uint4& v, float (&f)[8]) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __bfloat1622float2(h[i]);
-    f[2 * i] = p.x, f[2 * i + 1] = p.y;
-  }
-}
-
-__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
-  uint4 v;
-  auto* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-  return v;
-}
 
 // A row_of entry as the row kernels use it (classify_row): the row, or -1 when there is none
 // to use; a bad entry is reported.

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/common/swizzle.h"
+#include "cuda/gemm/common/warp_roles.h"
+
 namespace moefuse::gemm {
 
 inline constexpr int kBlockM = 128;  // rows per tile: 2 consumer warpgroups × 64
@@ -15,29 +18,22 @@ inline constexpr int kStages = 3;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
 
-// Warp roles: warpgroup 0 produces (warp 0: one thread issues TMA, or all 32 lanes issue the
-// gather variant's row-wise TMA) and, with bf16 output, warps 1-3 of it run the epilogue;
-// warpgroups 1 and 2 consume (each owns 64 rows of the 128-row tile).
-inline constexpr int kWarpgroupThreads = 128;
-inline constexpr int kConsumerWarpgroups = 2;
-inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
-inline constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
-
-// setmaxnreg budgets: 128 × producer + 256 × consumer must not exceed the 168 × 384 registers
-// __launch_bounds__(384, 1) gives the CTA. The producer warpgroup runs the producer warp (the
-// gather producer holds 4 row tokens) and the epilogue warps' 8-wide row pieces; the consumers
-// hold 128 fp32 accumulators each.
+// Warp roles (common/warp_roles.h): in warpgroup 0, warp 0 produces (one thread issues TMA, or
+// all 32 lanes issue the gather variant's row-wise TMA) and, with bf16 output, warps 1-3 run the
+// epilogue; warpgroups 1 and 2 consume.
+//
+// setmaxnreg budgets: the producer warpgroup runs the producer warp (the gather producer holds 4
+// row tokens) and the epilogue warps' 8-wide row pieces; the consumers hold 128 fp32
+// accumulators each.
 inline constexpr int kProducerRegs = 72;
 inline constexpr int kConsumerRegs = 216;
-inline constexpr int kEpilogueWarps = 3;  // warps 1-3 of warpgroup 0
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads);
+static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
 
 inline constexpr int kABytes = kBlockM * kBlockK * 2;  // one stage of A, bf16
 inline constexpr int kBBytes = kBlockN * kBlockK * 2;  // one stage of B
-inline constexpr int kSwizzleAtomBytes = 1024;         // 8 rows × 128 B
-static_assert(kBlockK * 2 == 128, "one K block must be exactly one 128-byte swizzle row");
+static_assert(kBlockK * 2 == kSwizzleRowBytes, "one K block must be exactly one swizzle row");
 static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
-static_assert((kBlockM / kConsumerWarpgroups) * 128 % kSwizzleAtomBytes == 0,
+static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomBytes == 0,
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kBlockN <= 256 && kBlockM <= 256, "TMA box extents are at most 256");
 
@@ -49,8 +45,9 @@ inline constexpr int kTileStageBytes = kBlockM * (kBlockN * 2 + 16);
 inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileStageBytes);
 
-// Dynamic shared memory: stages, the staging region, then 2 × kStages + 2 mbarriers, then
-// tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
+// Dynamic shared memory (common/handoff_layout.cuh): stages, the staging region, then
+// 2 × kStages + 2 mbarriers, then tile_start[E + 1]; plus slack to align the base to the
+// 1024-byte swizzle atom.
 constexpr int64_t gemm_smem_bytes(int num_experts) {
   return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileStageBytes +
          (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);

@@ -17,8 +17,8 @@
 // Barriers (all mbarriers, initialised once; parity waits; phase bits start at 0):
 //   full[s]    count 1 + tx bytes   producer -> consumers   (mainloop.cuh)
 //   empty[s]   count 256            consumers -> producer
-//   tile_full  count 256            consumers -> epilogue warps (bf16 output only)
-//   tile_empty count 96             epilogue warps -> consumers (bf16 output only)
+//   tile_full  count 256            consumers -> epilogue warps (bf16 output only;
+//   tile_empty count 96             epilogue warps -> consumers  common/tile_handoff.cuh)
 // Each role keeps its own (stage, phase) or tile phase and every role walks the same tile list
 // t = blockIdx.x, +gridDim.x, ... < total_tiles with the same k_blocks per tile.
 //
@@ -63,19 +63,18 @@ namespace moefuse::gemm {
 __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const EpilogueParams& ep,
                                                    const SharedLayout& smem,
                                                    const TileShape& shape, int total_tiles) {
-  constexpr int kWorkers = kEpilogueWarps * 32;
+  constexpr int kWorkers = kEpilogueThreads;
   const int worker = threadIdx.x - 32;
-  uint32_t phase = 0;
+  TileHandoff handoff = TileHandoff::of(smem);
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const TileRows rows = tile_rows(p, c);
-    ClusterBarrier::wait(smem.tile_full, phase);
+    const TileRows rows = tile_rows<kBlockM>(p, c);
+    handoff.wait_full();
     dispatch_epilogue_op(ep.op, [&](auto op) {
-      drain_tile<decltype(op)::value>(smem.stage, p, ep, rows.first, rows.end,
+      drain_tile<decltype(op)::value>(handoff.tile, p, ep, rows.first, rows.end,
                                       c.n_block * kBlockN, worker, kWorkers);
     });
-    ClusterBarrier::arrive(smem.tile_empty);
-    phase ^= 1u;
+    handoff.release();
   }
 }
 
@@ -92,15 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         .n_blocks = ceil_div(p.n, kBlockN)};
 
   if (threadIdx.x < 32) warp_tile_starts(p.offsets, p.num_experts, shape, smem.tile_start);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      ClusterBarrier::init(&smem.full[s], 1);
-      ClusterBarrier::init(&smem.empty[s], kConsumerThreads);
-    }
-    ClusterBarrier::init(smem.tile_full, kConsumerThreads);
-    ClusterBarrier::init(smem.tile_empty, kEpilogueWarps * 32);
-    cutlass::arch::fence_barrier_init();
-  }
+  if (threadIdx.x == 0) smem.init_barriers(1);
   __syncthreads();
   const int total_tiles = smem.tile_start[p.num_experts];
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
@@ -120,21 +111,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int slab = warpgroup - 1;
     float acc[128];
-    PipelineState pipe;
-    uint32_t tile_phase = 0;
+    PipelineState<kStages> pipe;
+    TileHandoff handoff = TileHandoff::of(smem);
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-      const TileRows rows = tile_rows(p, c);
+      const TileRows rows = tile_rows<kBlockM>(p, c);
       consume_tile(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
-        ClusterBarrier::wait(smem.tile_empty, tile_phase ^ 1u);
-        stage_accumulators(acc, smem.stage, slab,
+        handoff.acquire();
+        stage_accumulators(acc, handoff.tile, slab,
                            ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr,
                            c.n_block * kBlockN, p.n);
-        ClusterBarrier::arrive(smem.tile_full);
-        tile_phase ^= 1u;
+        handoff.publish();
       } else {
-        epilogue_tile<OutT>(acc, p, ep, smem.stage + slab * kStageBytes, slab, c.expert,
+        epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,
                             rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kBlockN);
       }
     }

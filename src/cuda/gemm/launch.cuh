@@ -6,7 +6,8 @@
 #include "cuda/check.h"
 #include "cuda/gemm/kernel.cuh"
 #include "cuda/gemm/launch.h"
-#include "cuda/gemm/tma_descriptor.h"
+#include "cuda/gemm/common/tensor_map.h"
+#include "cuda/sm_count.h"
 
 namespace moefuse::gemm {
 
@@ -14,24 +15,21 @@ template <class OutT, bool kGather>
 void launch_grouped_gemm(const GemmLaunch& launch, cudaStream_t stream) {
   const GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
-  int device = 0, num_sms = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-
   // Gather: x [T, K] in boxes of one row (mainloop.cuh, produce_gather). With T = 0 every index is
   // out of range and no row is ever loaded, but the kernel still takes a valid descriptor: one
   // over B's memory stands in.
   const CUtensorMap tmap_a =
-      !kGather              ? make_tma_2d_bf16(launch.a, p.m_cap, p.k, kBlockM, kBlockK)
-      : p.gather_rows > 0   ? make_tma_2d_bf16(p.gather_x, p.gather_rows, p.k, 1, kBlockK)
-                            : make_tma_2d_bf16(launch.b, 1, p.k, 1, kBlockK);
-  const CUtensorMap tmap_b = make_tma_3d_bf16(launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
+      !kGather            ? make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, kBlockK)
+      : p.gather_rows > 0 ? make_tma_2d(kTmaBf16, p.gather_x, p.gather_rows, p.k, 1, kBlockK)
+                          : make_tma_2d(kTmaBf16, launch.b, 1, p.k, 1, kBlockK);
+  const CUtensorMap tmap_b =
+      make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
 
   // The host cannot know the tile count; this bound (each expert adds at most one partial
   // m-block) only trims the grid for tiny problems.
   const int64_t max_tiles = (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) *
                             ceil_div(p.n, kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(num_sms, max_tiles));
+  const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), max_tiles));
   const int64_t smem_bytes = gemm_smem_bytes(p.num_experts);
   auto* kernel = &grouped_gemm_kernel<OutT, kGather>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -28,47 +28,24 @@
 
 #include <cuda_bf16.h>
 
-#include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
-#include <cutlass/arch/barrier.h>
 
 #include <utility>
 
+#include "cuda/gemm/common/handoff_layout.cuh"
+#include "cuda/gemm/common/pipeline.cuh"
+#include "cuda/gemm/common/smem_descriptor.cuh"
+#include "cuda/gemm/common/tile_rows.cuh"
+#include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/config.h"
 #include "cuda/gemm/params.h"
-#include "cuda/gemm/smem.cuh"
 
 namespace moefuse::gemm {
 
-using cutlass::arch::ClusterBarrier;
-using cutlass::arch::ClusterTransactionBarrier;
-
-inline constexpr uint64_t kCacheHintNormal =
-    static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-
-struct PipelineState {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
-  }
-};
-
-// The first row of A that a tile reads and the end of its expert's rows (exclusive, capped at
-// m_cap so that bad offsets can never make the epilogue write out of bounds).
-struct TileRows {
-  int first;
-  int end;
-};
-
-__device__ __forceinline__ TileRows tile_rows(const GemmProblem& p, const TileCoord& c) {
-  const int first = __ldg(p.offsets + c.expert) + c.m_block * kBlockM;
-  return TileRows{.first = first, .end = min(__ldg(p.offsets + c.expert + 1), p.m_cap)};
-}
+// A and B stages (kStages × [kBlockM or kBlockN rows × 128 B], 128B-swizzled) and the epilogue's
+// staging region (kTileStageBytes): the overlapped epilogue's tile buffer, or the fp32 variant's
+// per-warpgroup staging buffers.
+using SharedLayout = HandoffSharedLayout<kStages, kABytes, kBBytes, kTileStageBytes>;
 
 // TMA producer: one thread. A through a 2D map over [m_cap, K] (rows past m_cap zero-filled,
 // rows of the next expert loaded and masked in the epilogue); B through a 3D map over
@@ -77,10 +54,10 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUt
                                             const GemmProblem& p, const SharedLayout& smem,
                                             const TileShape& shape, int total_tiles) {
   const int k_blocks = ceil_div(p.k, kBlockK);
-  PipelineState pipe;
+  PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const TileRows rows = tile_rows(p, c);
+    const TileRows rows = tile_rows<kBlockM>(p, c);
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
@@ -107,8 +84,8 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUt
 // pattern starts at 1024-byte address boundaries for the 128B swizzle, and a start address off
 // such a boundary needs a non-zero "base offset" ((addr >> 7) & 7; the wgmma descriptor's bits
 // 49-51, tabulated in the tcgen05 "Shared Memory Descriptor" section). Stage bases are
-// 1024-aligned (smem.cuh), so row r's box at r · 128 lands exactly where row r of a 128-row box
-// would; each destination is 128-byte aligned, the tensor-copy minimum in the CUDA programming
+// 1024-aligned (common/handoff_layout.cuh), so row r's box at r · 128 lands exactly where row r
+// of a 128-row box would; each destination is 128-byte aligned, the tensor-copy minimum in the CUDA programming
 // guide's TMA alignment table. (One third-party reading of the PTX "swizzling modes" section asks
 // for 1024-byte-aligned destinations, NVIDIA/Fuser PR 4096: if gather results are wrong and the
 // plain path right, suspect this first.)
@@ -123,10 +100,10 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_x, const 
   constexpr int kRowsPerLane = kBlockM / 32;
   const int lane = threadIdx.x % 32;
   const int k_blocks = ceil_div(p.k, kBlockK);
-  PipelineState pipe;
+  PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const TileRows rows = tile_rows(p, c);
+    const TileRows rows = tile_rows<kBlockM>(p, c);
     // The source token of each of this lane's rows (-1: zeros), and how many rows the warp loads.
     int token[kRowsPerLane];
     int loaded_rows = 0;
@@ -176,23 +153,9 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_x, const 
   }
 }
 
-// acc += A_slab · B_stageᵀ for one 64-row slab and the 256-column stage: 4 wgmma m64n256k16.
-template <size_t... I>
-__device__ __forceinline__ void wgmma_m64n256k16(uint64_t desc_a, uint64_t desc_b,
-                                                 float (&acc)[128], std::index_sequence<I...>) {
-  using Mma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K,
-                                                             cute::SM90::GMMA::Major::K>;
-  Mma::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-
-__device__ __forceinline__ void fence_accumulators(float (&acc)[128]) {
-#pragma unroll
-  for (int i = 0; i < 128; ++i) cute::warpgroup_fence_operand(acc[i]);
-}
-
 // One tile's K loop for consumer warpgroup `slab` (0 or 1: rows 64·slab .. 64·slab + 63).
 __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProblem& p,
-                                             const SharedLayout& smem, PipelineState& pipe,
+                                             const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -207,7 +170,8 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProble
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
       // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
-      wgmma_m64n256k16(desc_a + 2 * k, desc_b + 2 * k, acc, std::make_index_sequence<128>{});
+      wgmma_m64n256k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
+                                           std::make_index_sequence<128>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();

@@ -2,6 +2,7 @@
 #include "cuda/check.h"
 #include "cuda/quant/dequant_kernel.cuh"
 #include "cuda/quant/grid.h"
+#include "cuda/sm_count.h"
 #include "cuda/quant/validate.h"
 #include "moefuse/quant.h"
 
@@ -14,7 +15,8 @@ using namespace cuda::quant;
 template <ScaleKind kKind>
 void launch_dequant(const DequantParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.cols == 0) return;
-  const auto ctas = static_cast<unsigned>(grid_stride_ctas(p.rows, kDequantWarps, current_sm_count()));
+  const auto ctas = static_cast<unsigned>(
+      grid_stride_ctas(p.rows, kDequantWarps, cuda::device_sm_count()));
   dequantize_kernel<kKind><<<ctas, kDequantThreads, 0, stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }

@@ -15,7 +15,4 @@ inline constexpr int kMaxCtasPerSm = 8;
 // side effect besides its items, NVFP4's tensor scale, still runs for an empty tensor).
 int64_t grid_stride_ctas(int64_t items, int64_t items_per_cta, int sms);
 
-// The current device's SM count (read each call: the caller may switch devices).
-int current_sm_count();
-
 }  // namespace moefuse::cuda::quant

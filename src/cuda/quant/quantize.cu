@@ -5,6 +5,7 @@
 #include "cuda/check.h"
 #include "cuda/quant/blocks_kernel.cuh"
 #include "cuda/quant/grid.h"
+#include "cuda/sm_count.h"
 #include "cuda/quant/rows_kernel.cuh"
 #include "cuda/quant/validate.h"
 #include "moefuse/quant.h"
@@ -21,7 +22,8 @@ void launch_rows(const TensorView& x, RowQuantParams p, cudaStream_t stream) {
   p.rows = x.size(0);
   p.cols = x.size(1);
   p.groups_per_row = ceil_div(p.cols, Recipe::kGroup);
-  const auto ctas = static_cast<unsigned>(grid_stride_ctas(p.rows, kRowsWarps, current_sm_count()));
+  const auto ctas =
+      static_cast<unsigned>(grid_stride_ctas(p.rows, kRowsWarps, cuda::device_sm_count()));
   if (x.dtype == DType::kBFloat16)
     quantize_rows_kernel<__nv_bfloat16, Recipe><<<ctas, kRowsThreads, 0, stream>>>(p);
   else
@@ -65,8 +67,8 @@ void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& 
   MOEFUSE_CUDA_CHECK(cudaMemsetAsync(amax.data, 0, sizeof(float), stream));
   const int64_t vectors = m * k / kVec;
   if (vectors > 0) {
-    const auto ctas = static_cast<unsigned>(
-        grid_stride_ctas(vectors, int64_t(kRowsThreads) * kInFlight<float>, current_sm_count()));
+    const auto ctas = static_cast<unsigned>(grid_stride_ctas(
+        vectors, int64_t(kRowsThreads) * kInFlight<float>, cuda::device_sm_count()));
     auto* bits = static_cast<uint32_t*>(amax.data);
     if (x.dtype == DType::kBFloat16)
       amax_kernel<<<ctas, kRowsThreads, 0, stream>>>(x.as<const __nv_bfloat16>(), vectors, bits);

@@ -19,6 +19,7 @@
 #include "cuda/router/router_args.h"
 #include "cuda/router/router_dw_split.h"
 #include "cuda/router/router_gemm.h"
+#include "cuda/sm_count.h"
 #include "moefuse/error.h"
 #include "moefuse/router.h"
 
@@ -44,13 +45,6 @@ constexpr size_t kDwPartialBytes = kCublasWorkspace - kBackwardCublas;
 void bind(cublasHandle_t cublas, void* workspace, size_t bytes, cudaStream_t stream) {
   MOEFUSE_CUBLAS_CHECK(cublasSetStream(cublas, stream));
   MOEFUSE_CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace, bytes));
-}
-
-int sm_count() {
-  int device = 0, sms = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
 }
 
 // out[i] = Σ_p parts[p·n + i], p in order.
@@ -98,7 +92,7 @@ void router_dw_gemm(const RouterGemmBackward& g, cudaStream_t stream) {
   bind(g.cublas, g.gemm_workspace, kBackwardCublas, stream);
   const float one = 1.0f, zero = 0.0f;
   const int64_t H = g.hidden, E = g.experts;
-  const DwSplit split = plan_dw_split(g.tokens, H, E, sm_count(), kDwPartialBytes);
+  const DwSplit split = plan_dw_split(g.tokens, H, E, device_sm_count(), kDwPartialBytes);
   // One GEMM of K = `tokens` rows of x and d_logits from token `first` on, into `out` [E, H].
   auto gemm = [&](int64_t first, int64_t tokens, int batch, float* out) {
     MOEFUSE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(

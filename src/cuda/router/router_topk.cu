@@ -21,6 +21,7 @@
 #include "cuda/router/checks.h"
 #include "cuda/router/router_args.h"
 #include "cuda/router/warp_select.cuh"
+#include "cuda/sm_count.h"
 #include "moefuse/health.h"
 #include "moefuse/router.h"
 
@@ -311,13 +312,6 @@ void launch_topk(const TopkParams& p, int blocks, cudaStream_t stream) {
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 }  // namespace
 }  // namespace cuda
 
@@ -335,7 +329,7 @@ void router_topk(const RouterOptions& options, int64_t top_k, const TensorView& 
   const int64_t T = shape.tokens, E = shape.experts;
   cuda::expect_workspace(workspace, router_topk_workspace_size(T, E));
 
-  const int blocks = std::min(cuda::max_blocks(T), cuda::sm_count() * cuda::kBlocksPerSm);
+  const int blocks = std::min(cuda::max_blocks(T), cuda::device_sm_count() * cuda::kBlocksPerSm);
   const cuda::Layout l = cuda::workspace_layout(T, E, cuda::max_blocks(T));
   auto* base = static_cast<unsigned char*>(workspace.data);
   const cuda::TopkParams p{

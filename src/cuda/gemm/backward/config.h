@@ -5,6 +5,9 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/common/swizzle.h"
+#include "cuda/gemm/common/warp_roles.h"
+
 namespace moefuse::gemm::bwd {
 
 inline constexpr int kBlockM = 128;  // output rows per tile: 2 consumer warpgroups × 64
@@ -20,32 +23,25 @@ inline constexpr int kWgmmaK = 16;
 // 128B-swizzle row) × kBlockK K rows, each box kMnChunkBytes, boxes of a tile back to back.
 inline constexpr int kMnChunk = 64;
 inline constexpr int kMnChunkBytes = kMnChunk * kBlockK * 2;  // 8 KiB
-inline constexpr int kSwizzleAtomBytes = 1024;                 // 8 rows × 128 B
 
-inline constexpr int kWarpgroupThreads = 128;
-inline constexpr int kConsumerWarpgroups = 2;
-inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
-inline constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
-
-// Warps 1-3 of warpgroup 0 are the epilogue warps (tile_handoff.cuh) in the dgrad and the TMA
-// wgrad; the gather wgrad's producer needs all 128 threads, so its consumers keep the epilogue.
-inline constexpr int kEpilogueWarps = 3;
-inline constexpr int kEpilogueThreads = kEpilogueWarps * 32;
-
-// setmaxnreg budgets (see the forward's config.h): warpgroup 0 holds the epilogue warps, whose
-// dGLU keeps four rows' loads in flight; the consumers now hold only the accumulators and the
-// hand-off. The gather producer keeps 16 source addresses live.
+// Warp roles (common/warp_roles.h): warps 1-3 of warpgroup 0 are the epilogue warps
+// (common/tile_handoff.cuh) in the dgrad and the TMA wgrad; the gather wgrad's producer needs all
+// 128 threads, so its consumers keep the epilogue.
+//
+// setmaxnreg budgets (common/warp_roles.h has the rule): warpgroup 0 holds the epilogue warps,
+// whose dGLU keeps four rows' loads in flight; the consumers now hold only the accumulators and
+// the hand-off. The gather producer keeps 16 source addresses live.
 inline constexpr int kProducerRegs = 136;
 inline constexpr int kConsumerRegs = 184;
 inline constexpr int kGatherProducerRegs = 72;
 inline constexpr int kGatherConsumerRegs = 216;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads);
-static_assert(kGatherProducerRegs * 128 + kGatherConsumerRegs * 256 <= 168 * kThreads);
+static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
+static_assert(fits_register_file(kGatherProducerRegs, kGatherConsumerRegs));
 
 inline constexpr int kABytes = kBlockM * kBlockK * 2;  // one stage of A (either major-ness)
 inline constexpr int kBBytes = kBlockN * kBlockK * 2;  // one stage of B
-static_assert(kBlockK * 2 == 128, "a K-major K block must be exactly one 128-byte swizzle row");
-static_assert(kMnChunk * 2 == 128, "an MN-major chunk must be exactly one 128-byte swizzle row");
+static_assert(kBlockK * 2 == kSwizzleRowBytes, "a K-major K block must be one swizzle row");
+static_assert(kMnChunk * 2 == kSwizzleRowBytes, "an MN-major chunk must be one swizzle row");
 static_assert(kBlockM == kConsumerWarpgroups * kMnChunk,
               "each consumer's MN-major A slab is exactly one chunk");
 static_assert(kBlockN % kMnChunk == 0 && kBlockK % 8 == 0);
@@ -68,8 +64,8 @@ inline constexpr int kTileBufferBytes = kBlockM * kTilePitch;
 inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileBufferBytes);
 
-// Dynamic shared memory: stages, the tile buffer, 2 × kStages + 2 mbarriers, tile_start[E + 1];
-// plus slack to align the base to the 1024-byte swizzle atom.
+// Dynamic shared memory (common/handoff_layout.cuh): stages, the tile buffer, 2 × kStages + 2
+// mbarriers, tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
 constexpr int64_t smem_bytes(int num_experts) {
   return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileBufferBytes +
          (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);

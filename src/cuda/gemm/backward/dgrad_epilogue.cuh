@@ -34,27 +34,17 @@
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/tile_handoff.cuh"
-#include "cuda/gemm/epilogues/tile_epilogue.cuh"  // unpack8, pack8
+#include "cuda/gemm/common/tile_rows.cuh"
 #include "cuda/gemm/tile_scheduler.h"
+#include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm::bwd {
-
-// A dgrad tile's rows: the first row of A (and D) it covers and the end of its expert's rows
-// (exclusive, capped at m_cap so that bad offsets can never make the epilogue write out of bounds).
-struct DgradRows {
-  int first;
-  int end;
-};
-__device__ __forceinline__ DgradRows dgrad_rows(const DgradProblem& p, const TileCoord& c) {
-  return DgradRows{.first = __ldg(p.offsets + c.expert) + c.m_block * kBlockM,
-                   .end = min(__ldg(p.offsets + c.expert + 1), p.m_cap)};
-}
 
 // The pre rows the dGLU of tile c reads, into L2 (by the 96 epilogue threads, a row each).
 template <bool kGlu>
 __device__ __forceinline__ void prefetch_pre(const DgradProblem& p, const DGluEpilogue& ep,
                                              const TileCoord& c) {
-  const DgradRows rows = dgrad_rows(p, c);
+  const TileRows rows = tile_rows<kBlockM>(p, c);
   const int pre_cols = kGlu ? 2 * p.n : p.n;
   const int col0 = (kGlu ? 2 : 1) * c.n_block * kBlockN;
   const int bytes = min((kGlu ? 2 : 1) * kBlockN, pre_cols - col0) * 2;  // a multiple of 16
@@ -70,9 +60,9 @@ __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, 
                                               __nv_bfloat16* scaled_act) {
   constexpr bool kGlu = is_glu_op(kOp);
   float g[8], gate[8], up[8], d_gate[8], d_up[8], act[8];
-  unpack8(g_raw, g);
-  unpack8(gate_raw, gate);
-  if constexpr (kGlu) unpack8(up_raw, up);
+  cuda::unpack_bf16x8(g_raw, g);
+  cuda::unpack_bf16x8(gate_raw, gate);
+  if constexpr (kGlu) cuda::unpack_bf16x8(up_raw, up);
   float dp = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
@@ -83,16 +73,16 @@ __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, 
     d_up[i] = d_act * a.d_up;
     act[i] = scale * a.value;
   }
-  *reinterpret_cast<uint4*>(d_pre) = pack8(d_gate);
-  if constexpr (kGlu) *reinterpret_cast<uint4*>(d_pre + 8) = pack8(d_up);
-  if (scaled_act) *reinterpret_cast<uint4*>(scaled_act) = pack8(act);
+  *reinterpret_cast<uint4*>(d_pre) = cuda::pack_bf16x8(d_gate);
+  if constexpr (kGlu) *reinterpret_cast<uint4*>(d_pre + 8) = cuda::pack_bf16x8(d_up);
+  if (scaled_act) *reinterpret_cast<uint4*>(scaled_act) = cuda::pack_bf16x8(act);
   return dp;
 }
 
 // The dGLU of one handed-over tile (rows from row_first, < row_end; columns from n0).
 template <EpilogueOp kOp>
 __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProblem& p,
-                                           const DGluEpilogue& ep, const DgradRows& tile_rows,
+                                           const DGluEpilogue& ep, const TileRows& rows_of_tile,
                                            int n0, int n_block) {
   constexpr bool kGlu = is_glu_op(kOp);
   constexpr int kRows = 4;  // rows per warp in flight
@@ -101,7 +91,7 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
   const int f0 = n0 + 8 * me.lane;
   const bool col_ok = f0 < p.n;
   const int gate_col = kGlu ? 2 * f0 : f0;
-  const int rows = min(kBlockM, tile_rows.end - tile_rows.first);
+  const int rows = min(kBlockM, rows_of_tile.end - rows_of_tile.first);
   for (int r0 = me.warp; r0 < rows; r0 += kEpilogueWarps * kRows) {
     uint4 g_raw[kRows], gate_raw[kRows], up_raw[kRows];
 #pragma unroll
@@ -109,7 +99,7 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
       const int r = r0 + kEpilogueWarps * i;
       if (r < rows && col_ok) {
         const __nv_bfloat16* pre =
-            ep.pre + static_cast<int64_t>(tile_rows.first + r) * pre_cols + gate_col;
+            ep.pre + static_cast<int64_t>(rows_of_tile.first + r) * pre_cols + gate_col;
         g_raw[i] = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + 16 * me.lane);
         gate_raw[i] = __ldg(reinterpret_cast<const uint4*>(pre));
         up_raw[i] = kGlu ? __ldg(reinterpret_cast<const uint4*>(pre + 8)) : uint4{};
@@ -119,7 +109,7 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
     for (int i = 0; i < kRows; ++i) {
       const int r = r0 + kEpilogueWarps * i;
       if (r >= rows) break;  // warp-uniform: the shuffles below see all 32 lanes
-      const int64_t row = tile_rows.first + r;
+      const int64_t row = rows_of_tile.first + r;
       float dp = 0.0f;
       if (col_ok) {
         const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
@@ -146,7 +136,7 @@ __device__ __forceinline__ void dglu_epilogue(const DgradProblem& p, const DGluE
   if (static_cast<int>(blockIdx.x) < total_tiles) prefetch_pre<kGlu>(p, ep, coord(blockIdx.x));
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = coord(t);
-    const DgradRows rows = dgrad_rows(p, c);
+    const TileRows rows = tile_rows<kBlockM>(p, c);
     receive_tile(h, 1, [&](int, const uint8_t* tile) {
       if (t + static_cast<int>(gridDim.x) < total_tiles)
         prefetch_pre<kGlu>(p, ep, coord(t + gridDim.x));
@@ -169,7 +159,7 @@ __device__ __forceinline__ void dgrad_epilogue_warps(const DgradProblem& p,
   TileHandoff h = TileHandoff::of(smem);
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const DgradRows rows = dgrad_rows(p, c);
+    const TileRows rows = tile_rows<kBlockM>(p, c);
     receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
       drain_output<false>(tile, part, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end,
                           c.n_block * kBlockN);

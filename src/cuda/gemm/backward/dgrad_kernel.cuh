@@ -15,7 +15,7 @@
 //               registers each, hand the tile over (tile_handoff.cuh: bf16 for bf16 D and the
 //               dGLU's g, two fp32 halves for fp32 D) and go on with the next tile.
 // Synchronisation: the stage mbarriers (mainloop.cuh) and the hand-off's tile_full/tile_empty
-// (tile_handoff.cuh, protocol and hand walk there); no named barrier.
+// (common/tile_handoff.cuh, protocol and hand walk there); no named barrier.
 #pragma once
 
 #include <cuda.h>
@@ -52,10 +52,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       return;
     }
     if (threadIdx.x != 0) return;
-    PipelineState pipe;
+    PipelineState<kStages> pipe;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-      const int first_row = dgrad_rows(p, c).first;
+      const int first_row = tile_rows<kBlockM>(p, c).first;
       for (int kb = 0; kb < k_blocks; ++kb) {
         ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
         uint64_t* full = &smem.full[pipe.stage];
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool fp32_handoff = !ep.pre && p.d_fp32;
   TileHandoff handoff = TileHandoff::of(smem);
   float acc[128];
-  PipelineState pipe;
+  PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     consume_tile<Major::K, Major::MN>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
     hand_off_tile(acc, handoff, slab, fp32_handoff);

@@ -8,8 +8,8 @@
 #include "cuda/check.h"
 #include "cuda/gemm/backward/activation_backward.h"
 #include "cuda/gemm/backward/launch.h"
-#include "cuda/gemm/backward/pairs.cuh"
 #include "cuda/gemm/tile_scheduler.h"
+#include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm::bwd {
 namespace {
@@ -77,18 +77,18 @@ __global__ void dglu_elementwise_kernel(const DgradProblem p, const DGluEpilogue
     const int gcol = glu ? 16 * q : 8 * q;
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {
-      const float2 gv = load_pair(g_row + 8 * q + i);
-      const float2 gate = load_pair(pre + gcol + i);
-      const float2 up = glu ? load_pair(pre + gcol + 8 + i) : make_float2(0.0f, 0.0f);
+      const float2 gv = cuda::load_pair(g_row + 8 * q + i);
+      const float2 gate = cuda::load_pair(pre + gcol + i);
+      const float2 up = glu ? cuda::load_pair(pre + gcol + 8 + i) : make_float2(0.0f, 0.0f);
       const ActivationGrad a0 = activation_grad(ep.act, gate.x, up.x);
       const ActivationGrad a1 = activation_grad(ep.act, gate.y, up.y);
       dp = fmaf(gv.x, a0.value, dp);
       dp = fmaf(gv.y, a1.value, dp);
       const float da0 = scale * gv.x, da1 = scale * gv.y;
-      store_pair(d_pre + gcol + i, da0 * a0.d_gate, da1 * a1.d_gate);
-      if (glu) store_pair(d_pre + gcol + 8 + i, da0 * a0.d_up, da1 * a1.d_up);
+      cuda::store_pair(d_pre + gcol + i, da0 * a0.d_gate, da1 * a1.d_gate);
+      if (glu) cuda::store_pair(d_pre + gcol + 8 + i, da0 * a0.d_up, da1 * a1.d_up);
       if (ep.scaled_act)
-        store_pair(ep.scaled_act + static_cast<int64_t>(row) * p.n + 8 * q + i,
+        cuda::store_pair(ep.scaled_act + static_cast<int64_t>(row) * p.n + 8 * q + i,
                    scale * a0.value, scale * a1.value);
     }
   }

@@ -16,9 +16,6 @@ struct DgradLaunch {
 };
 void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream);
 
-// The device's SM count (persistent grids).
-int multiprocessor_count();
-
 struct WgradLaunch {
   WgradProblem problem;
   const void* a = nullptr;  // [m_cap, m_out] bf16

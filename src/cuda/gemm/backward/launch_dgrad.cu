@@ -4,29 +4,23 @@
 #include "cuda/check.h"
 #include "cuda/gemm/backward/dgrad_kernel.cuh"
 #include "cuda/gemm/backward/launch.h"
-#include "cuda/gemm/tma_descriptor.h"
+#include "cuda/gemm/common/tensor_map.h"
+#include "cuda/sm_count.h"
 
 namespace moefuse::gemm::bwd {
-
-int multiprocessor_count() {
-  int device = 0, num_sms = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-  return num_sms;
-}
 
 void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream) {
   const DgradProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
-  const CUtensorMap tmap_a = make_tma_2d_bf16(launch.a, p.m_cap, p.k, kBlockM, kBlockK);
+  const CUtensorMap tmap_a = make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, kBlockK);
   // B [E, K, N]: boxes of 64 K rows × 64 N columns (MN-major operand).
   const CUtensorMap tmap_b =
-      make_tma_3d_bf16(launch.b, p.num_experts, p.k, p.n, kBlockK, kMnChunk);
+      make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.k, p.n, kBlockK, kMnChunk);
   // The host cannot know the tile count; this bound (each expert adds at most one partial
   // m-block) only trims the grid for tiny problems.
   const int64_t max_tiles =
       (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) * ceil_div(p.n, kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(multiprocessor_count(), max_tiles));
+  const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), max_tiles));
   const int64_t bytes = smem_bytes(p.num_experts);
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(&dgrad_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -8,7 +8,8 @@
 #include "cuda/check.h"
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/backward/wgrad_kernel.cuh"
-#include "cuda/gemm/tma_descriptor.h"
+#include "cuda/gemm/common/tensor_map.h"
+#include "cuda/sm_count.h"
 
 namespace moefuse::gemm::bwd {
 
@@ -25,12 +26,13 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
   }
   // Boxes of 64 K rows × 64 MN columns. The gather variant's B map is unused: A's map stands in
   // so that the kernel signature stays one.
-  const CUtensorMap tmap_a = make_tma_2d_bf16(launch.a, p.m_cap, p.m_out, kBlockK, kMnChunk);
+  const CUtensorMap tmap_a =
+      make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.m_out, kBlockK, kMnChunk);
   const CUtensorMap tmap_b =
-      kGather ? tmap_a : make_tma_2d_bf16(launch.b, p.m_cap, p.n_out, kBlockK, kMnChunk);
+      kGather ? tmap_a : make_tma_2d(kTmaBf16, launch.b, p.m_cap, p.n_out, kBlockK, kMnChunk);
   const int64_t tiles = int64_t{p.num_experts} * ceil_div(p.m_out, kBlockM) *
                         ceil_div(p.n_out, kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(multiprocessor_count(), tiles));
+  const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), tiles));
   const int64_t bytes = smem_bytes(0);
   auto* kernel = &wgrad_kernel<kGather>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -1,4 +1,4 @@
-// Shared pieces of the backward kernels' mainloop: shared-memory carve-up, wgmma descriptors for
+// Shared pieces of the backward kernels' mainloop: shared-memory layout, wgmma descriptors for
 // K-major and MN-major operands, TMA tile loads of either major-ness, and the consumer K loop.
 //
 // Operand layouts in shared memory (both 128B-swizzled, 1024-byte aligned stage bases):
@@ -20,97 +20,31 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
-#include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
-#include <cutlass/arch/barrier.h>
 
 #include <utility>
 
 #include "cuda/gemm/backward/config.h"
-#include "cuda/gemm/backward/pairs.cuh"
+#include "cuda/gemm/common/handoff_layout.cuh"
+#include "cuda/gemm/common/pipeline.cuh"
+#include "cuda/gemm/common/smem_descriptor.cuh"
+#include "cuda/gemm/common/wgmma.cuh"
 
 namespace moefuse::gemm::bwd {
 
-using cutlass::arch::ClusterBarrier;
-using cutlass::arch::ClusterTransactionBarrier;
-using Major = cute::SM90::GMMA::Major;
-
-inline constexpr uint64_t kCacheHintNormal =
-    static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-
-struct SharedLayout {
-  uint8_t* a;            // kStages × kABytes
-  uint8_t* b;            // kStages × kBBytes
-  uint8_t* tile;         // kTileBufferBytes: the epilogue hand-off (tile_handoff.cuh)
-  uint64_t* full;        // [kStages]
-  uint64_t* empty;       // [kStages]
-  uint64_t* tile_full;   // consumers → epilogue warps: the tile buffer holds a (part of a) tile
-  uint64_t* tile_empty;  // epilogue warps → consumers: the tile buffer may be overwritten
-  int* tile_start;       // [E + 1] (dgrad only)
-
-  __device__ static SharedLayout carve(uint8_t* raw) {
-    uint8_t* base = reinterpret_cast<uint8_t*>(
-        (reinterpret_cast<uintptr_t>(raw) + kSwizzleAtomBytes - 1) &
-        ~uintptr_t{kSwizzleAtomBytes - 1});
-    SharedLayout s;
-    s.a = base;
-    s.b = s.a + kStages * kABytes;
-    s.tile = s.b + kStages * kBBytes;
-    s.full = reinterpret_cast<uint64_t*>(s.tile + kTileBufferBytes);
-    s.empty = s.full + kStages;
-    s.tile_full = s.empty + kStages;
-    s.tile_empty = s.tile_full + 1;
-    s.tile_start = reinterpret_cast<int*>(s.tile_empty + 1);
-    return s;
-  }
-  __device__ uint8_t* a_stage(int stage) const { return a + stage * kABytes; }
-  __device__ uint8_t* b_stage(int stage) const { return b + stage * kBBytes; }
-  // The gather wgrad's per-consumer staging buffers (staged_store.cuh) live in the tile buffer.
-  __device__ uint8_t* epilogue_stage(int slab) const { return tile + slab * kEpilogueStageBytes; }
-
-  // Barrier init by one thread, before the CTA-wide __syncthreads.
-  __device__ void init_barriers(int full_arrivals) const {
-    for (int s = 0; s < kStages; ++s) {
-      ClusterBarrier::init(&full[s], full_arrivals);
-      ClusterBarrier::init(&empty[s], kConsumerThreads);
-    }
-    ClusterBarrier::init(tile_full, kConsumerThreads);
-    ClusterBarrier::init(tile_empty, kEpilogueThreads);
-    cutlass::arch::fence_barrier_init();
-  }
-};
-
-struct PipelineState {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
-  }
-};
-
-// wgmma descriptor (PTX ISA "matrix descriptor"): start address >> 4 in bits 0-13, leading byte
-// offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, layout type 1 = SWIZZLE_128B in 62-63.
-__device__ __forceinline__ uint64_t make_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return uint64_t{(addr & 0x3FFFFu) >> 4} | (uint64_t{lbo >> 4} << 16) |
-         (uint64_t{sbo >> 4} << 32) | (uint64_t{1} << 62);
-}
+// kStages × (A, B) stages, the hand-off's tile buffer (kTileBufferBytes; the gather wgrad's
+// per-consumer staging buffers, staged_store.cuh, live in it), the barriers, tile_start[E + 1]
+// (dgrad only).
+using SharedLayout = HandoffSharedLayout<kStages, kABytes, kBBytes, kTileBufferBytes>;
 
 template <Major kMajor>
 struct OperandDesc;
 
-// K-major: LBO unused (1 by convention), SBO = one swizzle atom; K advances 16 elements = 32
-// bytes inside the 128-byte row (the hardware applies the swizzle to the final address).
+// K-major (common/smem_descriptor.cuh): K advances 16 elements = 32 bytes inside the row.
 template <>
 struct OperandDesc<Major::K> {
   static constexpr uint64_t kStep = 32 >> 4;
-  __device__ static uint64_t make(const void* smem) {
-    return make_desc(smem, 16, kSwizzleAtomBytes);
-  }
+  __device__ static uint64_t make(const void* smem) { return smem_descriptor(smem); }
 };
 
 // MN-major: LBO = next 64-wide MN chunk, SBO = next 8 K rows; K advances 16 rows = 2 atoms.
@@ -118,22 +52,9 @@ template <>
 struct OperandDesc<Major::MN> {
   static constexpr uint64_t kStep = (2 * kSwizzleAtomBytes) >> 4;
   __device__ static uint64_t make(const void* smem) {
-    return make_desc(smem, kMnChunkBytes, kSwizzleAtomBytes);
+    return sw128_descriptor(smem, kMnChunkBytes, kSwizzleAtomBytes);
   }
 };
-
-// acc += A_slab · B_stage for one 64-row slab and a 256-column stage, K = 16.
-template <Major kA, Major kB, size_t... I>
-__device__ __forceinline__ void wgmma_m64n256k16(uint64_t desc_a, uint64_t desc_b,
-                                                 float (&acc)[128], std::index_sequence<I...>) {
-  using Mma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<kA, kB>;
-  Mma::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-
-__device__ __forceinline__ void fence_accumulators(float (&acc)[128]) {
-#pragma unroll
-  for (int i = 0; i < 128; ++i) cute::warpgroup_fence_operand(acc[i]);
-}
 
 // TMA of an MN-major tile: `chunks` boxes of [64 K rows × 64 MN], box i from MN coordinate
 // mn0 + 64·i, into consecutive 8 KiB slots. 2D map: (mn, k); 3D map: (mn, k, batch).
@@ -162,7 +83,7 @@ __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int sla
 // full barrier, before its wgmmas (tail zeroing, proxy fences); it must be uniform per warpgroup.
 template <Major kA, Major kB, class Prepare>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
-                                             const SharedLayout& smem, PipelineState& pipe,
+                                             const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab, Prepare&& prepare) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;

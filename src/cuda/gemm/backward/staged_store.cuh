@@ -39,7 +39,7 @@ struct CopyPiece {
 // Step 3 for fp32 data: dst += v (the wgrad's accumulate).
 struct AddPieceF32 {
   __device__ void operator()(uint8_t* dst, const uint4& v) const {
-    *reinterpret_cast<uint4*>(dst) = add_f32x4(*reinterpret_cast<const uint4*>(dst), v);
+    *reinterpret_cast<uint4*>(dst) = cuda::add_f32x4(*reinterpret_cast<const uint4*>(dst), v);
   }
 };
 
@@ -64,16 +64,6 @@ __device__ __forceinline__ void flush_slab(const uint8_t* stage, int slab, uint8
   slab_barrier(slab);
 }
 
-// Writes a column pair at (slab row `row`, byte `byte` of the chunk) into the buffer.
-__device__ __forceinline__ void stage_pair(uint8_t* stage, int row, int byte, float v0, float v1,
-                                           __nv_bfloat16) {
-  store_pair(reinterpret_cast<__nv_bfloat16*>(stage + row * kStagePitch + byte), v0, v1);
-}
-__device__ __forceinline__ void stage_pair(uint8_t* stage, int row, int byte, float v0, float v1,
-                                           float) {
-  store_pair(reinterpret_cast<float*>(stage + row * kStagePitch + byte), v0, v1);
-}
-
 // A 64 × 256 accumulator slab → D rows [row_first, row_end) (row pitch `ld` elements, `n` valid
 // columns, tile columns from n0), one 128-byte chunk at a time (64 bf16 or 32 fp32 columns).
 template <class OutT, class Combine = CopyPiece>
@@ -89,8 +79,8 @@ __device__ __forceinline__ void store_slab(const float (&acc)[128], uint8_t* sta
       const int j = c * kJPerChunk + jj;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        stage_pair(stage, pos.row + 8 * h, (8 * jj + pos.col) * int{sizeof(OutT)},
-                   acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], OutT{});
+        stage_pair<OutT>(stage, pos.row + 8 * h, (8 * jj + pos.col) * int{sizeof(OutT)},
+                         acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
     flush_slab(stage, slab, reinterpret_cast<uint8_t*>(d), ld * int64_t{sizeof(OutT)}, row_first,
                row_end, (n0 + 8 * kJPerChunk * c) * int{sizeof(OutT)}, n * int{sizeof(OutT)},

@@ -8,26 +8,11 @@
 // `parts` = 1 (bf16 staging: the dGLU's g, bf16 outputs) or 2 (fp32 outputs: columns 0-127,
 // then 128-255) hand-offs. `parts` is a function of kernel parameters only, so both sides agree.
 //
-// Protocol (two mbarriers; every thread of a side keeps its own phase bit, starting at 0):
-//   consumers (256 threads), per part:  wait tile_empty (parity phase ^ 1: a fresh barrier
-//     passes), write the part, arrive tile_full (count 256), phase ^= 1.
-//   epilogue warps (96 threads), per part:  wait tile_full (parity phase), drain the part,
-//     arrive tile_empty (count 96), phase ^= 1.
-// The arrive (release) / wait (acquire) pairs order the buffer's writes and reads; no named
-// barrier is involved. Both sides walk the same tiles (same scheduler, same skip rule: the
-// wgrad's empty experts in accumulate mode hand nothing over) with the same `parts`.
-//
-// Walked by hand (u = tile_full's completed phases, v = tile_empty's):
-//   0 tiles: neither side enters its loop; nothing waits.
-//   1 tile, 1 part: consumers pass empty(parity 1) on the fresh barrier, write, arrive: u = 1.
-//     Epilogue waits full(parity 0): passes once u = 1; drains; arrives: v = 1. The consumers may
-//     already have left the kernel; the buffer lives until the whole CTA exits.
-//   2 tiles, 1 part: consumers' second wait is empty(parity 0): blocks until v = 1 (tile 1
-//     drained); write, arrive: u = 2. Epilogue waits full(parity 1): passes at u = 2; v = 2.
-//     A consumer cannot arrive twice within one phase of tile_full: its next arrive needs the
-//     epilogue's release of the part, which needs the phase to have completed.
-//   2 parts: the same sequence with two hand-offs per tile (the consumers wait for the drain of
-//     part 0 before writing part 1; part 1 is drained while the next tile's mainloop runs).
+// Protocol, and its walk by hand, in common/tile_handoff.cuh; here a hand-off is one part. Both
+// sides walk the same tiles (same scheduler, same skip rule: the wgrad's empty experts in
+// accumulate mode hand nothing over) with the same `parts`; with 2 parts the consumers wait for
+// the drain of part 0 before writing part 1, and part 1 is drained while the next tile's
+// mainloop runs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,34 +20,12 @@
 #include <cstdint>
 
 #include "cuda/gemm/backward/mainloop.cuh"
+#include "cuda/gemm/common/tile_handoff.cuh"
+#include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm::bwd {
 
 static_assert(kTileRowBytes == kBlockN * 2, "a buffer row is one bf16 tile row");
-
-// One side's view of the hand-off: the buffer, the two barriers and this thread's phase bit.
-struct TileHandoff {
-  uint8_t* tile;
-  uint64_t* full;
-  uint64_t* empty;
-  uint32_t phase = 0;
-
-  __device__ static TileHandoff of(const SharedLayout& smem) {
-    return TileHandoff{.tile = smem.tile, .full = smem.tile_full, .empty = smem.tile_empty};
-  }
-  // Consumer side.
-  __device__ void acquire() const { ClusterBarrier::wait(empty, phase ^ 1u); }
-  __device__ void publish() {
-    ClusterBarrier::arrive(full);
-    phase ^= 1u;
-  }
-  // Epilogue side.
-  __device__ void wait_full() const { ClusterBarrier::wait(full, phase); }
-  __device__ void release() {
-    ClusterBarrier::arrive(empty);
-    phase ^= 1u;
-  }
-};
 
 // Consumer side: part kPart of warpgroup `slab`'s 64 × 256 accumulators as T (columns
 // [kPart · 512 / sizeof(T), ...) of the tile) into the buffer's rows 64·slab .. 64·slab + 63.
@@ -76,7 +39,7 @@ __device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* til
     const int j = kPart * kJ + jj;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      store_pair(
+      cuda::store_pair(
           reinterpret_cast<T*>(row0 + 8 * h * kTilePitch + (8 * jj + pos.col) * int{sizeof(T)}),
           acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
   }
@@ -164,7 +127,7 @@ __device__ __forceinline__ void drain_rows(const uint8_t* tile, uint8_t* dst,
       const int r = r0 + kEpilogueWarps * i;
       if (r < rows)
         *reinterpret_cast<uint4*>(dst + (row_first + r) * row_pitch_bytes + byte) =
-            kAdd ? add_f32x4(old[i], v[i]) : v[i];
+            kAdd ? cuda::add_f32x4(old[i], v[i]) : v[i];
     }
   }
 }

@@ -73,7 +73,7 @@ __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
                                                   const CUtensorMap* tmap_b,
                                                   const WgradProblem& p, const SharedLayout& smem,
                                                   const WgradTiles& tiles, int total_tiles) {
-  PipelineState pipe;
+  PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     const ExpertRows rows = expert_rows(p, c.expert);
@@ -105,7 +105,7 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
   const int tid = threadIdx.x;
   const int piece = tid % kPieces;
   const int row_in_pass = tid / kPieces;
-  PipelineState pipe;
+  PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     const ExpertRows rows = expert_rows(p, c.expert);
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int slab = warpgroup - 1;
   TileHandoff handoff = TileHandoff::of(smem);
   float acc[128];
-  PipelineState pipe;
+  PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     const ExpertRows rows = expert_rows(p, c.expert);
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         });
     if (skip_tile(p, k_blocks)) continue;
     if constexpr (kGather) {
-      wgrad_store(acc, p, smem.epilogue_stage(slab), slab, c.expert,
+      wgrad_store(acc, p, smem.tile + slab * kEpilogueStageBytes, slab, c.expert,
                   c.m_block * kBlockM + slab * (kBlockM / 2), c.n_block * kBlockN);
     } else {
       hand_off_tile(acc, handoff, slab, p.d_fp32);

@@ -21,21 +21,11 @@
 
 #include "cuda/gemm/config.h"
 #include "cuda/gemm/epilogues/activation.h"
+#include "cuda/gemm/epilogues/bias_pair.cuh"
 #include "cuda/gemm/epilogues/staged_store.cuh"
 #include "cuda/gemm/params.h"
 
 namespace moefuse::gemm {
-
-__device__ __forceinline__ void stage_pair(uint8_t* at, __nv_bfloat16, float v0, float v1) {
-  *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0, v1);
-}
-__device__ __forceinline__ void stage_pair(uint8_t* at, float, float v0, float v1) {
-  *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
-}
-
-__device__ __forceinline__ float2 load_bias_pair(const float* bias, int col, int n) {
-  return bias && col < n ? __ldg(reinterpret_cast<const float2*>(bias + col)) : float2{0, 0};
-}
 
 // stage: this warpgroup's staging buffer; row_first: the first row of its 64-row slab;
 // row_end: exclusive; n0: first column of h in this tile.
@@ -72,11 +62,11 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[128], const 
 #pragma unroll
       for (int jj = 0; jj < kJPerChunk; ++jj) {
         const int j = c * kJPerChunk + jj;
-        const float2 b = load_bias_pair(bias, n0 + 8 * j + pair_col, p.n);
+        const float2 b = bias_pair(bias, n0 + 8 * j + pair_col, p.n);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          stage_pair(stage + local_row[h] * kStagePitch + (8 * jj + pair_col) * 2,
-                     __nv_bfloat16{}, acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
+          stage_pair<__nv_bfloat16>(stage, local_row[h], (8 * jj + pair_col) * 2,
+                                    acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
       }
       flush(ep.pre, p.n * 2, (n0 + c * kJPerChunk * 8) * 2);
     }
@@ -90,15 +80,15 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[128], const 
       for (int qq = 0; qq < kQPerChunk; ++qq) {
         const int q = c * kQPerChunk + qq;
         const int col_gate = n0 + 16 * q + pair_col;
-        const float2 bg = load_bias_pair(bias, col_gate, p.n);
-        const float2 bu = load_bias_pair(bias, col_gate + 8, p.n);
+        const float2 bg = bias_pair(bias, col_gate, p.n);
+        const float2 bu = bias_pair(bias, col_gate + 8, p.n);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float g0 = acc[8 * q + 2 * h] + bg.x, g1 = acc[8 * q + 2 * h + 1] + bg.y;
           const float u0 = acc[8 * q + 4 + 2 * h] + bu.x, u1 = acc[8 * q + 4 + 2 * h + 1] + bu.y;
-          stage_pair(stage + local_row[h] * kStagePitch + (8 * qq + pair_col) * kOut, OutT{},
-                     apply_op<kOp>(ep, g0, u0) * scale[h],
-                     apply_op<kOp>(ep, g1, u1) * scale[h]);
+          stage_pair<OutT>(stage, local_row[h], (8 * qq + pair_col) * kOut,
+                           apply_op<kOp>(ep, g0, u0) * scale[h],
+                           apply_op<kOp>(ep, g1, u1) * scale[h]);
         }
       }
       flush(p.d, p.n_out * kOut, (n0 / 2 + c * kOutPerChunk) * kOut);
@@ -110,12 +100,12 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[128], const 
 #pragma unroll
       for (int jj = 0; jj < kJPerChunk; ++jj) {
         const int j = c * kJPerChunk + jj;
-        const float2 b = load_bias_pair(bias, n0 + 8 * j + pair_col, p.n);
+        const float2 b = bias_pair(bias, n0 + 8 * j + pair_col, p.n);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          stage_pair(stage + local_row[h] * kStagePitch + (8 * jj + pair_col) * kOut, OutT{},
-                     apply_op<kOp>(ep, acc[4 * j + 2 * h] + b.x, 0.0f) * scale[h],
-                     apply_op<kOp>(ep, acc[4 * j + 2 * h + 1] + b.y, 0.0f) * scale[h]);
+          stage_pair<OutT>(stage, local_row[h], (8 * jj + pair_col) * kOut,
+                           apply_op<kOp>(ep, acc[4 * j + 2 * h] + b.x, 0.0f) * scale[h],
+                           apply_op<kOp>(ep, acc[4 * j + 2 * h + 1] + b.y, 0.0f) * scale[h]);
       }
       flush(p.d, p.n_out * kOut, (n0 + c * kOutPerChunk) * kOut);
     }

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cuda/gemm/config.h"
+#include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm {
 
@@ -26,6 +27,12 @@ inline constexpr int kStageChunkBytes = 128;                      // one row seg
 inline constexpr int kStagePitch = kStageChunkBytes + 16;
 inline constexpr int kStageBytes = kStageRows * kStagePitch;
 static_assert(kStageBytes == kEpilogueStageBytes, "config.h's shared-memory budget");
+
+// Step 1: a column pair as T at (slab row `row`, byte `byte` of the chunk) of the buffer.
+template <class T>
+__device__ __forceinline__ void stage_pair(uint8_t* stage, int row, int byte, float v0, float v1) {
+  cuda::store_pair(reinterpret_cast<T*>(stage + row * kStagePitch + byte), v0, v1);
+}
 
 // Named barrier 1 + slab (barrier 0 is __syncthreads) over one consumer warpgroup.
 __device__ __forceinline__ void warpgroup_barrier(int slab) {

@@ -2,14 +2,13 @@
 // memory and go straight back to the mainloop, so bias, activation, row scale and every global
 // store of tile i run while the tensor cores work on tile i + 1.
 //
-// Hand-off (one tile buffer, two mbarriers):
-//   consumers (256 threads): wait tile_empty (parity phase ^ 1; a fresh barrier passes), write
-//     h + bias as bf16 into the tile buffer [128 rows × 256 columns, row pitch 528 bytes, so a
-//     warp's 8 rows of 16-byte pieces hit all 32 banks], arrive on tile_full (count 256).
-//   epilogue warps (96 threads): wait tile_full (parity phase), store the saved pre-activation
-//     (16-byte copies) and the activated, scaled output (8 outputs per thread step) with the
-//     row mask (rows < the expert's end) and the column mask (columns < N), arrive on tile_empty
-//     (count 96).
+// Hand-off (one tile buffer, two mbarriers: common/tile_handoff.cuh has the protocol), once per
+// tile:
+//   consumers (256 threads): write h + bias as bf16 into the tile buffer [128 rows × 256
+//     columns, row pitch 528 bytes, so a warp's 8 rows of 16-byte pieces hit all 32 banks].
+//   epilogue warps (96 threads): store the saved pre-activation (16-byte copies) and the
+//     activated, scaled output (8 outputs per thread step) with the row mask (rows < the
+//     expert's end) and the column mask (columns < N).
 // The activation thus reads the bf16-rounded h, exactly the pre-activation saved for backward
 // (so the forward and the backward's recomputation agree) and what an unfused bf16 path computes.
 #pragma once
@@ -20,16 +19,14 @@
 
 #include "cuda/gemm/config.h"
 #include "cuda/gemm/epilogues/activation.h"
+#include "cuda/gemm/epilogues/bias_pair.cuh"
 #include "cuda/gemm/params.h"
+#include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm {
 
 inline constexpr int kTilePitch = kBlockN * 2 + 16;  // bytes per staged row
 static_assert(kTilePitch * kBlockM == kTileStageBytes, "config.h's shared-memory budget");
-
-__device__ __forceinline__ float2 bias_pair(const float* bias, int col, int n) {
-  return bias && col < n ? __ldg(reinterpret_cast<const float2*>(bias + col)) : float2{0, 0};
-}
 
 // Consumer side: this warpgroup's 64 rows of accumulators (+ bias) → bf16 tile buffer.
 // Accumulator layout (wgmma m64nNk16, f32): acc[4j + 2h + i] is row 16w + l/4 + 8h, column
@@ -45,26 +42,10 @@ __device__ __forceinline__ void stage_accumulators(const float (&acc)[128], uint
     const float2 b = bias_pair(bias, n0 + 8 * j + pair_col, n);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<__nv_bfloat162*>(row0 + 8 * h * kTilePitch + (8 * j + pair_col) * 2) =
-          __floats2bfloat162_rn(acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
+      cuda::store_pair(
+          reinterpret_cast<__nv_bfloat16*>(row0 + 8 * h * kTilePitch + (8 * j + pair_col) * 2),
+          acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
   }
-}
-
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x, v[2 * i + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
-  uint4 raw;
-  auto* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-  return raw;
 }
 
 // Epilogue-warp side: the staged tile → global memory. `worker` in [0, workers).
@@ -91,12 +72,12 @@ __device__ __forceinline__ void drain_tile(const uint8_t* tile, const GemmProble
       const int row = row_first + r;
       if (row >= row_end || n0 + 16 * q >= p.n) continue;
       float g[8], u[8], out[8];
-      unpack8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32), g);
-      unpack8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32 + 16), u);
+      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32), g);
+      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32 + 16), u);
       const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = apply_op<kOp>(ep, g[i], u[i]) * scale;
-      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + n0 / 2 + 8 * q) = pack8(out);
+      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + n0 / 2 + 8 * q) = cuda::pack_bf16x8(out);
     }
   } else {
     for (int item = worker; item < kBlockM * kChunks; item += workers) {
@@ -104,11 +85,11 @@ __device__ __forceinline__ void drain_tile(const uint8_t* tile, const GemmProble
       const int row = row_first + r, col = n0 + 8 * c;
       if (row >= row_end || col >= p.n) continue;
       float v[8];
-      unpack8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 16), v);
+      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 16), v);
       const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = apply_op<kOp>(ep, v[i], 0.0f) * scale;
-      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + col) = pack8(v);
+      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + col) = cuda::pack_bf16x8(v);
     }
   }
 }

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/common/swizzle.h"
+#include "cuda/gemm/common/warp_roles.h"
+
 namespace moefuse::gemm::fp8 {
 
 inline constexpr int kBlockM = 128;  // rows per tile: 2 consumer warpgroups × 64
@@ -16,29 +19,24 @@ inline constexpr int kWgmmaK = 32;   // wgmma m64n128k32 e4m3
 inline constexpr int kStages = 6;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 
-// Warp roles: warpgroup 0 produces (one thread issues the TMA loads); warpgroups 1 and 2 consume
-// (each owns 64 rows of the tile) and run the epilogue from registers.
-inline constexpr int kWarpgroupThreads = 128;
-inline constexpr int kConsumerWarpgroups = 2;
-inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
-inline constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
-
-// setmaxnreg budgets: 128 × producer + 256 × consumer within the 65536 registers of the SM
-// (__launch_bounds__(384, 1)).
+// Warp roles (common/warp_roles.h): in warpgroup 0 one thread issues the TMA loads (no epilogue
+// warps); warpgroups 1 and 2 consume and run the epilogue from registers.
+//
+// setmaxnreg budgets (common/warp_roles.h has the rule): 40 × 128 + 232 × 256 is exactly the
+// CTA's 168 × 384.
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536);
+static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
 
 inline constexpr int kAccumulators = kBlockN / 2;      // fp32 per thread for m64n128
 inline constexpr int kABytes = kBlockM * kBlockK;      // one stage of A, e4m3
 inline constexpr int kBBytes = kBlockN * kBlockK;      // one stage of B
 inline constexpr int kScaleBytes = kBlockM * 4;        // the tile rows' scales of one K group
 inline constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes;
-inline constexpr int kSwizzleAtomBytes = 1024;         // 8 rows × 128 B
-static_assert(kBlockK == 128, "one K block is one 128-byte swizzle row and one scale group");
+static_assert(kBlockK == kSwizzleRowBytes, "one K block is one swizzle row and one scale group");
 static_assert(kBlockN == 128, "one tile spans exactly one 128-row weight-scale block");
 static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
-static_assert((kBlockM / kConsumerWarpgroups) * 128 % kSwizzleAtomBytes == 0,
+static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomBytes == 0,
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kScaleBytes % 128 == 0, "TMA destinations need 128-byte alignment");
 

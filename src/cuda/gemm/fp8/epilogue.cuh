@@ -18,15 +18,9 @@
 #include "cuda/gemm/epilogues/activation.h"
 #include "cuda/gemm/fp8/config.h"
 #include "cuda/gemm/fp8/params.h"
+#include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm::fp8 {
-
-__device__ __forceinline__ void store_pair(__nv_bfloat16* at, float v0, float v1) {
-  *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(v0, v1);
-}
-__device__ __forceinline__ void store_pair(float* at, float v0, float v1) {
-  *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
-}
 
 // slab_first: the first row of this warpgroup's 64-row slab; row_end: exclusive; n0: first
 // column of h in this tile.
@@ -49,7 +43,7 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulator
         if (n0 + 16 * q >= p.n) break;
         const float* g = &acc[8 * q + 2 * h];
         const float* u = &acc[8 * q + 4 + 2 * h];
-        store_pair(out + n0 / 2 + 8 * q + pair_col, apply_op<kOp>(ep, g[0], u[0]) * scale,
+        cuda::store_pair(out + n0 / 2 + 8 * q + pair_col, apply_op<kOp>(ep, g[0], u[0]) * scale,
                    apply_op<kOp>(ep, g[1], u[1]) * scale);
       }
     } else {
@@ -57,7 +51,7 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulator
       for (int j = 0; j < kBlockN / 8; ++j) {
         if (n0 + 8 * j >= p.n) break;
         const float* v = &acc[4 * j + 2 * h];
-        store_pair(out + n0 + 8 * j + pair_col, apply_op<kOp>(ep, v[0], 0.0f) * scale,
+        cuda::store_pair(out + n0 + 8 * j + pair_col, apply_op<kOp>(ep, v[0], 0.0f) * scale,
                    apply_op<kOp>(ep, v[1], 0.0f) * scale);
       }
     }

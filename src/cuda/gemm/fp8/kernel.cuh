@@ -34,10 +34,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 32) warp_tile_starts(p.offsets, p.num_experts, shape, smem.tile_start);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      ClusterBarrier::init(&smem.full[s], 1);
-      ClusterBarrier::init(&smem.empty[s], kConsumerThreads);
-    }
+    init_stage_barriers<kStages>(smem.full, smem.empty, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -52,10 +49,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int slab = warpgroup - 1;
     const int n_groups = ceil_div(p.n, kBlockN), k_groups = ceil_div(p.k, kBlockK);
     float acc[kAccumulators];
-    PipelineState pipe;
+    PipelineState<kStages> pipe;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-      const TileRows rows = tile_rows(p, c);
+      const TileRows rows = tile_rows<kBlockM>(p, c);
       const float* b_scale =
           p.b_scales + (static_cast<int64_t>(c.expert) * n_groups + c.n_block) * k_groups;
       consume_tile(acc, p, smem, pipe, slab, b_scale);

@@ -6,7 +6,8 @@
 #include "cuda/check.h"
 #include "cuda/gemm/fp8/kernel.cuh"
 #include "cuda/gemm/fp8/launch.h"
-#include "cuda/gemm/fp8/tma.h"
+#include "cuda/gemm/common/tensor_map.h"
+#include "cuda/sm_count.h"
 #include "moefuse/grouped_gemm_fp8.h"
 
 namespace moefuse::gemm::fp8 {
@@ -16,20 +17,18 @@ template <class OutT>
 void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   const Fp8GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
-  int device = 0, num_sms = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-
-  const CUtensorMap tmap_a = make_tma_2d_e4m3(launch.a, p.m_cap, p.k, kBlockM, kBlockK);
-  const CUtensorMap tmap_b = make_tma_3d_e4m3(launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
-  const CUtensorMap tmap_scales = make_tma_2d_f32_rows(
-      launch.a_scales, fp8_scale_groups(p.k), fp8_scale_rows(p.m_cap), kBlockM);
+  const CUtensorMap tmap_a = make_tma_2d(kTmaE4m3, launch.a, p.m_cap, p.k, kBlockM, kBlockK);
+  const CUtensorMap tmap_b =
+      make_tma_3d(kTmaE4m3, launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
+  // The activation scales, K-major [K groups, M_cap padded to 4]: one row of 128 per box.
+  const CUtensorMap tmap_scales = make_tma_2d(kTmaF32Rows, launch.a_scales, fp8_scale_groups(p.k),
+                                              fp8_scale_rows(p.m_cap), 1, kBlockM);
 
   // The host cannot know the tile count; this bound (each expert adds at most one partial
   // m-block) only trims the grid for tiny problems.
   const int64_t max_tiles = (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) *
                             ceil_div(p.n, kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(num_sms, max_tiles));
+  const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), max_tiles));
   const int64_t smem_bytes = fp8_gemm_smem_bytes(p.num_experts);
   auto* kernel = &grouped_gemm_fp8_kernel<OutT>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -16,48 +16,21 @@
 // lockstep across the persistent loop.
 #pragma once
 
-#include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
-#include <cutlass/arch/barrier.h>
 
 #include <utility>
 
+#include "cuda/gemm/common/pipeline.cuh"
+#include "cuda/gemm/common/smem_descriptor.cuh"
+#include "cuda/gemm/common/tile_rows.cuh"
+#include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/fp8/config.h"
 #include "cuda/gemm/fp8/params.h"
 #include "cuda/gemm/fp8/shared.cuh"
 #include "cuda/gemm/tile_scheduler.h"
 
 namespace moefuse::gemm::fp8 {
-
-using cutlass::arch::ClusterBarrier;
-using cutlass::arch::ClusterTransactionBarrier;
-
-inline constexpr uint64_t kCacheHintNormal =
-    static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-
-struct PipelineState {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
-  }
-};
-
-// The first row of A that a tile reads and the end of its expert's rows (exclusive, capped at
-// m_cap so that bad offsets can never make the epilogue write out of bounds).
-struct TileRows {
-  int first;
-  int end;
-};
-
-__device__ __forceinline__ TileRows tile_rows(const Fp8GemmProblem& p, const TileCoord& c) {
-  const int first = __ldg(p.offsets + c.expert) + c.m_block * kBlockM;
-  return TileRows{.first = first, .end = min(__ldg(p.offsets + c.expert + 1), p.m_cap)};
-}
 
 // A through a 2D map over [m_cap, K] (rows past m_cap zero-filled, rows of the next expert
 // loaded and masked in the epilogue); B through a 3D map over [E, N, K] (n past N zero-filled,
@@ -68,10 +41,10 @@ __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtenso
                                         const SharedLayout& smem, const TileShape& shape,
                                         int total_tiles) {
   const int k_blocks = ceil_div(p.k, kBlockK);
-  PipelineState pipe;
+  PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const TileRows rows = tile_rows(p, c);
+    const TileRows rows = tile_rows<kBlockM>(p, c);
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
@@ -97,17 +70,12 @@ __device__ __forceinline__ void wgmma_m64n128k32(uint64_t desc_a, uint64_t desc_
   Mma::fma(desc_a, desc_b, block[I]..., scale_d);
 }
 
-__device__ __forceinline__ void fence_accumulators(float (&acc)[kAccumulators]) {
-#pragma unroll
-  for (int i = 0; i < kAccumulators; ++i) cute::warpgroup_fence_operand(acc[i]);
-}
-
 // One tile's K loop for consumer warpgroup `slab` (rows 64·slab .. 64·slab + 63 of the tile).
 // b_scale: the tile's row of weight scales, [ceil(K/128)] (expert, n-block fixed).
 // Accumulator layout (m64nN f32): acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the slab,
 // column 8j + 2·(lane % 4) + i, so h picks the row and with it the activation scale.
 __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const Fp8GemmProblem& p,
-                                             const SharedLayout& smem, PipelineState& pipe,
+                                             const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab, const float* b_scale) {
   using cute::SM90::GMMA::ScaleOut;
 #pragma unroll
