@@ -57,10 +57,28 @@ void dispatch_maps(const TensorView& expert_idx, int64_t num_experts, int64_t al
                    cudaStream_t stream);
 
 // xs [R, H] bf16: xs[row_of[t, j]] = x[t] for every assignment, zeros in every row whose
-// token_of_row is -1. One warp per token reads x[t] once and writes its k rows.
+// token_of_row is -1. Each x row is read once into shared memory and bulk-copied to its k rows.
 // CUDA-graph safe: yes.
 void permute(const TensorView& x, const TensorView& row_of, const TensorView& token_of_row,
              const TensorView& xs, const TensorView& health, cudaStream_t stream);
+
+// permute fused with the blockwise FP8 quantisation of the activations (DeepSeek-V3 recipe), in
+// the layout the FP8 grouped GEMM reads as its A operand (moefuse/grouped_gemm_fp8.h):
+//   xs_fp8    [R, H] e4m3: xs_fp8[row_of[t, j]] = E4M3 codes of x[t] in 1x128 groups along H
+//   xs_scales [ceil(H/128), fp8_scale_rows(R)] fp32, K-major: entry [g, r] scales
+//             xs_fp8[r, 128g .. 128g+127]
+// Codes and scales are bit for bit those of quantize_fp8_blockwise_1x128 (moefuse/quant.h) of
+// x[t] (scale amax / 448; an all-zero group has scale 1 and zero codes; a short last group when
+// H % 128 != 0; NaN and Inf as that quantiser has them), with the scales transposed by
+// transpose_fp8_activation_scales. Rows whose token_of_row is -1 are quantised zero rows: zero
+// codes and scale 1; the scale columns [R, fp8_scale_rows(R)) are set to 1 too, so every output
+// byte is written. Each x row is read once and quantised once (k stores of the code row).
+// H must be a multiple of 16 (16-byte code rows); xs_fp8 and xs_scales 16-byte aligned.
+// CUDA-graph safe: yes.
+void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
+                          const TensorView& token_of_row, const TensorView& xs_fp8,
+                          const TensorView& xs_scales, const TensorView& health,
+                          cudaStream_t stream);
 
 // dx [T, H] bf16 = Σ_j dxs[row_of[t, j]] (fp32 accumulation in j order). CUDA-graph safe: yes.
 void permute_backward(const TensorView& dxs, const TensorView& row_of, const TensorView& dx,

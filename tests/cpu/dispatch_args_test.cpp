@@ -198,5 +198,37 @@ TEST(DispatchArgs, RejectsBadRowTensors) {
                  "health");
 }
 
+TEST(DispatchArgs, RejectsBadPermuteQuantizeFp8Tensors) {
+  constexpr int64_t R = T * K + 1, H32 = 2 * H;  // R = 13: the scale pitch rounds up to 16
+  const auto x = dev(DType::kBFloat16, {T, H32}), row_of = dev(DType::kInt32, {T, K}),
+             tor = dev(DType::kInt32, {R}), q = dev(DType::kFloat8E4M3, {R, H32}),
+             scales = dev(DType::kFloat32, {1, 16}), health = dev(DType::kInt32, {1});
+  char* const fake = static_cast<char*>(kFake);
+  auto run = [&](const TensorView& x_, const TensorView& row_of_, const TensorView& tor_,
+                 const TensorView& q_, const TensorView& scales_, const TensorView& health_) {
+    return [=] { permute_quantize_fp8(x_, row_of_, tor_, q_, scales_, health_, nullptr); };
+  };
+  expect_invalid(run(dev(DType::kFloat32, {T, H32}), row_of, tor, q, scales, health), "x");
+  expect_invalid(run(dev(DType::kBFloat16, {T, 24}), row_of, tor, dev(DType::kFloat8E4M3, {R, 24}), scales, health),
+                 "x");  // a multiple of 8, not of 16
+  expect_invalid(run(dev(DType::kBFloat16, {T, H32}, fake + 8), row_of, tor, q, scales, health), "x");
+  expect_invalid(run(x, dev(DType::kInt32, {T + 1, K}), tor, q, scales, health), "row_of");
+  expect_invalid(run(x, dev(DType::kInt32, {T, 17}), tor, q, scales, health), "row_of.shape[1]");
+  expect_invalid(run(x, row_of, dev(DType::kInt64, {R}), q, scales, health), "token_of_row");
+  expect_invalid(run(x, row_of, tor, dev(DType::kBFloat16, {R, H32}), scales, health), "xs_fp8");
+  expect_invalid(run(x, row_of, tor, dev(DType::kFloat8E4M3, {R - 1, H32}), scales, health), "xs_fp8");
+  expect_invalid(run(x, row_of, tor, dev(DType::kFloat8E4M3, {R, H32}, fake + 8), scales, health), "xs_fp8");
+  expect_invalid(run(x, row_of, tor, q, dev(DType::kFloat32, {R, 1}), health), "xs_scales");  // row-major
+  expect_invalid(run(x, row_of, tor, q, dev(DType::kFloat32, {1, R}), health), "xs_scales");  // no pitch
+  expect_invalid(run(x, row_of, tor, q, dev(DType::kBFloat16, {1, 16}), health), "xs_scales");
+  expect_invalid(run(x, row_of, tor, q, dev(DType::kFloat32, {1, 16}, fake + 4), health), "xs_scales");
+  expect_invalid(run(x, row_of, tor, q, scales, dev(DType::kFloat32, {1})), "health");
+  // Two stages of one x row and its codes must fit in shared memory.
+  constexpr int64_t kHuge = 40960;
+  expect_invalid(run(dev(DType::kBFloat16, {T, kHuge}), row_of, tor, dev(DType::kFloat8E4M3, {R, kHuge}),
+                     dev(DType::kFloat32, {kHuge / 128, 16}), health),
+                 "x.shape[1]");
+}
+
 }  // namespace
 }  // namespace moefuse

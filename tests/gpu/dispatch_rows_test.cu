@@ -36,36 +36,11 @@ const Case kCases[] = {{37, 2048, 64, 8, 1},  {1024, 2880, 128, 4, 8}, {300, 716
                        {1024, 4096, 8, 2, 1}, {64, 520, 512, 16, 8},
                        {4096, 2880, 128, 4, 8}, {16384, 64, 16, 2, 1}};
 
-// Maps from the reference for random distinct routes.
-struct RefMaps {
-  int64_t R;
-  std::vector<int32_t> row_of, token_of_row;
-};
-RefMaps make_maps(const Case& c) {
-  std::vector<int32_t> idx(c.T * c.k), perm(c.E), counts(c.E, 0), offsets(c.E + 1);
-  std::iota(perm.begin(), perm.end(), 0);
-  for (int64_t t = 0; t < c.T; ++t) {
-    std::shuffle(perm.begin(), perm.end(), test::rng());
-    std::copy(perm.begin(), perm.begin() + c.k, idx.begin() + t * c.k);
-  }
-  for (int32_t e : idx) ++counts[e];
-  RefMaps m{.R = c.T * c.k + c.E * (c.align - 1) + 3};
-  m.row_of.resize(c.T * c.k);
-  m.token_of_row.resize(m.R);
-  ref::expert_offsets(test::host_view(counts, DType::kInt32, {c.E}),
-                      test::host_view(offsets, DType::kInt32, {c.E + 1}), c.align);
-  ref::dispatch_maps(test::host_view(idx, DType::kInt32, {c.T, c.k}),
-                     test::host_view(offsets, DType::kInt32, {c.E + 1}),
-                     test::host_view(m.row_of, DType::kInt32, {c.T, c.k}),
-                     test::host_view(m.token_of_row, DType::kInt32, {m.R}));
-  return m;
-}
-
 TEST(DispatchRows, PermuteAndPermuteBackwardMatchReference) {
   MOEFUSE_REQUIRE_HOPPER();
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name() + " seed=" + std::to_string(test::seed()));
-    RefMaps m = make_maps(c);
+    test::RefMaps m = test::make_ref_maps(c.T, c.E, c.k, c.align);
     const int64_t T = c.T, H = c.H, k = c.k, R = m.R;
     std::vector<float> x = test::bf16_rounded(test::random_normal(T * H)), xs(R * H);
     ref::permute(test::host_view(x, DType::kFloat32, {T, H}),
@@ -98,7 +73,7 @@ TEST(DispatchRows, CombineAndBackwardMatchReference) {
   MOEFUSE_REQUIRE_HOPPER();
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name() + " seed=" + std::to_string(test::seed()));
-    RefMaps m = make_maps(c);
+    test::RefMaps m = test::make_ref_maps(c.T, c.E, c.k, c.align);
     const int64_t T = c.T, H = c.H, k = c.k, R = m.R;
     std::vector<float> ys = test::bf16_rounded(test::random_normal(R * H)),
                        probs = test::random_uniform(T * k, 0.0f, 1.0f), y(T * H);

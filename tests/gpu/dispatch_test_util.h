@@ -6,12 +6,17 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
+
 #include "cuda/check.h"
 #include "moefuse/tensor.h"
+#include "ref/dispatch.h"
 
 namespace moefuse::test {
 
@@ -101,6 +106,32 @@ template <class T>
                                            << ", want " << +want[i];
   }
   return ::testing::AssertionSuccess();
+}
+
+// Maps from the reference for T tokens routed to k distinct random experts of E, segments
+// padded to `align`, and R = T·k + E·(align - 1) + 3 rows (a few past every offsets[E]).
+struct RefMaps {
+  int64_t R;
+  std::vector<int32_t> row_of, token_of_row;
+};
+inline RefMaps make_ref_maps(int64_t T, int64_t E, int64_t k, int64_t align) {
+  std::vector<int32_t> idx(T * k), perm(E), counts(E, 0), offsets(E + 1);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    std::shuffle(perm.begin(), perm.end(), rng());
+    std::copy(perm.begin(), perm.begin() + k, idx.begin() + t * k);
+  }
+  for (int32_t e : idx) ++counts[e];
+  RefMaps m{.R = T * k + E * (align - 1) + 3};
+  m.row_of.resize(T * k);
+  m.token_of_row.resize(m.R);
+  ref::expert_offsets(host_view(counts, DType::kInt32, {E}),
+                      host_view(offsets, DType::kInt32, {E + 1}), align);
+  ref::dispatch_maps(host_view(idx, DType::kInt32, {T, k}),
+                     host_view(offsets, DType::kInt32, {E + 1}),
+                     host_view(m.row_of, DType::kInt32, {T, k}),
+                     host_view(m.token_of_row, DType::kInt32, {m.R}));
+  return m;
 }
 
 }  // namespace moefuse::test

@@ -5,6 +5,8 @@
 // Bytes are the minimum traffic of each kernel (every input read once, every output written
 // once); the copy baseline is cudaMemcpyAsync of bytes/2 (a copy reads and writes each byte).
 // Router kernels read random logits; with --routing zipf the dispatch kernels get skewed routes.
+// permute_quantize_fp8 (permute fused with the 1x128 FP8 quantisation) counts x read once, k E4M3
+// rows and the K-major scales written, and has the permute's copy target.
 // Targets (docs/dispatch.md): permute and combine reach 0.85 of the copy's TB/s, router_topk is
 // 5x faster than torch's router sequence; the `met` column says whether this run met them.
 // The router's logits backward (cuBLAS) is timed whole and GEMM by GEMM, with TFLOP/s (-1 on the
@@ -32,6 +34,7 @@
 #include "cuda/router/router_gemm.h"
 #include "moefuse/config.h"
 #include "moefuse/dispatch.h"
+#include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/router.h"
 
 namespace moefuse::bench {
@@ -130,6 +133,9 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
                token_of_row(4 * R);
   DeviceBuffer x(2 * T * H), xs(2 * R * H), ys(2 * R * H), y(2 * T * H), dy(2 * T * H),
       dys(2 * R * H), dx(2 * T * H);
+  // permute_quantize_fp8's outputs: E4M3 rows and K-major 1x128 scales (moefuse/grouped_gemm_fp8.h).
+  const int64_t scale_groups = fp8_scale_groups(H), scale_pitch = fp8_scale_rows(R);
+  DeviceBuffer xs_fp8(R * H), xs_scales(4 * scale_groups * scale_pitch);
   fill_uniform_bf16(x.get(), T * H, -1, 1, seed + 4, stream);
   fill_uniform_bf16(ys.get(), R * H, -1, 1, seed + 5, stream);
   fill_uniform_bf16(dy.get(), T * H, -1, 1, seed + 6, stream);
@@ -186,6 +192,9 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
   const double act = 2.0 * T * H;  // one bf16 [T, H]
   const double gemm_flops = 2.0 * T * E * H;  // each of the logits backward's two GEMMs
   const double maps_bytes = 4.0 * T * k * 2 + 4.0 * R, permute_bytes = act * (1 + k) + 4.0 * T * k;
+  // Read x once, write k code rows (1 byte an element) and their scales; row_of and token_of_row.
+  const double quant_bytes =
+      act + 1.0 * T * H * k + 4.0 * scale_groups * scale_pitch + 4.0 * T * k + 4.0 * R;
   const std::vector<Kernel> kernels = {
       {"router_topk", "router", 4.0 * T * E + 8.0 * T * k, Target::kTorch, route},
       {"router_backward", "router_backward", 8.0 * T * E + 8.0 * T * k, Target::kNone,
@@ -212,6 +221,13 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
        [&](cudaStream_t s) { cuda::router_dw_gemm(gemms, s); }, gemm_flops},
       {"dispatch_maps", "", maps_bytes, Target::kNone, maps},
       {"permute", "permute", permute_bytes, Target::kCopy, permute_rows},
+      {"permute_quantize_fp8", "", quant_bytes, Target::kCopy,
+       [&](cudaStream_t s) {
+         permute_quantize_fp8(x.view(DType::kBFloat16, {T, H}), v_row_of, v_tor,
+                              xs_fp8.view(DType::kFloat8E4M3, {R, H}),
+                              xs_scales.view(DType::kFloat32, {scale_groups, scale_pitch}), none,
+                              s);
+       }},
       {"maps+permute", "dispatch", maps_bytes + permute_bytes, Target::kNone,
        [&](cudaStream_t s) {
          maps(s);

@@ -5,6 +5,7 @@
 
 #include "cuda/router/checks.h"
 #include "moefuse/error.h"
+#include "moefuse/grouped_gemm_fp8.h"
 
 namespace moefuse::cuda {
 namespace {
@@ -67,6 +68,24 @@ RowsShape check_permute(const TensorView& x, const TensorView& row_of,
   const int64_t R = token_of_row.size(0);
   expect_in_range(R, "token_of_row.shape[0]", 0, INT32_MAX);
   expect_rows(xs, "xs", R, H);
+  return {.tokens = T, .top_k = k, .rows = R, .hidden = H};
+}
+
+RowsShape check_permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
+                                     const TensorView& token_of_row, const TensorView& xs_fp8,
+                                     const TensorView& xs_scales) {
+  const int64_t H = expect_rows(x, "x", kAnyExtent, kAnyExtent);
+  MOEFUSE_EXPECT(H % 16 == 0, "x", "a hidden size that is a multiple of 16 (16-byte E4M3 rows)",
+                 "shape " + shape_string(x));
+  const auto [T, k] = expect_row_of(row_of, x.size(0));
+  expect_device(token_of_row, "token_of_row", DType::kInt32, {kAnyExtent});
+  const int64_t R = token_of_row.size(0);
+  // The scale pitch fp8_scale_rows(R) must fit int32 too.
+  expect_in_range(R, "token_of_row.shape[0]", 0, INT32_MAX - 3);
+  expect_device(xs_fp8, "xs_fp8", DType::kFloat8E4M3, {R, H});
+  expect_aligned(xs_fp8, "xs_fp8");
+  expect_device(xs_scales, "xs_scales", DType::kFloat32, {fp8_scale_groups(H), fp8_scale_rows(R)});
+  expect_aligned(xs_scales, "xs_scales");
   return {.tokens = T, .top_k = k, .rows = R, .hidden = H};
 }
 

@@ -1,24 +1,41 @@
-// permute: xs[row_of[t, j]] = x[t], by the TMA engine's bulk copies. The kernel moves
-// (1 + k)·T·H·2 bytes (each x row read once, written k times) and is write-heavy; a warp of
-// 16-byte stores reached only 0.81–0.91 of copy bandwidth (docs/measurements.md, run 7), while
-// the read-heavy backward reached 0.90–0.95. Here one thread per block issues whole-row bulk
-// copies: x rows into shared memory (cp.async.bulk, completing on an mbarrier), then each row to
-// its k destinations (cp.async.bulk shared → global), so the SM's issue slots no longer bound
-// the stores and every block keeps a whole group of rows in flight each way.
+// permute: xs[row_of[t, j]] = x[t], by the TMA engine's bulk copies; permute_quantize_fp8: the
+// same with E4M3 codes of x[t] in 1x128 groups (plus their scales) instead of the bf16 row.
+//
+// The copy moves (1 + k)·T·H·2 bytes (each x row read once, written k times) and is write-heavy;
+// a warp of 16-byte stores reached only 0.81–0.91 of copy bandwidth (docs/measurements.md, run
+// 7), while the read-heavy backward reached 0.90–0.95. Here one thread per block issues
+// whole-row bulk copies: x rows into shared memory (cp.async.bulk, completing on an mbarrier),
+// then each row to its k destinations (cp.async.bulk shared → global), so the SM's issue slots
+// no longer bound the stores and every block keeps a whole group of rows in flight each way.
 //
 // Persistent grid of one-warp blocks. A block walks token groups g = blockIdx.x + i·gridDim.x
-// of `group` tokens through two shared-memory stages:
+// of `group` tokens through two shared-memory stages of x rows:
 //   all lanes:  classify row_of for group g (health flag for bad rows) into shared memory;
-//   lane 0:     if there is a next group: wait until the stores of the previous group have read
-//               their stage (cp.async.bulk.wait_group.read 0), load the next group into it;
-//               wait for group g's load (mbarrier of its stage, one phase per use);
-//               issue group g's stores, commit them as one bulk group.
+//   lane 0:     if there is a next group: load it into the other stage (copy: first wait until
+//               the stores of the previous group have read that stage, cp.async.bulk.wait_group
+//               .read 0; quantising: the warp's own reads of it ended before the previous
+//               iteration's __syncwarp);
+//   copy:       lane 0 waits for group g's load (mbarrier of its stage, one phase per use) and
+//               issues group g's stores from the stage;
+//   quantising: the codes go through two more stages, code buffer s for group it (s = it % 2):
+//               lane 0: wait_group.read 1 — the stores of group it - 2, the last to read code
+//                 buffer s, have read it (one bulk group is committed per iteration);
+//               all lanes: wait for group g's load (mbarrier), __syncwarp;
+//               all lanes: quantise the group's rows into code buffer s (generic-proxy writes)
+//                 and store the scales (plain global stores, K-major: k per group per token);
+//               all lanes: fence.proxy.async.shared::cta (their code writes become visible to
+//                 the async proxy), __syncwarp;
+//               lane 0: issue group g's code-row stores from code buffer s;
+//   lane 0:     commit the group's stores as one bulk group.
 // Before that, the block's warp zeroes the rows whose token_of_row is -1 (padding, rows past
-// offsets[E]) for its share of 32-row chunks. Each row is written by exactly one copy: no
+// offsets[E]) for its share of 32-row chunks; quantising, it also sets their scales (and the
+// pitch padding columns) to 1. Each output byte is written by exactly one thread or copy: no
 // atomics, deterministic.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
@@ -26,9 +43,13 @@
 #include "cuda/check.h"
 #include "cuda/dispatch/dispatch_args.h"
 #include "cuda/dispatch/rows.cuh"
+#include "cuda/quant/vec16.cuh"
 #include "cuda/router/checks.h"
+#include "cuda/sm_count.h"
+#include "formats/recipes.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
+#include "moefuse/grouped_gemm_fp8.h"
 
 namespace moefuse {
 namespace cuda {
@@ -39,28 +60,31 @@ using cutlass::arch::ClusterTransactionBarrier;
 
 constexpr int kStages = 2;
 constexpr int kMaxGroupTokens = 8;
-// Bytes of x rows a stage aims to hold: enough in flight per block that 3–4 blocks an SM cover
-// HBM latency, small enough that they fit.
+// Bytes of x rows a stage aims to hold. Copy: enough in flight per block that 3–4 blocks an SM
+// cover HBM latency, small enough that they fit. Quantising: a quarter of that, so that ~8
+// blocks (warps) an SM share the quantisation arithmetic (~5 instructions an element) while
+// still holding ~64 KB of loads in flight an SM.
 constexpr int64_t kStageBytesTarget = 32 * 1024;
+constexpr int64_t kQuantStageBytesTarget = 8 * 1024;
 constexpr int64_t kMaxDynamicSmem = 227 * 1024;
+constexpr int kGroupLanes = formats::kBlockwiseGroup / quant::kVec;  // lanes of a 1x128 group
 
 struct PermuteParams {
   const uint8_t* x;
   const int32_t* row_of;
   const int32_t* token_of_row;
-  uint8_t* xs;
-  int tokens, top_k, rows, vecs;
-  int row_bytes;     // H·2, a multiple of 16
-  int group;         // tokens per group (≤ kMaxGroupTokens)
-  int groups;        // ceil(tokens / group)
-  int zero_chunks;   // ceil(rows / 32)
+  uint8_t* out;       // xs (bf16 rows) or xs_fp8 (E4M3 code rows)
+  int tokens, top_k, rows;
+  int row_bytes;      // x rows: H·2
+  int out_row_bytes;  // output rows: H·2 or H, a multiple of 16
+  int vecs;           // 16-byte vectors of an output row (E4M3: also the 16-element vectors)
+  int group;          // tokens per group (≤ kMaxGroupTokens)
+  int groups;         // ceil(tokens / group)
+  int zero_chunks;    // ceil(rows / 32), quantising ceil(scale_pitch / 32)
   int32_t* health;
+  float* scales;      // quantising: [scale_groups, scale_pitch] fp32, K-major
+  int scale_groups, scale_pitch;
 };
-
-// Tokens per group for rows of `row_bytes`: about kStageBytesTarget a stage, 1..kMaxGroupTokens.
-int64_t group_tokens(int64_t row_bytes) {
-  return std::clamp<int64_t>(kStageBytesTarget / row_bytes, 1, kMaxGroupTokens);
-}
 
 // Lane 0: loads the x rows of group g into stage `stage`, completing on `bar`.
 __device__ __forceinline__ void load_group(const PermuteParams& p, int g, uint8_t* stage,
@@ -73,17 +97,77 @@ __device__ __forceinline__ void load_group(const PermuteParams& p, int g, uint8_
                                    stage + i * p.row_bytes, p.row_bytes);
 }
 
+// The scales of row r when no token owns it: a row whose token_of_row is -1 is a zero row, so
+// it gets an all-zero group's scale (blockwise_scale(0), 1); the pitch padding [R, scale_pitch)
+// gets 1 as in transpose_fp8_activation_scales (the GEMM never reads it).
+__device__ __forceinline__ void set_unowned_scales(const PermuteParams& p, int r) {
+  const bool unowned = r < p.rows ? p.token_of_row[r] == -1 : r < p.scale_pitch;
+  if (!unowned) return;
+  const float scale = formats::blockwise_scale(0.0f).scale;
+  for (int g = 0; g < p.scale_groups; ++g)
+    p.scales[static_cast<int64_t>(g) * p.scale_pitch + r] = scale;
+}
+
+// 16 bf16 of a staged x row, as vec16.cuh's quantisers hold them.
+__device__ __forceinline__ void load16_shared(const uint8_t* src, quant::Raw16<__nv_bfloat16>& r) {
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint4 u = s4[i];
+    r.w[4 * i] = u.x, r.w[4 * i + 1] = u.y, r.w[4 * i + 2] = u.z, r.w[4 * i + 3] = u.w;
+  }
+}
+
+// The warp quantises the n staged x rows of a group into E4M3 code rows (codes + i·H) and stores
+// each 1x128 group's scale for every usable row of the token (rows: the group's classified
+// row_of). Lane l takes the 16-element vectors f = l, l + 32, ... of the group's rows, each row
+// padded to whole 128-groups (8 vectors): the 8 lanes of a 128-group are then aligned
+// consecutive lanes whatever H is, and one step covers several rows when H is small. Padding
+// vectors are zeros in their group's amax (the reference's short last group has no elements
+// there) and store nothing. The arithmetic is vec16.cuh's, as in the 1x128 quantiser.
+__device__ __forceinline__ void quantise_group(const PermuteParams& p, const uint8_t* stage,
+                                               uint8_t* codes, const int* rows, int n, int lane) {
+  const int padded = p.scale_groups * kGroupLanes;
+  int i = lane / padded, c = lane % padded;  // this lane's vector f = i·padded + c
+  for (int f0 = 0; f0 < n * padded; f0 += 32, c += 32) {
+    while (c >= padded) c -= padded, ++i;
+    const bool live = i < n && c < p.vecs;
+    quant::Raw16<__nv_bfloat16> v;
+    if (live)
+      load16_shared(stage + i * p.row_bytes + c * 2 * quant::kVec, v);
+    else
+      quant::zero16(v);
+    const float amax = quant::group_max<kGroupLanes>(quant::amax16(v));
+    if (!live) continue;
+    const formats::BlockwiseScale s = formats::blockwise_scale(amax);
+    quant::store16_e4m3(codes + i * p.out_row_bytes + c * quant::kVec, v, s.multiplier);
+    if (c % kGroupLanes == 0) {
+      float* column = p.scales + static_cast<int64_t>(c / kGroupLanes) * p.scale_pitch;
+      for (int j = 0; j < p.top_k; ++j) {
+        const int row = rows[i * p.top_k + j];
+        if (row >= 0) column[row] = s.scale;
+      }
+    }
+  }
+}
+
+template <bool kQuantise>
 __global__ void __launch_bounds__(32) permute_kernel(PermuteParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t bars[kStages];
   __shared__ int rows_s[kMaxGroupTokens * kDispatchMaxTopK];
   const int lane = threadIdx.x;
 
-  for (int c = blockIdx.x; c < p.zero_chunks; c += gridDim.x)
-    zero_unassigned_rows(p.token_of_row, reinterpret_cast<uint4*>(p.xs), p.rows, p.vecs, p.tokens,
-                         c * 32, lane, p.health);
+  for (int c = blockIdx.x; c < p.zero_chunks; c += gridDim.x) {
+    zero_unassigned_rows(p.token_of_row, reinterpret_cast<uint4*>(p.out), p.rows, p.vecs,
+                         p.tokens, c * 32, lane, p.health);
+    if constexpr (kQuantise) set_unowned_scales(p, c * 32 + lane);
+  }
 
   const int stage_bytes = p.group * p.row_bytes;
+  // Quantising: kStages code buffers of a group's code rows follow the x stages.
+  uint8_t* const code_stages = smem + kStages * stage_bytes;
+  const int code_bytes = p.group * p.out_row_bytes;
   if (lane == 0) {
     for (int s = 0; s < kStages; ++s) ClusterBarrier::init(&bars[s], 1);
     cutlass::arch::fence_barrier_init();
@@ -96,26 +180,39 @@ __global__ void __launch_bounds__(32) permute_kernel(PermuteParams p) {
     const int s = it % kStages;
     const int t0 = g * p.group;
     const int n = min(p.group, p.tokens - t0);
-    // Lane 0 finished reading rows_s (the previous group's stores) before the __syncwarp below.
+    // Every lane finished reading rows_s (the previous group's) before the last __syncwarp.
     for (int e = lane; e < n * p.top_k; e += 32)
       rows_s[e] = usable_row(p.row_of[static_cast<int64_t>(t0) * p.top_k + e], p.rows, p.health);
     __syncwarp();
-    if (lane == 0) {
-      const int next = g + gridDim.x;
-      if (next < p.groups) {
-        cute::tma_store_wait<0>();  // the stage's last stores (group it - 1) have read it
-        load_group(p, next, smem + (s ^ 1) * stage_bytes, &bars[s ^ 1]);
-      }
+    const int next = g + gridDim.x;
+    if (lane == 0 && next < p.groups) {
+      // The copy's stores read the stage; the quantiser's warp read it before the last sync.
+      if constexpr (!kQuantise) cute::tma_store_wait<0>();
+      load_group(p, next, smem + (s ^ 1) * stage_bytes, &bars[s ^ 1]);
+    }
+    const uint8_t* src = smem + s * stage_bytes;
+    if constexpr (kQuantise) {
+      uint8_t* codes = code_stages + s * code_bytes;
+      // The stores of group it - kStages, the last to read this code buffer, have read it.
+      if (lane == 0) cute::tma_store_wait<kStages - 1>();
+      ClusterBarrier::wait(&bars[s], (phases >> s) & 1u);  // every lane reads the rows
+      __syncwarp();
+      quantise_group(p, src, codes, rows_s, n, lane);
+      cute::tma_store_fence();  // this lane's code writes, before the bulk stores read them
+      __syncwarp();
+      src = codes;
+    } else if (lane == 0) {
       ClusterBarrier::wait(&bars[s], (phases >> s) & 1u);
-      phases ^= 1u << s;
       cute::tma_store_fence();  // order the completed load before the stores that read it
-      const uint8_t* stage = smem + s * stage_bytes;
+    }
+    phases ^= 1u << s;
+    if (lane == 0) {
       for (int e = 0; e < n * p.top_k; ++e) {
         const int row = rows_s[e];
         if (row >= 0)
-          cute::SM90_BULK_COPY_S2G::copy(stage + (e / p.top_k) * p.row_bytes,
-                                         p.xs + static_cast<int64_t>(row) * p.row_bytes,
-                                         p.row_bytes);
+          cute::SM90_BULK_COPY_S2G::copy(src + (e / p.top_k) * p.out_row_bytes,
+                                         p.out + static_cast<int64_t>(row) * p.out_row_bytes,
+                                         p.out_row_bytes);
       }
       cute::tma_store_arrive();
     }
@@ -125,6 +222,68 @@ __global__ void __launch_bounds__(32) permute_kernel(PermuteParams p) {
   if (lane == 0) cute::tma_store_wait<0>();
 }
 
+// Tokens per group and dynamic shared memory of a kernel variant for rows of `hidden` elements:
+// a stage holds about the target's bytes of x rows (1..kMaxGroupTokens tokens); quantising, each
+// token also has H bytes of codes in each of the kStages code buffers.
+struct StagePlan {
+  int64_t group, smem;
+};
+
+StagePlan plan_stages(int64_t hidden, bool quantise) {
+  const int64_t row_bytes = hidden * 2;
+  const int64_t target = quantise ? kQuantStageBytesTarget : kStageBytesTarget;
+  const int64_t group = std::clamp<int64_t>(target / row_bytes, 1, kMaxGroupTokens);
+  const int64_t bytes_per_element = quantise ? 3 : 2;
+  const int64_t smem = kStages * group * hidden * bytes_per_element;
+  MOEFUSE_EXPECT(smem <= kMaxDynamicSmem, "x.shape[1]",
+                 "a hidden size of at most " +
+                     std::to_string(kMaxDynamicSmem / (kStages * bytes_per_element)) +
+                     " (two stages of one row in shared memory)",
+                 std::to_string(hidden));
+  return {.group = group, .smem = smem};
+}
+
+// The fields both variants share, for the validated shape `s` writing `out` rows.
+PermuteParams row_params(const RowsShape& s, const StagePlan& plan, const TensorView& x,
+                         const TensorView& row_of, const TensorView& token_of_row,
+                         uint8_t* out, int64_t out_row_bytes, int32_t* health) {
+  return {
+      .x = x.as<const uint8_t>(),
+      .row_of = row_of.as<const int32_t>(),
+      .token_of_row = token_of_row.as<const int32_t>(),
+      .out = out,
+      .tokens = static_cast<int>(s.tokens),
+      .top_k = static_cast<int>(s.top_k),
+      .rows = static_cast<int>(s.rows),
+      .row_bytes = static_cast<int>(s.hidden * 2),
+      .out_row_bytes = static_cast<int>(out_row_bytes),
+      .vecs = static_cast<int>(out_row_bytes / 16),
+      .group = static_cast<int>(plan.group),
+      .groups = static_cast<int>((s.tokens + plan.group - 1) / plan.group),
+      .zero_chunks = static_cast<int>((s.rows + 31) / 32),
+      .health = health,
+      .scales = nullptr,
+      .scale_groups = 0,
+      .scale_pitch = 0,
+  };
+}
+
+// The persistent grid: one block per group or zero chunk, at most what fits on the device.
+template <bool kQuantise>
+void launch_permute(const PermuteParams& p, int64_t smem, cudaStream_t stream) {
+  if (p.groups == 0 && p.zero_chunks == 0) return;
+  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(permute_kernel<kQuantise>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  int per_sm = 0;
+  MOEFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, permute_kernel<kQuantise>, 32, static_cast<size_t>(smem)));
+  const int work = std::max(p.groups, p.zero_chunks);
+  const int blocks = std::max(1, std::min(work, device_sm_count() * std::max(per_sm, 1)));
+  permute_kernel<kQuantise><<<blocks, 32, smem, stream>>>(p);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 }  // namespace cuda
 
@@ -132,44 +291,27 @@ void permute(const TensorView& x, const TensorView& row_of, const TensorView& to
              const TensorView& xs, const TensorView& health, cudaStream_t stream) {
   const cuda::RowsShape s = cuda::check_permute(x, row_of, token_of_row, xs);
   int32_t* flag = cuda::expect_health(health);
-  const int64_t row_bytes = s.hidden * 2;
-  const int64_t group = cuda::group_tokens(row_bytes);
-  const int64_t smem = cuda::kStages * group * row_bytes;
-  MOEFUSE_EXPECT(smem <= cuda::kMaxDynamicSmem, "x.shape[1]",
-                 "a hidden size of at most " +
-                     std::to_string(cuda::kMaxDynamicSmem / (cuda::kStages * 2)) +
-                     " (two rows in shared memory)",
-                 std::to_string(s.hidden));
-  const int groups = static_cast<int>((s.tokens + group - 1) / group);
-  const int zero_chunks = static_cast<int>((s.rows + 31) / 32);
-  if (groups == 0 && zero_chunks == 0) return;
+  const cuda::StagePlan plan = cuda::plan_stages(s.hidden, /*quantise=*/false);
+  const cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
+                                                 xs.as<uint8_t>(), s.hidden * 2, flag);
+  cuda::launch_permute<false>(p, plan.smem, stream);
+}
 
-  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(cuda::permute_kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-  int device = 0, sms = 0, per_sm = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device));
-  MOEFUSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MOEFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cuda::permute_kernel,
-                                                                   32, static_cast<size_t>(smem)));
-  const int blocks = std::max(1, std::min(std::max(groups, zero_chunks), sms * std::max(per_sm, 1)));
-  const cuda::PermuteParams p{
-      .x = x.as<const uint8_t>(),
-      .row_of = row_of.as<const int32_t>(),
-      .token_of_row = token_of_row.as<const int32_t>(),
-      .xs = xs.as<uint8_t>(),
-      .tokens = static_cast<int>(s.tokens),
-      .top_k = static_cast<int>(s.top_k),
-      .rows = static_cast<int>(s.rows),
-      .vecs = static_cast<int>(s.hidden / 8),
-      .row_bytes = static_cast<int>(row_bytes),
-      .group = static_cast<int>(group),
-      .groups = groups,
-      .zero_chunks = zero_chunks,
-      .health = flag,
-  };
-  cuda::permute_kernel<<<blocks, 32, smem, stream>>>(p);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
+void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
+                          const TensorView& token_of_row, const TensorView& xs_fp8,
+                          const TensorView& xs_scales, const TensorView& health,
+                          cudaStream_t stream) {
+  const cuda::RowsShape s =
+      cuda::check_permute_quantize_fp8(x, row_of, token_of_row, xs_fp8, xs_scales);
+  int32_t* flag = cuda::expect_health(health);
+  const cuda::StagePlan plan = cuda::plan_stages(s.hidden, /*quantise=*/true);
+  cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
+                                           xs_fp8.as<uint8_t>(), s.hidden, flag);
+  p.scales = xs_scales.as<float>();
+  p.scale_groups = static_cast<int>(fp8_scale_groups(s.hidden));
+  p.scale_pitch = static_cast<int>(fp8_scale_rows(s.rows));
+  p.zero_chunks = static_cast<int>((p.scale_pitch + 31) / 32);
+  cuda::launch_permute<true>(p, plan.smem, stream);
 }
 
 }  // namespace moefuse
