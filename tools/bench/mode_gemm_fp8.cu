@@ -26,7 +26,9 @@
 #include "cuda/check.h"
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/grouped_gemm_fp8_wgrad.h"
 #include "moefuse/quant.h"
 
 namespace moefuse::bench {
@@ -124,6 +126,61 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
   row("moefuse fp8 grouped", fp8);
 }
 
+// A preset's dW2 = Σ dysᵀ · act (k-grouped, fp32 out): the BF16 wgrad, the FP8 wgrad on
+// column-wise operands, and the FP8 path end to end (both column-wise quantisations + wgrad).
+void bench_wgrad(const std::string& name, const MoeConfig& c, const std::vector<int32_t>& offsets,
+                 const GemmBenchOptions& o, Report& report) {
+  const int64_t e = c.num_experts, m = offsets.back(), na = c.hidden, nb = c.ffn;
+  const int64_t g = fp8_colwise_groups(m, e);
+  progress("gemm-fp8 " + name + " dW2: random data");
+  DeviceBuffer a(m * na * 2), b(m * nb * 2), d(e * na * nb * 4), off = upload(offsets);
+  DeviceBuffer at(na * g * 128), bt(nb * g * 128), sa(g * na * 4), sb(g * nb * 4);
+  fill_uniform_bf16(a.get(), m * na, -1, 1, 0x5eedd1, nullptr);
+  fill_uniform_bf16(b.get(), m * nb, -1, 1, 0x5eedd2, nullptr);
+  const TensorView offsets_view = off.view(DType::kInt32, {e + 1});
+  auto quantize = [&](cudaStream_t s) {
+    quantize_fp8_colwise_grouped(a.view(DType::kBFloat16, {m, na}), offsets_view,
+                                 at.view(DType::kFloat8E4M3, {na, g * 128}),
+                                 sa.view(DType::kFloat32, {g, na}), s);
+    quantize_fp8_colwise_grouped(b.view(DType::kBFloat16, {m, nb}), offsets_view,
+                                 bt.view(DType::kFloat8E4M3, {nb, g * 128}),
+                                 sb.view(DType::kFloat32, {g, nb}), s);
+  };
+  quantize(nullptr);
+  MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  const TensorView dv = d.view(DType::kFloat32, {e, na, nb});
+  const GroupedGemmWgradArgs bf16_args{.a = a.view(DType::kBFloat16, {m, na}),
+                                       .b = b.view(DType::kBFloat16, {m, nb}),
+                                       .offsets = offsets_view,
+                                       .d = dv};
+  const GroupedGemmFp8WgradArgs fp8_args{.at = at.view(DType::kFloat8E4M3, {na, g * 128}),
+                                         .a_scales = sa.view(DType::kFloat32, {g, na}),
+                                         .bt = bt.view(DType::kFloat8E4M3, {nb, g * 128}),
+                                         .b_scales = sb.view(DType::kFloat32, {g, nb}),
+                                         .offsets = offsets_view,
+                                         .d = dv};
+  auto time = [&](const std::string& what, auto&& launch) {
+    progress("gemm-fp8 " + name + " dW2: " + what);
+    return time_on_stream(launch, nullptr, o.warmup, o.iters).median_ms;
+  };
+  const double bf16 =
+      time("bf16 wgrad", [&](cudaStream_t s) { grouped_gemm_wgrad(bf16_args, s); });
+  const double fp8 =
+      time("fp8 wgrad", [&](cudaStream_t s) { grouped_gemm_fp8_wgrad(fp8_args, s); });
+  const double fp8_e2e = time("fp8 quantise + wgrad", [&](cudaStream_t s) {
+    quantize(s);
+    grouped_gemm_fp8_wgrad(fp8_args, s);
+  });
+  progress_done();
+  const double flops = 2.0 * m * na * nb;
+  auto row = [&](const std::string& variant, double ms) {
+    report.add_row({name, "dW2", variant, ms, flops / ms * 1e-9, bf16 / ms});
+  };
+  row("moefuse bf16 wgrad", bf16);
+  row("moefuse fp8 wgrad", fp8);
+  row("moefuse fp8 colwise quantise x2 + wgrad", fp8_e2e);
+}
+
 std::vector<int32_t> equal_groups(int groups, int32_t rows) {
   std::vector<int32_t> offsets(groups + 1);
   for (int g = 0; g <= groups; ++g) offsets[g] = g * rows;
@@ -134,6 +191,7 @@ int run(Args& args) {
   const GemmBenchOptions o = parse_gemm_bench_options(args);
   if (gpu_missing("gemm-fp8")) return 0;
   std::vector<Problem> problems;
+  std::vector<std::pair<std::string, std::vector<int32_t>>> preset_offsets;
   // DeepGEMM's grouped (contiguous layout) shapes: groups × M, N, K.
   for (auto [groups, rows, n, k] : std::vector<std::array<int, 4>>{
            {4, 8192, 4096, 7168}, {4, 8192, 7168, 2048}, {8, 4096, 4096, 7168},
@@ -146,6 +204,7 @@ int run(Args& args) {
     const MoeConfig c = preset(name);
     const SyntheticRouting r = draw_routing(o.tokens, c.num_experts, c.top_k, o.routing,
                                             0x5eed0000 + std::hash<std::string>{}(name));
+    preset_offsets.emplace_back(name, r.offsets);
     problems.push_back({.name = name, .op = "fc1", .offsets = r.offsets, .n = c.fc1_width(),
                         .k = c.hidden, .activation = true, .act = c.activation});
     problems.push_back({.name = name, .op = "fc2", .offsets = r.offsets, .n = c.hidden,
@@ -161,9 +220,15 @@ int run(Args& args) {
   report.set_meta("columns", "vs_* = that variant's time / this time (the same FLOPs)");
   CublasBaseline cublas;
   for (const Problem& p : problems) bench_problem(p, o, cublas, report);
+  Report wgrad("FP8 k-grouped wgrad (column-wise e4m3, 128-row groups, fp32 out)",
+               {"problem", "op", "variant", "median_ms", "TFLOP/s", "vs_bf16_wgrad"});
+  wgrad.set_meta("columns", "vs_bf16_wgrad = the BF16 wgrad's time / this time");
+  for (const auto& [name, offsets] : preset_offsets)
+    bench_wgrad(name, preset(name), offsets, o, wgrad);
   report.print();
+  wgrad.print();
   std::printf("reproduce: %s\n", args.command().c_str());
-  if (!o.json.empty()) write_json_file(o.json, args.command(), {&report});
+  if (!o.json.empty()) write_json_file(o.json, args.command(), {&report, &wgrad});
   return 0;
 }
 

@@ -1,0 +1,52 @@
+// Tile geometry, pipeline depth and register budgets of the FP8 k-grouped wgrad, with the
+// shared-memory arithmetic checked at compile time. The tile and the wgmma are the forward FP8
+// kernel's (128 × 128 × 128, m64n128k32); the epilogue hand-off buffer is the BF16 wgrad's.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/gemm/backward/config.h"
+#include "cuda/gemm/common/swizzle.h"
+#include "cuda/gemm/common/warp_roles.h"
+#include "cuda/gemm/fp8/config.h"
+
+namespace moefuse::gemm::fp8_wgrad {
+
+inline constexpr int kBlockM = fp8::kBlockM;  // rows of D[e] (N_a) per tile: 2 warpgroups × 64
+inline constexpr int kBlockN = fp8::kBlockN;  // columns of D[e] (N_b) per tile
+inline constexpr int kBlockK = fp8::kBlockK;  // 128 columns of at / bt: exactly one scale group
+inline constexpr int kAccumulators = fp8::kAccumulators;
+// Four stages fit next to the 66 KiB hand-off buffer (five would need 232 KiB).
+inline constexpr int kStages = 4;
+inline constexpr int kGroupM = 8;  // m-blocks per raster group (tile_scheduler.h)
+
+// Warp roles and budgets as the BF16 wgrad: thread 0 of warpgroup 0 produces, warps 1-3 drain
+// the hand-off (with accumulate they keep 8 rows of old and new values in flight; ptxas spilled
+// them at 112); the consumers hold the running sum and the group's wgmma output (64 + 64).
+inline constexpr int kProducerRegs = 136;
+inline constexpr int kConsumerRegs = 184;
+static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
+
+inline constexpr int kABytes = kBlockM * kBlockK;                // e4m3
+inline constexpr int kBBytes = kBlockN * kBlockK;
+inline constexpr int kScaleBytes = (kBlockM + kBlockN) * 4;      // the stage group's scales
+// A stage's B slot holds B, then the tile rows' a-scales, then the tile columns' b-scales; a
+// whole number of swizzle atoms, so every B stage still starts on one.
+inline constexpr int kBSlotBytes = kBBytes + kScaleBytes;
+inline constexpr int kStageBytes = kABytes + kBSlotBytes;        // TMA bytes per stage
+static_assert(kBSlotBytes % kSwizzleAtomBytes == 0 && kABytes % kSwizzleAtomBytes == 0);
+static_assert(kBBytes % 128 == 0 && (kBlockM * 4) % 128 == 0,
+              "TMA destinations need 128-byte alignment");
+
+// One hand-off carries a whole fp32 tile: 128 rows of 128 fp32 = one 512-byte buffer row.
+static_assert(kBlockM == bwd::kBlockM && kBlockN * 4 == bwd::kTileRowBytes);
+
+// Dynamic shared memory in HandoffSharedLayout's order: stages, the tile buffer, 2 × kStages + 2
+// mbarriers, group_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
+constexpr int64_t smem_bytes(int num_experts) {
+  return kSwizzleAtomBytes + int64_t{kStages} * kStageBytes + bwd::kTileBufferBytes +
+         (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
+}
+static_assert(smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+
+}  // namespace moefuse::gemm::fp8_wgrad

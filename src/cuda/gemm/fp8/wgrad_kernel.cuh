@@ -1,0 +1,247 @@
+// The FP8 k-grouped wgrad kernel: D[e] (+)= at_e · bt_eᵀ, where at_e / bt_e are expert e's
+// column groups of the column-wise operands (moefuse/grouped_gemm_fp8_wgrad.h). Persistent,
+// warp-specialised, 384 threads.
+//
+// Tiles: (expert, m-block over N_a, n-block over N_b), experts in turn, m-blocks in groups of 8
+// (bwd::WgradTiles: the count is known on the host). The reduction of expert e runs over its
+// groups group_start[e] .. group_start[e+1] - 1, which warp 0 computes from the offsets at kernel
+// start (colwise_groups.h: the quantiser's own scan). Every K block is one whole scale group of
+// one expert (the quantiser zero-pads each expert's last group), so no K masking is needed.
+//
+// Pipeline protocol (kStages stages, full / empty mbarriers, as the forward FP8 kernel):
+//   producer (thread 0): wait empty[s] (parity phase ^ 1), arrive.expect_tx(full[s],
+//     kStageBytes), four TMA loads: at [128 rows of the m-block × 128 columns of group G], bt
+//     [128 rows of the n-block × the same columns], a_scales[G, m-block's 128], b_scales[G,
+//     n-block's 128] (rows / columns past N_a, N_b read zeros).
+//   consumers (256 threads): wait full[s] (parity phase); read their 2 row scales from the
+//     stage; 4 wgmma m64n128k32 into a fresh block accumulator; wait_group 0; promote
+//     acc += block · (a_scale[row] · b_scale[col]) reading the 32 column scales from the stage —
+//     a per-element scale product, unlike the forward's per-row × per-block; then arrive
+//     empty[s] (count 256). The two consumer warpgroups interleave, so one's promotion overlaps
+//     the other's wgmmas.
+//   hand-off (common/tile_handoff.cuh): the finished tile goes as fp32 into the tile buffer in one
+//     part; warps 1-3 drain it (bwd::drain_output, plain or += with accumulate) while the
+//     consumers run the next tile. An empty expert's tile hands over zeros, or with accumulate
+//     nothing at all (both sides skip it by the same rule).
+#pragma once
+
+#include <cuda.h>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include <utility>
+
+#include "cuda/gemm/backward/tile_handoff.cuh"
+#include "cuda/gemm/backward/wgrad_kernel.cuh"
+#include "cuda/gemm/common/handoff_layout.cuh"
+#include "cuda/gemm/device_scheduler.cuh"
+#include "cuda/gemm/fp8/colwise_groups.h"
+#include "cuda/gemm/fp8/mainloop.cuh"
+#include "cuda/gemm/fp8/wgrad_config.h"
+
+namespace moefuse::gemm::fp8_wgrad {
+
+struct Fp8WgradProblem {
+  const int* offsets = nullptr;  // [num_experts + 1], device
+  int num_experts = 0;
+  int n_a = 0;     // rows of D[e]
+  int n_b = 0;     // columns of D[e]
+  int groups = 0;  // capacity G of the operands ([N, 128 G])
+  float* d = nullptr;  // [num_experts, n_a, n_b]
+  bool accumulate = false;
+};
+
+// group_start lives in the layout's tile_start slot.
+using SharedLayout = HandoffSharedLayout<kStages, kABytes, kBSlotBytes, bwd::kTileBufferBytes>;
+
+__device__ __forceinline__ float* a_scale_stage(const SharedLayout& s, int stage) {
+  return reinterpret_cast<float*>(s.b_stage(stage) + kBBytes);
+}
+__device__ __forceinline__ float* b_scale_stage(const SharedLayout& s, int stage) {
+  return a_scale_stage(s, stage) + kBlockM;
+}
+
+struct ExpertGroups {
+  int first;
+  int count;
+};
+__device__ __forceinline__ ExpertGroups expert_groups(const SharedLayout& s, int e) {
+  return ExpertGroups{.first = s.tile_start[e], .count = s.tile_start[e + 1] - s.tile_start[e]};
+}
+
+// An empty expert's tile leaves D untouched in accumulate mode (and zeros it otherwise).
+__device__ __forceinline__ bool skip_tile(const Fp8WgradProblem& p, int groups) {
+  return groups == 0 && p.accumulate;
+}
+
+__device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
+                                        const CUtensorMap* tmap_sa, const CUtensorMap* tmap_sb,
+                                        const SharedLayout& smem, const bwd::WgradTiles& tiles,
+                                        int total_tiles) {
+  PipelineState<kStages> pipe;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tiles.coord(t);
+    const ExpertGroups eg = expert_groups(smem, c.expert);
+    for (int kb = 0; kb < eg.count; ++kb) {
+      ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      uint64_t* full = &smem.full[pipe.stage];
+      ClusterTransactionBarrier::arrive_and_expect_tx(full, kStageBytes);
+      const int g = eg.first + kb;
+      cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, smem.a_stage(pipe.stage),
+                                   g * kBlockK, c.m_block * kBlockM);
+      cute::SM90_TMA_LOAD_2D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
+                                   g * kBlockK, c.n_block * kBlockN);
+      cute::SM90_TMA_LOAD_2D::copy(tmap_sa, full, kCacheHintNormal,
+                                   a_scale_stage(smem, pipe.stage), c.m_block * kBlockM, g);
+      cute::SM90_TMA_LOAD_2D::copy(tmap_sb, full, kCacheHintNormal,
+                                   b_scale_stage(smem, pipe.stage), c.n_block * kBlockN, g);
+      pipe.advance();
+    }
+  }
+}
+
+// One tile's reduction for consumer warpgroup `slab` (rows 64·slab .. 64·slab + 63 of the tile).
+// Accumulator layout (m64n128 f32): acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the slab,
+// column 8j + 2·(lane % 4) + i of the tile: h picks the row scale, (j, i) the column scale.
+__device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int groups,
+                                             const SharedLayout& smem,
+                                             PipelineState<kStages>& pipe, int slab) {
+  using cute::SM90::GMMA::ScaleOut;
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+  float block[kAccumulators];
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int row = slab * (kBlockM / 2) + 16 * warp + lane / 4, col = 2 * (lane % 4);
+  for (int kb = 0; kb < groups; ++kb) {
+    ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
+    const float* sa = a_scale_stage(smem, pipe.stage);
+    const float* sb = b_scale_stage(smem, pipe.stage);
+    const float a0 = sa[row], a1 = sa[row + 8];
+    const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + slab * (kBlockM / 2) * 128);
+    const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage));
+    fence_accumulators(block);
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int k = 0; k < kBlockK / fp8::kWgmmaK; ++k) {
+      // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
+      fp8::wgmma_m64n128k32(desc_a + 2 * k, desc_b + 2 * k, block,
+                            k == 0 ? ScaleOut::Zero : ScaleOut::One,
+                            std::make_index_sequence<kAccumulators>{});
+    }
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<0>();
+    fence_accumulators(block);
+    // The column scales are read from the stage during the promotion (holding all 32 across the
+    // wgmmas spills at the consumers' 184 registers), so the stage is released after it.
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const float2 b = *reinterpret_cast<const float2*>(sb + 8 * j + col);
+      acc[4 * j + 0] = fmaf(a0 * b.x, block[4 * j + 0], acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(a0 * b.y, block[4 * j + 1], acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(a1 * b.x, block[4 * j + 2], acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(a1 * b.y, block[4 * j + 3], acc[4 * j + 3]);
+    }
+    ClusterBarrier::arrive(&smem.empty[pipe.stage]);
+    pipe.advance();
+  }
+}
+
+// Consumer side of the hand-off: warpgroup `slab`'s 64 × 128 fp32 accumulators into the buffer's
+// rows 64·slab .. 64·slab + 63 (one 512-byte row each).
+__device__ __forceinline__ void hand_off_tile(const float (&acc)[kAccumulators], TileHandoff& h,
+                                              int slab) {
+  const bwd::AccPosition pos = bwd::AccPosition::of_thread();
+  h.acquire();
+  uint8_t* row0 = h.tile + (slab * (kBlockM / 2) + pos.row) * bwd::kTilePitch;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      cuda::store_pair(reinterpret_cast<float*>(row0 + 8 * hh * bwd::kTilePitch) + 8 * j + pos.col,
+                       acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+  h.publish();
+}
+
+// D[e]'s tile c: its first element, and how many of its rows and columns exist.
+struct OutputTile {
+  float* origin;
+  int rows;
+  int cols;
+  __device__ static OutputTile of(const Fp8WgradProblem& p, const TileCoord& c) {
+    return OutputTile{
+        .origin = p.d + (static_cast<int64_t>(c.expert) * p.n_a + c.m_block * kBlockM) * p.n_b +
+                  c.n_block * kBlockN,
+        .rows = min(kBlockM, p.n_a - c.m_block * kBlockM),
+        .cols = min(kBlockN, p.n_b - c.n_block * kBlockN)};
+  }
+  // Accumulate mode: the old values into L2 before the drain reads them.
+  __device__ void prefetch_l2(int64_t n_b) const {
+    bwd::prefetch_rows_l2(origin, n_b * 4, rows, cols * 4);
+  }
+};
+
+// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. With accumulate,
+// the old D of this CTA's next tile is prefetched into L2 when a drain starts.
+__device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const SharedLayout& smem,
+                                               const bwd::WgradTiles& tiles, int total_tiles) {
+  TileHandoff h = TileHandoff::of(smem);
+  if (p.accumulate && static_cast<int>(blockIdx.x) < total_tiles)
+    OutputTile::of(p, tiles.coord(blockIdx.x)).prefetch_l2(p.n_b);
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tiles.coord(t);
+    if (skip_tile(p, expert_groups(smem, c.expert).count)) continue;
+    const OutputTile out = OutputTile::of(p, c);
+    bwd::receive_tile(h, 1, [&](int, const uint8_t* tile) {
+      if (!p.accumulate) {
+        bwd::drain_output<false>(tile, 0, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
+        return;
+      }
+      if (t + static_cast<int>(gridDim.x) < total_tiles)
+        OutputTile::of(p, tiles.coord(t + gridDim.x)).prefetch_l2(p.n_b);
+      bwd::drain_output<true>(tile, 0, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
+    });
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                     const __grid_constant__ CUtensorMap tmap_b,
+                     const __grid_constant__ CUtensorMap tmap_sa,
+                     const __grid_constant__ CUtensorMap tmap_sb, const Fp8WgradProblem p) {
+  extern __shared__ uint8_t smem_raw[];
+  const SharedLayout smem = SharedLayout::carve(smem_raw);
+  const int n_blocks = ceil_div(p.n_b, kBlockN), m_blocks = ceil_div(p.n_a, kBlockM);
+  const bwd::WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN,
+                                        .group_m = kGroupM, .n_blocks = n_blocks},
+                              .m_blocks = m_blocks,
+                              .per_expert = m_blocks * n_blocks};
+  const int total_tiles = p.num_experts * tiles.per_expert;
+  if (threadIdx.x < 32)
+    warp_tile_starts(p.offsets, p.num_experts, fp8::colwise_group_shape(), smem.tile_start);
+  if (threadIdx.x == 0) smem.init_barriers(1);
+  __syncthreads();
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if (threadIdx.x == 0) produce(&tmap_a, &tmap_b, &tmap_sa, &tmap_sb, smem, tiles, total_tiles);
+    else if (threadIdx.x >= 32) epilogue_warps(p, smem, tiles, total_tiles);
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+  const int slab = warpgroup - 1;
+  TileHandoff handoff = TileHandoff::of(smem);
+  float acc[kAccumulators];
+  PipelineState<kStages> pipe;
+  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const TileCoord c = tiles.coord(t);
+    const int groups = expert_groups(smem, c.expert).count;
+    consume_tile(acc, groups, smem, pipe, slab);
+    if (skip_tile(p, groups)) continue;
+    hand_off_tile(acc, handoff, slab);
+  }
+}
+
+}  // namespace moefuse::gemm::fp8_wgrad

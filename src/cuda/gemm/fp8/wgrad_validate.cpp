@@ -1,0 +1,81 @@
+// Argument checks of the column-wise grouped quantiser and the FP8 k-grouped wgrad
+// (moefuse/grouped_gemm_fp8_wgrad.h), shared by the GPU entry points (Device::kCuda) and the CPU
+// references (Device::kCpu).
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "moefuse/error.h"
+#include "moefuse/grouped_gemm_fp8_wgrad.h"
+
+namespace moefuse {
+namespace {
+
+// An extent that is a row length of a TMA-read or 16-byte-vectorised tensor.
+void expect_row_length(int64_t v, std::string_view name, std::string_view what) {
+  MOEFUSE_EXPECT(v > 0 && v % 8 == 0 && v <= std::numeric_limits<int32_t>::max(), name,
+                 std::string(what) + " > 0, a multiple of 8 and below 2^31",
+                 std::string(what) + " = " + std::to_string(v));
+}
+
+int64_t expect_experts(const TensorView& offsets, Device device) {
+  MOEFUSE_EXPECT(offsets.rank == 1, "offsets", "rank 1 [E+1]",
+                 "rank " + std::to_string(offsets.rank));
+  const int64_t e = offsets.size(0) - 1;
+  MOEFUSE_EXPECT(e >= 1 && e <= kGroupedGemmMaxExperts, "offsets",
+                 "E + 1 entries with 1 <= E <= " + std::to_string(kGroupedGemmMaxExperts),
+                 std::to_string(offsets.size(0)) + " entries");
+  expect_tensor(offsets, "offsets", DType::kInt32, device, {e + 1});
+  return e;
+}
+
+// Groups G of a column-wise operand [N, 128 G] (named `name`), G below 2^31 / 128 columns.
+int64_t expect_colwise_groups(const TensorView& t, std::string_view name, Device device) {
+  MOEFUSE_EXPECT(t.rank == 2, name, "rank 2 [N, 128 G]", "rank " + std::to_string(t.rank));
+  expect_tensor(t, name, DType::kFloat8E4M3, device, {kAnyExtent, kAnyExtent});
+  const int64_t cols = t.size(1);
+  MOEFUSE_EXPECT(cols % kFp8ScaleGroup == 0 && cols <= std::numeric_limits<int32_t>::max(), name,
+                 "columns (dim 1) a multiple of 128 below 2^31", std::to_string(cols));
+  expect_row_length(t.size(0), name, "N (dim 0)");
+  expect_aligned(t, name);
+  return cols / kFp8ScaleGroup;
+}
+
+}  // namespace
+
+void validate_quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets,
+                                           const TensorView& xt, const TensorView& scales,
+                                           Device device, DType x_dtype) {
+  MOEFUSE_EXPECT(x.rank == 2, "x", "rank 2 [M_cap, N]", "rank " + std::to_string(x.rank));
+  expect_tensor(x, "x", x_dtype, device, {kAnyExtent, kAnyExtent});
+  const int64_t m_cap = x.size(0), n = x.size(1);
+  expect_row_length(n, "x", "N (dim 1)");
+  MOEFUSE_EXPECT(m_cap <= std::numeric_limits<int32_t>::max(), "x", "rows below 2^31",
+                 std::to_string(m_cap));
+  expect_aligned(x, "x");
+  const int64_t experts = expect_experts(offsets, device);
+  const int64_t groups = fp8_colwise_groups(m_cap, experts);
+  MOEFUSE_EXPECT(groups * kFp8ScaleGroup <= std::numeric_limits<int32_t>::max(), "x",
+                 "M_cap + 127 E below 2^31", std::to_string(m_cap));
+  expect_tensor(xt, "xt", DType::kFloat8E4M3, device, {n, groups * kFp8ScaleGroup});
+  expect_aligned(xt, "xt");
+  expect_tensor(scales, "scales", DType::kFloat32, device, {groups, n});
+  expect_aligned(scales, "scales");
+}
+
+void validate_grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, Device device) {
+  const int64_t groups = expect_colwise_groups(args.at, "at", device);
+  const int64_t n_a = args.at.size(0);
+  expect_tensor(args.bt, "bt", DType::kFloat8E4M3, device, {kAnyExtent, groups * kFp8ScaleGroup});
+  expect_colwise_groups(args.bt, "bt", device);
+  const int64_t n_b = args.bt.size(0);
+  expect_tensor(args.a_scales, "a_scales", DType::kFloat32, device, {groups, n_a});
+  expect_aligned(args.a_scales, "a_scales");
+  expect_tensor(args.b_scales, "b_scales", DType::kFloat32, device, {groups, n_b});
+  expect_aligned(args.b_scales, "b_scales");
+  const int64_t experts = expect_experts(args.offsets, device);
+  expect_tensor(args.d, "d", DType::kFloat32, device, {experts, n_a, n_b});
+  expect_aligned(args.d, "d");
+}
+
+}  // namespace moefuse
