@@ -48,7 +48,8 @@ std::string_view layer_mode_name(LayerMode m);
 struct LayerOptions {
   LayerMode mode = LayerMode::kFused;
   // Backward recomputes FC1's pre-activation (one more FC1 GEMM) instead of reading it from the
-  // cache: the cache shrinks to x-sized metadata.
+  // cache: the cache shrinks to x-sized metadata. Always on with config.precision kFP8Blockwise
+  // (the FP8 GEMM has no pre-activation output), whatever this says.
   bool recompute_pre = false;
 };
 
@@ -94,6 +95,10 @@ struct MoeLayerWeights {
   TensorView b2;          // [E, H] fp32 when config.expert_bias, else empty
   TensorView shared_w1;   // [shared_fc1, H] bf16 (GLU: interleaved) when shared_expert_ffn > 0
   TensorView shared_w2;   // [H, shared_F] bf16 when shared_expert_ffn > 0
+  // config.precision kFP8Blockwise: the FP8 copy of w1 and w2 (fp8_weight_size() bytes, 256-byte
+  // aligned) that prepare_fp8_weights wrote from the bf16 w1, w2 above; forward reads it,
+  // backward does not (its GEMMs use the bf16 weights). Ignored (may be empty) with kBF16.
+  Workspace fp8;
 };
 
 // Gradients of <y, dy> + aux_loss + z_loss, same shapes as the weights (and x). Overwritten.
@@ -120,6 +125,8 @@ struct MoeLayerWeightPointers {
   const float* b2 = nullptr;
   const void* shared_w1 = nullptr;
   const void* shared_w2 = nullptr;
+  void* fp8 = nullptr;  // MoeLayerWeights::fp8, with its size
+  size_t fp8_bytes = 0;
 };
 MoeLayerWeights layer_weight_views(const MoeConfig& config, const MoeLayerWeightPointers& p);
 
@@ -155,6 +162,7 @@ enum class LayerRegion : uint8_t {
   kWorkspaceBoth,      // scratch used by forward and by backward
   kWorkspaceForward,   // scratch of forward only
   kWorkspaceBackward,  // scratch of backward only
+  kFp8Weights,         // FP8 recipes: the quantised weights (MoeLayerWeights::fp8), per step
 };
 
 // One buffer of the memory plan, for reports and docs.
@@ -169,6 +177,7 @@ struct LayerMemoryPlan {
   std::vector<LayerBuffer> buffers;
   size_t cache_bytes = 0;
   size_t workspace_bytes = 0;
+  size_t fp8_weight_bytes = 0;  // 0 with kBF16; independent of T
 };
 
 // The plan for T tokens; sizes depend only on (config, options, T). No CUDA call.
@@ -177,8 +186,9 @@ LayerMemoryPlan layer_memory_plan(const MoeConfig& config, const LayerOptions& o
 
 class MoeLayer {
  public:
-  // Validates the config (InvalidArgument naming the field; precision must be kBF16 for now),
-  // then creates the cuBLAS handle, the second stream and its fork/join events. Not capturable.
+  // Validates the config and options (InvalidArgument naming the field: precision kBF16 or
+  // kFP8Blockwise; FP8 needs kFused, no expert_bias, H and F multiples of 16), then creates
+  // the cuBLAS handle, the second stream and its fork/join events. Not capturable.
   explicit MoeLayer(const MoeConfig& config, const LayerOptions& options = {});
   ~MoeLayer();
   MoeLayer(const MoeLayer&) = delete;
@@ -189,14 +199,28 @@ class MoeLayer {
 
   size_t cache_size(int64_t max_tokens) const;
   size_t workspace_size(int64_t max_tokens) const;
+  // Bytes of MoeLayerWeights::fp8 (0 with kBF16).
+  size_t fp8_weight_size() const;
+
+  // kFP8Blockwise only: quantises weights.w1 and weights.w2 (bf16 masters) into weights.fp8 —
+  // E4M3 with one fp32 scale per 128x128 block along each GEMM's K (H for w1, F for w2; w1 in
+  // its interleaved GLU order, so the blocks are the kernel's). Call it once per optimiser step,
+  // after the weights change and before the first forward that reads them; forwards of every
+  // micro-batch of the step reuse it. Two kernels on `stream`, no allocation: CUDA-graph safe
+  // (capture it in the step's graph ahead of the forward).
+  void prepare_fp8_weights(const MoeLayerWeights& weights, cudaStream_t stream);
 
   // y and losses from x [T, H] bf16. Writes the cache for backward. CUDA-graph safe: yes.
+  // kFP8Blockwise: the routed experts run in FP8 from weights.fp8 (prepare_fp8_weights), the
+  // router and the shared expert in bf16; docs/layer.md.
   void forward(const TensorView& x, const MoeLayerWeights& weights, const MoeLayerOutputs& out,
                Workspace cache, Workspace workspace, cudaStream_t stream,
                const LayerRun& run = {});
 
   // Every gradient from dy [T, H] bf16, the same x and weights, and the cache the forward wrote.
-  // The cache is only read. CUDA-graph safe: yes.
+  // The cache is only read. CUDA-graph safe: yes. kFP8Blockwise: for now the bf16 backward from
+  // the bf16 master weights at the forward's routing, FC1's pre-activation recomputed in bf16
+  // from x (the FP8 GEMM cannot save it); the FP8 backward is the next stage (docs/fp8.md).
   void backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& weights,
                 const MoeLayerGrads& grads, Workspace cache, Workspace workspace,
                 cudaStream_t stream, const LayerRun& run = {});

@@ -84,7 +84,11 @@ moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t*
  * w_router [E, H] bf16; w1 [E, fc1, H] bf16 (GLU rows interleaved); w2 [E, H, F] bf16;
  * shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16; score_bias [E], b1 [E, fc1],
  * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight.
- * NULL for a tensor the config does not have. `stream` is a cudaStream_t. */
+ * NULL for a tensor the config does not have. `stream` is a cudaStream_t.
+ * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, no expert bias, H and F multiples of
+ * 16): the weights also carry fp8_weights, a 256-byte aligned device region of
+ * moefuse_layer_fp8_weight_bytes that moefuse_layer_prepare_fp8_weights fills from w1 and w2 once
+ * per optimiser step; forward reads it, backward (bf16 for now) does not. */
 typedef struct moefuse_layer moefuse_layer_t;
 
 typedef enum {
@@ -101,6 +105,8 @@ typedef struct {
   const float* b2;
   const void* shared_w1;
   const void* shared_w2;
+  void* fp8_weights; /* FP8 precision only, else NULL */
+  size_t fp8_weights_bytes;
 } moefuse_layer_weights_t;
 
 typedef struct {
@@ -119,6 +125,9 @@ moefuse_status_t moefuse_layer_sizes(const moefuse_config_t* config, moefuse_lay
                                      int32_t recompute_pre, int64_t tokens, size_t* cache_bytes,
                                      size_t* workspace_bytes);
 
+/* Bytes of moefuse_layer_weights_t.fp8_weights (0 for bf16). No GPU needed. */
+moefuse_status_t moefuse_layer_fp8_weight_bytes(const moefuse_config_t* config, size_t* bytes);
+
 /* Creates the layer (a cuBLAS handle and a second stream); not capturable. */
 moefuse_status_t moefuse_layer_create(const moefuse_config_t* config, moefuse_layer_mode_t mode,
                                       int32_t recompute_pre, moefuse_layer_t** layer);
@@ -129,6 +138,12 @@ moefuse_status_t moefuse_layer_forward(moefuse_layer_t* layer, int64_t tokens, c
                                        const moefuse_layer_weights_t* weights, void* y,
                                        float* losses, void* cache, size_t cache_bytes,
                                        void* workspace, size_t workspace_bytes, void* stream);
+/* FP8 precision: quantises weights->w1 and weights->w2 into weights->fp8_weights on `stream`
+ * (128x128 blocks). No allocation, no sync: CUDA-graph safe. */
+moefuse_status_t moefuse_layer_prepare_fp8_weights(moefuse_layer_t* layer,
+                                                   const moefuse_layer_weights_t* weights,
+                                                   void* stream);
+
 moefuse_status_t moefuse_layer_backward(moefuse_layer_t* layer, int64_t tokens, const void* x,
                                         const void* dy, const moefuse_layer_weights_t* weights,
                                         const moefuse_layer_grads_t* grads, void* cache,

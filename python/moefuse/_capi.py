@@ -90,12 +90,14 @@ class ConfigStruct(ctypes.Structure):
 
 
 class LayerWeightsStruct(ctypes.Structure):
-    """moefuse_layer_weights_t: device pointers (None for an absent tensor)."""
+    """moefuse_layer_weights_t: device pointers (None for an absent tensor), then the FP8 weight
+    region (pointer and bytes; FP8 precision only)."""
 
     _fields_ = [
         (name, ctypes.c_void_p)
-        for name in ("w_router", "score_bias", "w1", "b1", "w2", "b2", "shared_w1", "shared_w2")
-    ]
+        for name in ("w_router", "score_bias", "w1", "b1", "w2", "b2", "shared_w1", "shared_w2",
+                     "fp8_weights")
+    ] + [("fp8_weights_bytes", ctypes.c_size_t)]
 
 
 class LayerGradsStruct(ctypes.Structure):
@@ -127,6 +129,9 @@ _PROTOTYPES = {
     "moefuse_abi_layout": (_enum, [ctypes.c_char_p, ctypes.c_char_p, _size_p]),
     "moefuse_layer_sizes": (_enum, [_config_p, _enum, ctypes.c_int32, ctypes.c_int64, _size_p,
                                     _size_p]),
+    "moefuse_layer_fp8_weight_bytes": (_enum, [_config_p, _size_p]),
+    "moefuse_layer_prepare_fp8_weights": (_enum, [_layer_p, ctypes.POINTER(LayerWeightsStruct),
+                                                  ctypes.c_void_p]),
     "moefuse_layer_create": (_enum, [_config_p, _enum, ctypes.c_int32,
                                      ctypes.POINTER(_layer_p)]),
     "moefuse_layer_destroy": (_enum, [_layer_p]),
@@ -214,6 +219,18 @@ def layer_sizes(config: ConfigStruct, mode: LayerMode, recompute_pre: bool,
     check(lib().moefuse_layer_sizes(ctypes.byref(config), int(mode), int(bool(recompute_pre)),
                                     tokens, ctypes.byref(cache), ctypes.byref(workspace)))
     return cache.value, workspace.value
+
+
+def layer_fp8_weight_bytes(config: ConfigStruct) -> int:
+    """Bytes of the FP8 weight region (LayerWeightsStruct.fp8_weights); 0 for bf16. No GPU."""
+    out = ctypes.c_size_t()
+    check(lib().moefuse_layer_fp8_weight_bytes(ctypes.byref(config), ctypes.byref(out)))
+    return out.value
+
+
+def layer_prepare_fp8_weights(handle: int, weights: LayerWeightsStruct, stream: int) -> None:
+    """FP8 precision: enqueues the quantisation of w1, w2 into weights.fp8_weights on `stream`."""
+    check(lib().moefuse_layer_prepare_fp8_weights(handle, ctypes.byref(weights), stream))
 
 
 def layer_create(config: ConfigStruct, mode: LayerMode, recompute_pre: bool) -> int:

@@ -89,3 +89,7 @@ class MoeConfig:
                     recompute_pre: bool = False) -> tuple[int, int]:
         """(cache_bytes, workspace_bytes) of the GPU layer for `tokens` tokens (no GPU needed)."""
         return _capi.layer_sizes(self.to_c(), mode, recompute_pre, tokens)
+
+    def fp8_weight_bytes(self) -> int:
+        """Bytes of the GPU layer's FP8 weight copy (0 unless precision is FP8_BLOCKWISE)."""
+        return _capi.layer_fp8_weight_bytes(self.to_c())

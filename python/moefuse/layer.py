@@ -142,6 +142,11 @@ def _weights_struct(*weights: Optional[Tensor]) -> _capi.LayerWeightsStruct:
     return _capi.LayerWeightsStruct(*(_ptr(w) for w in weights))
 
 
+@functools.lru_cache(maxsize=256)
+def _fp8_weight_bytes(handle: int) -> int:
+    return _capi.layer_fp8_weight_bytes(_LAYERS[handle].config.to_c())
+
+
 def _bytes_tensor(n: int, device: torch.device) -> Tensor:
     # Never empty, so that data_ptr() is a real (256-byte aligned) allocation.
     return torch.empty(max(n, 1), dtype=torch.uint8, device=device)
@@ -169,11 +174,19 @@ def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional
         losses = torch.empty(2, dtype=torch.float32, device=x.device)
         cache = _bytes_tensor(cache_bytes, x.device)
         workspace = _bytes_tensor(workspace_bytes, x.device)
+        weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
+        stream = torch.cuda.current_stream().cuda_stream
+        fp8_bytes = _fp8_weight_bytes(handle)
+        if fp8_bytes:
+            # FP8 precision: quantised in every forward here (the op cannot know whether the
+            # weights changed); the C++/C API lets a training loop do it once per step.
+            fp8 = _bytes_tensor(fp8_bytes, x.device)
+            weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8_bytes
+            _capi.layer_prepare_fp8_weights(handle, weights, stream)
         _capi.layer_forward(
-            handle, tokens, x.data_ptr(),
-            _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2),
+            handle, tokens, x.data_ptr(), weights,
             y.data_ptr(), losses.data_ptr(), cache.data_ptr(), cache_bytes,
-            workspace.data_ptr(), workspace_bytes, torch.cuda.current_stream().cuda_stream)
+            workspace.data_ptr(), workspace_bytes, stream)
     return y, losses, cache
 
 
@@ -269,6 +282,7 @@ class _Handles:
             _capi.layer_destroy(handle)
         if self.by_device:
             _sizes.cache_clear()  # a later layer may get the same handle value
+            _fp8_weight_bytes.cache_clear()
 
 
 class MoE(nn.Module):

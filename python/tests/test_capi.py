@@ -53,7 +53,36 @@ def test_layer_calls_without_a_layer_are_named():
     _capi.layer_destroy(None)  # like free(NULL)
 
 
-def test_precision_other_than_bf16_is_refused_at_create():
+def test_weights_struct_ends_with_the_fp8_region():
+    names = [name for name, _ in _capi.LayerWeightsStruct._fields_]
+    assert names[-2:] == ["fp8_weights", "fp8_weights_bytes"]
+
+
+def test_fp8_weight_bytes_only_for_fp8():
+    c = _capi.config_preset("qwen3-30b-a3b")
+    assert _capi.layer_fp8_weight_bytes(c) == 0
+    c.precision = _capi.Precision.FP8_BLOCKWISE
+    E, H, F = c.num_experts, c.hidden, c.ffn
+    # e4m3 w1 [E, 2F, H] and w2 [E, H, F] plus their 128x128-block scales, 256-byte aligned
+    assert _capi.layer_fp8_weight_bytes(c) >= 3 * E * H * F
+
+
+def test_fp8_rejects_unfused_and_expert_bias():
+    c = _capi.config_preset("qwen3-30b-a3b")
+    c.precision = _capi.Precision.FP8_BLOCKWISE
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'options.mode'"):
+        _capi.layer_sizes(c, _capi.LayerMode.UNFUSED, False, 16)
+    c.expert_bias = 1
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'config.expert_bias'"):
+        _capi.layer_sizes(c, _capi.LayerMode.FUSED, False, 16)
+
+
+def test_prepare_fp8_weights_without_a_layer_is_named():
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'layer'"):
+        _capi.layer_prepare_fp8_weights(None, _capi.LayerWeightsStruct(), None)
+
+
+def test_mxfp8_is_refused_at_create():
     c = _capi.config_preset("qwen3-30b-a3b")
     c.precision = _capi.Precision.MXFP8
     with pytest.raises(_capi.MoefuseInvalidArgument, match="'config.precision'"):

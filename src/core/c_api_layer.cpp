@@ -42,7 +42,9 @@ MoeLayerWeights weights_of(const MoeConfig& c, const moefuse_layer_weights_t& w)
                                 .w2 = w.w2,
                                 .b2 = w.b2,
                                 .shared_w1 = w.shared_w1,
-                                .shared_w2 = w.shared_w2});
+                                .shared_w2 = w.shared_w2,
+                                .fp8 = w.fp8_weights,
+                                .fp8_bytes = w.fp8_weights_bytes});
 }
 
 MoeLayerGrads grads_of(const MoeConfig& c, int64_t T, const moefuse_layer_grads_t& g) {
@@ -82,6 +84,15 @@ moefuse_status_t moefuse_layer_sizes(const moefuse_config_t* config, moefuse_lay
   });
 }
 
+moefuse_status_t moefuse_layer_fp8_weight_bytes(const moefuse_config_t* config, size_t* bytes) {
+  return guarded([&] {
+    using namespace moefuse::capi;
+    expect_pointer(config, "config", "a pointer to a moefuse_config_t");
+    expect_pointer(bytes, "bytes", "a pointer to a size_t");
+    *bytes = moefuse::layer_memory_plan(from_c(*config), {}, 1).fp8_weight_bytes;
+  });
+}
+
 moefuse_status_t moefuse_layer_create(const moefuse_config_t* config, moefuse_layer_mode_t mode,
                                       int32_t recompute_pre, moefuse_layer_t** layer) {
   return guarded([&] {
@@ -115,6 +126,18 @@ moefuse_status_t moefuse_layer_forward(moefuse_layer_t* layer, int64_t tokens, c
          .losses = dev(losses, DType::kFloat32, {2})},
         {.data = cache, .bytes = cache_bytes}, {.data = workspace, .bytes = workspace_bytes},
         static_cast<cudaStream_t>(stream));
+  });
+}
+
+moefuse_status_t moefuse_layer_prepare_fp8_weights(moefuse_layer_t* layer,
+                                                   const moefuse_layer_weights_t* weights,
+                                                   void* stream) {
+  return guarded([&] {
+    using namespace moefuse::capi;
+    expect_pointer(layer, "layer", "a layer from moefuse_layer_create");
+    expect_pointer(weights, "weights", "a pointer to a moefuse_layer_weights_t");
+    layer->layer.prepare_fp8_weights(weights_of(layer->layer.config(), *weights),
+                                     static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -56,6 +56,8 @@ constexpr FieldOffset kFields[] = {
     MOEFUSE_FIELD(moefuse_layer_weights_t, b2),
     MOEFUSE_FIELD(moefuse_layer_weights_t, shared_w1),
     MOEFUSE_FIELD(moefuse_layer_weights_t, shared_w2),
+    MOEFUSE_FIELD(moefuse_layer_weights_t, fp8_weights),
+    MOEFUSE_FIELD(moefuse_layer_weights_t, fp8_weights_bytes),
     MOEFUSE_FIELD(moefuse_layer_grads_t, dx),
     MOEFUSE_FIELD(moefuse_layer_grads_t, d_w_router),
     MOEFUSE_FIELD(moefuse_layer_grads_t, d_w1),

@@ -20,14 +20,24 @@ constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 struct Variant {
   std::string preset;
   LayerOptions options;
+  bool fp8 = false;  // the FP8 forward (fused only, no expert bias)
+
+  MoeConfig config() const {
+    MoeConfig c = preset_of(preset);
+    if (fp8) c.precision = PrecisionRecipe::kFP8Blockwise, c.expert_bias = false;
+    return c;
+  }
+  static MoeConfig preset_of(const std::string& name) { return moefuse::preset(name); }
 };
 
 std::vector<Variant> variants() {
   std::vector<Variant> out;
-  for (auto name : preset_names())
+  for (auto name : preset_names()) {
     for (LayerMode mode : {LayerMode::kFused, LayerMode::kUnfused})
       for (bool recompute : {false, true})
         out.push_back({std::string(name), {.mode = mode, .recompute_pre = recompute}});
+    out.push_back({std::string(name), {.mode = LayerMode::kFused}, true});
+  }
   return out;
 }
 
@@ -50,16 +60,19 @@ void expect_disjoint(const LayerMemoryPlan& p, std::initializer_list<LayerRegion
 TEST(LayerPlan, BuffersAreAlignedInBoundsAndDisjointWhileLive) {
   for (const Variant& v : variants()) {
     SCOPED_TRACE(v.preset + " " + std::string(layer_mode_name(v.options.mode)) +
-                 (v.options.recompute_pre ? " recompute" : " cached"));
+                 (v.options.recompute_pre ? " recompute" : " cached") + (v.fp8 ? " fp8" : ""));
     for (int64_t T : {1, 333, 16384}) {
-      const LayerMemoryPlan p = layer_memory_plan(preset(v.preset), v.options, T);
+      const LayerMemoryPlan p = layer_memory_plan(v.config(), v.options, T);
       for (const auto& b : p.buffers) {
         EXPECT_EQ(b.offset % 256, 0u) << b.name;
         EXPECT_GT(b.bytes, 0u) << b.name;
-        const size_t limit = b.region == LayerRegion::kCache ? p.cache_bytes : p.workspace_bytes;
+        const size_t limit = b.region == LayerRegion::kCache         ? p.cache_bytes
+                             : b.region == LayerRegion::kFp8Weights ? p.fp8_weight_bytes
+                                                                    : p.workspace_bytes;
         EXPECT_LE(b.offset + b.bytes, limit) << b.name;
       }
       expect_disjoint(p, {LayerRegion::kCache}, "cache");
+      expect_disjoint(p, {LayerRegion::kFp8Weights}, "fp8 weights");
       expect_disjoint(p, {LayerRegion::kWorkspaceBoth, LayerRegion::kWorkspaceForward},
                       "forward");
       expect_disjoint(p, {LayerRegion::kWorkspaceBoth, LayerRegion::kWorkspaceBackward},
@@ -71,8 +84,8 @@ TEST(LayerPlan, BuffersAreAlignedInBoundsAndDisjointWhileLive) {
 // The cache: x is the caller's, never copied; the permuted x, FC2's output and dY never cached.
 TEST(LayerPlan, CacheHoldsRoutingMetadataAndPreActivationOnly) {
   for (const Variant& v : variants()) {
-    const MoeConfig c = preset(v.preset);
-    SCOPED_TRACE(v.preset);
+    const MoeConfig c = v.config();
+    SCOPED_TRACE(v.preset + (v.fp8 ? " fp8" : ""));
     const size_t T = 4096, E = c.num_experts, k = c.top_k;
     MoeConfig sc = c;
     sc.ffn = c.shared_expert_ffn;
@@ -82,7 +95,7 @@ TEST(LayerPlan, CacheHoldsRoutingMetadataAndPreActivationOnly) {
     size_t metadata = align256(T * E * 4) + 5 * align256(T * k * 4) + align256(E * 4) +
                       align256((E + 1) * 4) + (c.shared_expert_ffn > 0 ? 256 : 0);
     size_t pre = 0;
-    if (!v.options.recompute_pre) {
+    if (!v.options.recompute_pre && !v.fp8) {
       pre = align256(T * k * c.fc1_width() * 2);
       if (c.shared_expert_ffn > 0) pre += align256(T * sc.fc1_width() * 2);
     }
@@ -97,7 +110,7 @@ TEST(LayerPlan, CacheHoldsRoutingMetadataAndPreActivationOnly) {
 
 TEST(LayerPlan, SizesGrowWithTokens) {
   for (const Variant& v : variants()) {
-    const MoeConfig c = preset(v.preset);
+    const MoeConfig c = v.config();
     size_t last_cache = 0, last_ws = 0;
     for (int64_t T : {1, 64, 1000, 16384}) {
       const LayerMemoryPlan p = layer_memory_plan(c, v.options, T);
@@ -111,7 +124,7 @@ TEST(LayerPlan, SizesGrowWithTokens) {
 TEST(LayerPlan, RejectsBadConfigAndTokenCount) {
   MoeConfig c = preset("qwen3-30b-a3b");
   test::expect_invalid([&] { layer_memory_plan(c, {}, 0); }, "tokens");
-  c.precision = PrecisionRecipe::kFP8Blockwise;
+  c.precision = PrecisionRecipe::kMXFP8;
   test::expect_invalid([&] { layer_memory_plan(c, {}, 16); }, "config.precision");
 }
 

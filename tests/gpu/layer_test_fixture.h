@@ -116,6 +116,7 @@ struct DeviceLayer {
   DeviceBuffer<float> score_bias, b1, b2, losses, d_w_router, d_w1, d_b1, d_w2, d_b2, d_sw1,
       d_sw2;
   DeviceBuffer<unsigned char> cache, workspace;
+  DeviceBuffer<unsigned char> fp8;  // the FP8 weight region (empty with bf16)
 
   DeviceLayer(const MoeConfig& config, const LayerOptions& options, int64_t tokens)
       : c(config), T(tokens), bias(config.expert_bias), shared(config.shared_expert_ffn > 0),
@@ -129,7 +130,8 @@ struct DeviceLayer {
         losses(2), d_w_router(c.num_experts * c.hidden), d_w1(w1.size()), d_b1(b1.size()),
         d_w2(w2.size()), d_b2(b2.size()), d_sw1(sw1.size()), d_sw2(sw2.size()),
         cache(layer_memory_plan(config, options, tokens).cache_bytes),
-        workspace(layer_memory_plan(config, options, tokens).workspace_bytes) {}
+        workspace(layer_memory_plan(config, options, tokens).workspace_bytes),
+        fp8(layer_memory_plan(config, options, tokens).fp8_weight_bytes) {}
 
   void upload(const LayerData& d) {
     MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -154,6 +156,7 @@ struct DeviceLayer {
     for (auto* b : {&losses, &d_w_router, &d_w1, &d_b1, &d_w2, &d_b2, &d_sw1, &d_sw2}) b->poison();
     cache.poison();
     workspace.poison();
+    fp8.poison();
     MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   // The scratch alone, between forward and backward: backward must not read forward's scratch.
@@ -171,7 +174,9 @@ struct DeviceLayer {
                                   .w2 = w2.data(),
                                   .b2 = bias ? b2.data() : nullptr,
                                   .shared_w1 = shared ? sw1.data() : nullptr,
-                                  .shared_w2 = shared ? sw2.data() : nullptr});
+                                  .shared_w2 = shared ? sw2.data() : nullptr,
+                                  .fp8 = fp8.size() ? fp8.data() : nullptr,
+                                  .fp8_bytes = fp8.size()});
   }
   MoeLayerGrads grads() const {
     return layer_grad_views(c, T,
@@ -195,7 +200,9 @@ struct DeviceLayer {
     return {.data = workspace.data(), .bytes = workspace.size()};
   }
 
+  // FP8 layers quantise their weights first (once per step in training; here every step).
   void forward(MoeLayer& layer, cudaStream_t s) {
+    if (fp8.size()) layer.prepare_fp8_weights(weights(), s);
     layer.forward(x_view(), weights(), outputs(), cache_region(), workspace_region(), s);
   }
   void backward(MoeLayer& layer, cudaStream_t s) {

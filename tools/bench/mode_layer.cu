@@ -34,6 +34,7 @@
 #include "cuda/device.h"
 #include "cuda/layer/plan.h"
 #include "moefuse/config.h"
+#include "moefuse/error.h"
 #include "moefuse/layer.h"
 
 namespace moefuse::bench {
@@ -46,6 +47,7 @@ struct Options {
   std::string routing_name;
   std::vector<LayerMode> modes;
   bool graph = true, recompute = false, torch = true;
+  bool fp8 = false;  // --precision fp8: also the FP8-forward layer (fused), next to bf16
   int warmup = 5, iters = 30;
 };
 
@@ -237,19 +239,38 @@ std::string load_summary(const LayerTensors& t, const LayerOptions& o, const Wor
   return buf;
 }
 
-// One mode of one preset: stage breakdown, then forward and forward+backward totals.
-Totals bench_mode(const std::string& name, LayerTensors& t, LayerMode mode, const Options& o,
-                  Reports& r, cudaStream_t stream, std::string* load) {
+// The name of a (mode, precision) variant in the reports: "fused", "unfused", "fused fp8".
+std::string variant_name(const MoeConfig& c, LayerMode mode) {
+  std::string n(layer_mode_name(mode));
+  if (c.precision == PrecisionRecipe::kFP8Blockwise) n += " fp8";
+  return n;
+}
+
+// One mode of one preset (at `c`'s precision; t holds the bf16 tensors): stage breakdown, then
+// forward and forward+backward totals. FP8: the weights are quantised once before timing (once
+// per optimiser step in training); that pass is timed on its own and printed.
+Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, LayerMode mode,
+                  const Options& o, Reports& r, cudaStream_t stream, std::string* load) {
   const LayerOptions lo{.mode = mode, .recompute_pre = o.recompute};
-  const std::string mode_name(layer_mode_name(mode));
+  const std::string mode_name = variant_name(c, mode);
   const std::string tag = "layer " + name + " " + mode_name + ": ";
   progress(tag + "setup");
-  MoeLayer layer(t.c, lo);
-  const LayerMemoryPlan plan = layer_memory_plan(t.c, lo, t.T);
-  DeviceBuffer cache_buf(plan.cache_bytes), ws_buf(plan.workspace_bytes);
+  MoeLayer layer(c, lo);
+  const LayerMemoryPlan plan = layer_memory_plan(c, lo, t.T);
+  DeviceBuffer cache_buf(plan.cache_bytes), ws_buf(plan.workspace_bytes),
+      fp8_buf(plan.fp8_weight_bytes);
   const Workspace cache{.data = cache_buf.get(), .bytes = plan.cache_bytes};
   const Workspace ws{.data = ws_buf.get(), .bytes = plan.workspace_bytes};
-  const MoeLayerWeights w = t.weights();
+  MoeLayerWeights w = t.weights();
+  if (plan.fp8_weight_bytes > 0) {
+    w.fp8 = {.data = fp8_buf.get(), .bytes = plan.fp8_weight_bytes};
+    const double prep_ms =
+        time_on_stream([&](cudaStream_t s) { layer.prepare_fp8_weights(w, s); }, stream,
+                       o.warmup, o.iters).median_ms;
+    std::printf("   %s %s: prepare_fp8_weights (w1, w2 → e4m3, once per step) %.3f ms, "
+                "%.1f MiB\n", name.c_str(), mode_name.c_str(), prep_ms,
+                plan.fp8_weight_bytes / 1048576.0);
+  }
   const MoeLayerGrads g = t.grads();
   const MoeLayerOutputs out = t.outputs();
   auto forward = [&](cudaStream_t s, const LayerRun& run) {
@@ -263,7 +284,8 @@ Totals bench_mode(const std::string& name, LayerTensors& t, LayerMode mode, cons
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (load) *load = load_summary(t, lo, cache);
 
-  r.memory.add_row({name, mode_name, std::string(o.recompute ? "recomputed" : "cached"),
+  const bool recomputed = o.recompute || c.precision != PrecisionRecipe::kBF16;
+  r.memory.add_row({name, mode_name, std::string(recomputed ? "recomputed" : "cached"),
                     plan.cache_bytes / 1048576.0, plan.workspace_bytes / 1048576.0,
                     2.0 * t.T * t.c.hidden / 1048576.0,
                     (2.0 * t.T * t.c.hidden + 4.0 * t.T * t.c.top_k * t.c.ffn) / 1048576.0});
@@ -369,9 +391,20 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
   progress("layer " + name + ": random weights");
   LayerTensors t(c, T, o.routing, seed);
   std::map<LayerMode, Totals> ours;
-  std::string load;
+  std::optional<Totals> fp8;
+  std::string load, fp8_skipped;
   for (LayerMode m : o.modes)
-    ours[m] = bench_mode(name, t, m, o, r, stream, load.empty() ? &load : nullptr);
+    ours[m] = bench_mode(name, t, c, m, o, r, stream, load.empty() ? &load : nullptr);
+  if (o.fp8) {
+    MoeConfig c8 = c;
+    c8.precision = PrecisionRecipe::kFP8Blockwise;
+    try {
+      layer_memory_plan(c8, {}, 1);  // validates: FP8 needs no expert bias, H, F % 16
+      fp8 = bench_mode(name, t, c8, LayerMode::kFused, o, r, stream, nullptr);
+    } catch (const InvalidArgument& e) {
+      fp8_skipped = e.what();
+    }
+  }
   progress("layer " + name + ": dense cuBLAS bound");
   const Totals dense = dense_bound(c, T, o, stream);
   std::optional<Totals> torch;
@@ -395,6 +428,7 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
   };
   const std::string how = o.graph ? " (graph)" : " (eager)";
   for (const auto& [m, tt] : ours) add("moefuse " + std::string(layer_mode_name(m)) + how, tt);
+  if (fp8) add("moefuse fused fp8 fwd, bf16 bwd" + how, *fp8);
   if (torch) add("torch unfused", *torch);
   add("dense cuBLAS bound", dense);
   std::printf("   %s: routing %s (%s); torch: %s\n", name.c_str(), o.routing_name.c_str(),
@@ -403,10 +437,16 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
     std::printf("   %s: fused / unfused speedup: fwd %.2fx, fwd+bwd %.2fx\n", name.c_str(),
                 ours[LayerMode::kUnfused].forward_ms / ours[LayerMode::kFused].forward_ms,
                 ours[LayerMode::kUnfused].step_ms / ours[LayerMode::kFused].step_ms);
+  if (fp8 && ours.count(LayerMode::kFused))
+    std::printf("   %s: fp8 / bf16 (fused) speedup: fwd %.2fx, fwd+bwd %.2fx (bwd is bf16)\n",
+                name.c_str(), ours[LayerMode::kFused].forward_ms / fp8->forward_ms,
+                ours[LayerMode::kFused].step_ms / fp8->step_ms);
+  if (o.fp8 && !fp8) std::printf("   %s: fp8 skipped: %s\n", name.c_str(), fp8_skipped.c_str());
 }
 
 // --preset NAME|all, or custom sizes on top of a preset (--hidden, --ffn, --experts, --topk).
-std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args) {
+// The configs stay bf16; --precision fp8 sets *fp8 (the FP8 variant runs next to them).
+std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args, bool* fp8) {
   const std::string which = args.get("preset", "qwen3-30b-a3b");
   const int64_t hidden = args.get_int("hidden", 0, 0, 1 << 16);
   const int64_t ffn = args.get_int("ffn", 0, 0, 1 << 17);
@@ -425,17 +465,17 @@ std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args) {
     if (ffn) c.ffn = ffn;
     if (experts) c.num_experts = experts;
     if (topk) c.top_k = topk;
-    if (precision == "fp8") c.precision = PrecisionRecipe::kFP8Blockwise;
-    else if (precision == "mxfp8") c.precision = PrecisionRecipe::kMXFP8;
-    else MOEFUSE_EXPECT(precision == "bf16", "--precision", "bf16, fp8 or mxfp8", precision);
-    layer_memory_plan(c, {}, 1);  // validates the config (the layer runs bf16 only for now)
+    MOEFUSE_EXPECT(precision == "bf16" || precision == "fp8", "--precision",
+                   "bf16, or fp8 (fp8 forward + bf16 backward next to bf16)", precision);
+    layer_memory_plan(c, {}, 1);  // validates the config
   }
+  *fp8 = precision == "fp8";
   return out;
 }
 
 int run(Args& args) {
   Options o;
-  o.configs = parse_configs(args);
+  o.configs = parse_configs(args, &o.fp8);
   o.tokens = args.get_int("tokens", 16384, 1, int64_t{1} << 22);
   o.routing_name = args.get("routing", "uniform");
   o.routing = parse_routing(o.routing_name);

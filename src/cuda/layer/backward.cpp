@@ -8,6 +8,8 @@
 // Second stream: the shared expert's backward (from the start), then, once d_pre exists, the
 // k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·x[token_of_row] (gather-fused) and the
 // bias gradients. The main stream joins it at the end.
+// FP8 layers (config.precision kFP8Blockwise) run this same bf16 backward from the bf16 master
+// weights, FC1's pre-activation recomputed (the FP8 forward does not save it).
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -34,7 +36,9 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   const int64_t T =
       layer::check_layer_backward(config_, options_, x, dy, w, g, cache, workspace, run.health);
   const layer::Plan p = layer::make_plan(config_, options_, T);
-  const layer::Views v = layer::make_views(config_, p, cache, workspace);
+  const layer::Views v =
+      layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = {}});
+  const bool recompute = layer::recomputes_pre(config_, options_);
   const bool fused = options_.mode == LayerMode::kFused;
   const bool shared = config_.shared_expert_ffn > 0;
   const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
@@ -49,7 +53,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     fork(fork_, stream, side_);
     layer::run_stage(LayerStage::kSharedExpertBackward, side_, obs, [&] {
       const TensorView sw1 = one_expert(w.shared_w1), sw2 = one_expert(w.shared_w2);
-      if (options_.recompute_pre)
+      if (recompute)
         run_gemm({.a = x, .b = sw1, .offsets = v.shared_offsets, .d = v.shared_pre_bwd}, {}, side_);
       layer::run_fc2_dgrad({.dys = dy,
                             .w2 = sw2,
@@ -74,7 +78,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     MOEFUSE_CUDA_CHECK(cudaEventRecord(shared_done_, side_));
   }
 
-  if (options_.recompute_pre) {
+  if (recompute) {
     layer::run_stage(LayerStage::kRecomputeFc1, stream, obs, [&] {
       run_gemm({.a = x,
                 .b = w.w1,

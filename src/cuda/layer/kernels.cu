@@ -92,7 +92,28 @@ __global__ void segment_column_sum_kernel(const __nv_bfloat16* __restrict__ a,
   }
 }
 
+// One thread per destination entry, consecutive threads along r: coalesced stores, and the
+// strided loads touch at most `groups` floats of one row.
+__global__ void transpose_scales_kernel(const float* __restrict__ src, float* __restrict__ dst,
+                                        int64_t rows, int64_t groups, int64_t dst_cols) {
+  const int64_t n = groups * dst_cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t g = i / dst_cols, r = i % dst_cols;
+    dst[i] = r < rows ? src[r * groups + g] : 1.0f;
+  }
+}
+
 }  // namespace
+
+void transpose_scales(const float* src, float* dst, int64_t rows, int64_t groups,
+                      int64_t dst_cols, cudaStream_t stream) {
+  const int64_t n = groups * dst_cols;
+  if (n == 0) return;
+  transpose_scales_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, dst, rows, groups,
+                                                                  dst_cols);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
 
 void scatter_row_prob(const float* probs, const int32_t* row_of, float* row_prob,
                       int64_t assignments, int64_t rows, cudaStream_t stream) {

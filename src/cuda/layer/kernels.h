@@ -29,4 +29,10 @@ void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream)
 void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
                         float* out, int64_t num_experts, int64_t cols, cudaStream_t stream);
 
+// dst[g, r] = src[r, g] for r < rows, 1 for r in [rows, dst_cols): row-major 1x128 scales
+// [rows, groups] (the quantiser's) to the FP8 GEMM's K-major [groups, dst_cols] layout
+// (dst_cols = fp8_scale_rows(rows)), every entry written.
+void transpose_scales(const float* src, float* dst, int64_t rows, int64_t groups,
+                      int64_t dst_cols, cudaStream_t stream);
+
 }  // namespace moefuse::layer

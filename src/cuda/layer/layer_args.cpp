@@ -46,6 +46,11 @@ void expect_multiple_of_8(int64_t v, std::string_view name) {
   MOEFUSE_EXPECT(v % 8 == 0, name, "a multiple of 8 (16-byte bf16 rows)", std::to_string(v));
 }
 
+void expect_multiple_of_16_fp8(int64_t v, std::string_view name) {
+  MOEFUSE_EXPECT(v % 16 == 0, name, "a multiple of 16 with fp8_blockwise (16-byte e4m3 rows)",
+                 std::to_string(v));
+}
+
 // x [T, H]; returns T.
 int64_t check_x(const MoeConfig& c, const TensorView& x) {
   MOEFUSE_EXPECT(x.rank == 2, "x", "rank 2 [T, H]", "rank " + std::to_string(x.rank));
@@ -79,11 +84,20 @@ void check_weights(const MoeConfig& c, const MoeLayerWeights& w) {
 
 void check_layer_config(const MoeConfig& c) {
   c.validate();
-  MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kBF16, "config.precision",
-                 "bf16 (the layer's FP8 recipes are not implemented yet)",
+  MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kBF16 ||
+                     c.precision == PrecisionRecipe::kFP8Blockwise,
+                 "config.precision", "bf16 or fp8_blockwise (MXFP8 is not implemented yet)",
                  std::string(precision_name(c.precision)));
   expect_multiple_of_8(c.hidden, "config.hidden");
   expect_multiple_of_8(c.ffn, "config.ffn");
+  if (c.precision == PrecisionRecipe::kFP8Blockwise) {
+    // K of FC1 (H) and of FC2 (F) is the row length of e4m3 operands: 16-byte TMA rows.
+    expect_multiple_of_16_fp8(c.hidden, "config.hidden");
+    expect_multiple_of_16_fp8(c.ffn, "config.ffn");
+    MOEFUSE_EXPECT(!c.expert_bias, "config.expert_bias",
+                   "false with fp8_blockwise (the FP8 grouped GEMM has no bias epilogue yet)",
+                   "true");
+  }
   expect_multiple_of_8(c.shared_expert_ffn, "config.shared_expert_ffn");
   MOEFUSE_EXPECT(c.num_experts <= kRouterMaxExperts, "config.num_experts",
                  "at most " + std::to_string(kRouterMaxExperts) + " (GPU router)",
@@ -94,12 +108,31 @@ void check_layer_config(const MoeConfig& c) {
   cuda::check_router_options(c.router, c.top_k, c.num_experts);
 }
 
+void check_layer_options(const MoeConfig& c, const LayerOptions& o) {
+  MOEFUSE_EXPECT(o.mode == LayerMode::kFused || o.mode == LayerMode::kUnfused, "options.mode",
+                 "kFused or kUnfused", std::to_string(static_cast<int>(o.mode)));
+  MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kBF16 || o.mode == LayerMode::kFused,
+                 "options.mode", "kFused with fp8_blockwise (no unfused FP8 path)",
+                 std::string(layer_mode_name(o.mode)));
+}
+
+void check_fp8_weights(const MoeConfig& c, const MoeLayerWeights& w) {
+  MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kFP8Blockwise, "config.precision",
+                 "fp8_blockwise (only FP8 layers have an FP8 weight copy)",
+                 std::string(precision_name(c.precision)));
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  expect_device_aligned(w.w1, "weights.w1", DType::kBFloat16, {E, fc1, H});
+  expect_device_aligned(w.w2, "weights.w2", DType::kBFloat16, {E, H, F});
+  expect_region(w.fp8, "weights.fp8", make_plan(c, {}, 1).fp8_weight_bytes);
+}
+
 int64_t check_layer_forward(const MoeConfig& c, const LayerOptions& o, const TensorView& x,
                             const MoeLayerWeights& w, const MoeLayerOutputs& out,
                             const Workspace& cache, const Workspace& workspace,
                             const TensorView& health) {
   const int64_t T = check_x(c, x);
   check_weights(c, w);
+  if (c.precision == PrecisionRecipe::kFP8Blockwise) check_fp8_weights(c, w);
   expect_device_aligned(out.y, "out.y", DType::kBFloat16, {T, c.hidden});
   expect_tensor(out.losses, "out.losses", DType::kFloat32, Device::kCuda, {2});
   const Plan p = make_plan(c, o, T);

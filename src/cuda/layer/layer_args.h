@@ -11,11 +11,21 @@
 
 namespace moefuse::layer {
 
-// The config's own checks plus what the GPU path needs: bf16 precision, H, F and the shared F
-// multiples of 8 (16-byte rows), E and k within the router's and dispatch's limits.
+// The config's own checks plus what the GPU path needs: bf16 or blockwise-FP8 precision, H, F
+// and the shared F multiples of 8 (16-byte rows), E and k within the router's and dispatch's
+// limits; FP8 also H and F multiples of 16 (16-byte e4m3 rows) and no expert bias (the FP8
+// GEMM has no bias epilogue).
 void check_layer_config(const MoeConfig& config);
 
-// Returns T. Names: x, weights.*, out.y, out.losses, cache, workspace, health.
+// options.mode a LayerMode; kFused with an FP8 recipe (the FP8 path is one fused pipeline).
+void check_layer_options(const MoeConfig& config, const LayerOptions& options);
+
+// kFP8Blockwise: weights.w1 and weights.w2 (bf16) and the region weights.fp8. Names:
+// config.precision, weights.w1, weights.w2, weights.fp8.
+void check_fp8_weights(const MoeConfig& config, const MoeLayerWeights& weights);
+
+// Returns T. Names: x, weights.* (weights.fp8 with FP8), out.y, out.losses, cache, workspace,
+// health.
 int64_t check_layer_forward(const MoeConfig& config, const LayerOptions& options,
                             const TensorView& x, const MoeLayerWeights& weights,
                             const MoeLayerOutputs& out, const Workspace& cache,

@@ -7,9 +7,14 @@
 //   → y += shared expert's output (joined from the second stream)
 // Unfused mode: permute → FC1 plain GEMM → activation kernel → FC2 plain GEMM → bias kernel →
 // combine weighted by the probs (the scaling pass). Second stream: the shared expert's MLP.
+// FP8 (config.precision kFP8Blockwise, fused only): permute_quantize_fp8 (x → E4M3 xs + K-major
+// 1x128 scales) → FC1 FP8 GEMM (GLU epilogue, bf16 act) → act quantised 1x128, its scales
+// transposed to K-major → FC2 FP8 GEMM (row scale = routing prob) → combine. Weights from
+// weights.fp8 (prepare_fp8_weights). Router and shared expert stay bf16.
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/layer/forward_fp8.h"
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/layer_args.h"
 #include "cuda/layer/ops.h"
@@ -20,6 +25,7 @@
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/layer.h"
+#include "moefuse/quant.h"
 #include "moefuse/router.h"
 
 // Designated initialisers leave the optional views (bias, row_scale, ...) empty on purpose.
@@ -79,19 +85,19 @@ bool layer_stage_is_backward(LayerStage s) {
 LayerMemoryPlan layer_memory_plan(const MoeConfig& config, const LayerOptions& options,
                                   int64_t tokens) {
   layer::check_layer_config(config);
+  layer::check_layer_options(config, options);
   MOEFUSE_EXPECT(tokens >= 1, "tokens", "at least 1", std::to_string(tokens));
   layer::Plan p = layer::make_plan(config, options, tokens);
   return {.buffers = std::move(p.buffers),
           .cache_bytes = p.cache_bytes,
-          .workspace_bytes = p.workspace_bytes};
+          .workspace_bytes = p.workspace_bytes,
+          .fp8_weight_bytes = p.fp8_weight_bytes};
 }
 
 MoeLayer::MoeLayer(const MoeConfig& config, const LayerOptions& options)
     : config_(config), options_(options) {
   layer::check_layer_config(config_);
-  MOEFUSE_EXPECT(options.mode == LayerMode::kFused || options.mode == LayerMode::kUnfused,
-                 "options.mode", "kFused or kUnfused",
-                 std::to_string(static_cast<int>(options.mode)));
+  layer::check_layer_options(config_, options_);
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS)
     throw CudaError("cublasCreate", "could not create a cuBLAS handle", __FILE__, __LINE__);
   try {
@@ -125,6 +131,19 @@ size_t MoeLayer::workspace_size(int64_t max_tokens) const {
   return layer_memory_plan(config_, options_, max_tokens).workspace_bytes;
 }
 
+size_t MoeLayer::fp8_weight_size() const {
+  return layer_memory_plan(config_, options_, 1).fp8_weight_bytes;
+}
+
+void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream) {
+  layer::check_fp8_weights(config_, w);
+  const layer::Plan p = layer::make_plan(config_, options_, 1);
+  const layer::Views v =
+      layer::make_views(config_, p, {.cache = {}, .workspace = {}, .fp8 = w.fp8});
+  quantize_fp8_blockwise_128x128(w.w1, v.w1_fp8, v.w1_scales, stream);
+  quantize_fp8_blockwise_128x128(w.w2, v.w2_fp8, v.w2_scales, stream);
+}
+
 void MoeLayer::fork(cudaEvent_t event, cudaStream_t from, cudaStream_t to) {
   MOEFUSE_CUDA_CHECK(cudaEventRecord(event, from));
   MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(to, event, 0));
@@ -136,8 +155,10 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
   const int64_t T =
       layer::check_layer_forward(config_, options_, x, w, out, cache, workspace, run.health);
   const layer::Plan p = layer::make_plan(config_, options_, T);
-  const layer::Views v = layer::make_views(config_, p, cache, workspace);
+  const layer::Views v =
+      layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});
   const bool fused = options_.mode == LayerMode::kFused;
+  const bool fp8 = config_.precision == PrecisionRecipe::kFP8Blockwise;
   const bool shared = config_.shared_expert_ffn > 0;
   const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
   LayerObserver* obs = run.observer;
@@ -184,32 +205,36 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
     layer::scatter_row_prob(v.probs.as<float>(), v.row_of.as<int32_t>(), v.row_prob.as<float>(),
                             T * k, p.rows, stream);
   });
-  if (!fused) {
-    layer::run_stage(LayerStage::kPermute, stream, obs,
-                     [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
+  if (fp8) {
+    layer::routed_experts_fp8(config_, x, v, run, stream);
+  } else {
+    if (!fused) {
+      layer::run_stage(LayerStage::kPermute, stream, obs,
+                       [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
+    }
+    layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
+      layer::run_grouped_gemm({.a = fused ? x : v.xs,
+                               .b = w.w1,
+                               .offsets = v.offsets,
+                               .d = v.act,
+                               .epilogue = GemmEpilogue::kActivation,
+                               .activation = config_.activation,
+                               .clamped_swiglu = config_.clamped_swiglu,
+                               .bias = w.b1,
+                               .pre_activation = v.pre,
+                               .gather_index = fused ? v.token_of_row : TensorView{}},
+                              fused, {}, stream);
+    });
+    layer::run_stage(LayerStage::kFc2, stream, obs, [&] {
+      layer::run_grouped_gemm({.a = v.act,
+                               .b = w.w2,
+                               .offsets = v.offsets,
+                               .d = v.ys,
+                               .bias = w.b2,
+                               .row_scale = fused ? v.row_prob : TensorView{}},
+                              fused, {}, stream);
+    });
   }
-  layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
-    layer::run_grouped_gemm({.a = fused ? x : v.xs,
-                             .b = w.w1,
-                             .offsets = v.offsets,
-                             .d = v.act,
-                             .epilogue = GemmEpilogue::kActivation,
-                             .activation = config_.activation,
-                             .clamped_swiglu = config_.clamped_swiglu,
-                             .bias = w.b1,
-                             .pre_activation = v.pre,
-                             .gather_index = fused ? v.token_of_row : TensorView{}},
-                            fused, {}, stream);
-  });
-  layer::run_stage(LayerStage::kFc2, stream, obs, [&] {
-    layer::run_grouped_gemm({.a = v.act,
-                             .b = w.w2,
-                             .offsets = v.offsets,
-                             .d = v.ys,
-                             .bias = w.b2,
-                             .row_scale = fused ? v.row_prob : TensorView{}},
-                            fused, {}, stream);
-  });
   layer::run_stage(LayerStage::kCombine, stream, obs, [&] {
     combine(v.ys, fused ? TensorView{} : v.probs, v.row_of, out.y, run.health, stream);
     if (shared) {

@@ -5,6 +5,7 @@
 
 #include "cuda/layer/ops.h"
 #include "moefuse/dispatch.h"
+#include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/router.h"
 
@@ -21,7 +22,9 @@ class Carver {
       : region_(region), end_(start), names_(names) {}
 
   Slice add(const char* name, size_t bytes) {
-    const Slice s{.region = region_ == LayerRegion::kCache ? Region::kCache : Region::kWorkspace,
+    const Slice s{.region = region_ == LayerRegion::kCache         ? Region::kCache
+                            : region_ == LayerRegion::kFp8Weights ? Region::kFp8Weights
+                                                                  : Region::kWorkspace,
                   .offset = end_,
                   .bytes = bytes};
     end_ += align_up(bytes);
@@ -54,8 +57,13 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   const bool unfused = o.mode == LayerMode::kUnfused;
   // The fused forward writes pre only to cache it; the unfused one always needs it (the plain
   // FC1 GEMM's output, the activation kernel's input).
-  const bool cache_pre = !o.recompute_pre;
-  constexpr size_t bf = 2, f32 = 4, i32 = 4;
+  const bool cache_pre = !recomputes_pre(c, o);
+  const bool fp8 = c.precision == PrecisionRecipe::kFP8Blockwise;
+  constexpr size_t bf = 2, f32 = 4, i32 = 4, e4m3 = 1;
+  auto groups = [](size_t extent) {
+    return static_cast<size_t>(fp8_scale_groups(static_cast<int64_t>(extent)));
+  };
+  const size_t scale_cols = static_cast<size_t>(fp8_scale_rows(static_cast<int64_t>(R)));
 
   Carver cache(LayerRegion::kCache, 0, &p.buffers);
   p.logits = cache.add("logits [T,E] fp32", T * E * f32);
@@ -86,7 +94,16 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   Carver fwd(LayerRegion::kWorkspaceForward, common.end(), &p.buffers);
   if (unfused) p.xs = fwd.add("xs [R,H] bf16 (unfused permute)", R * H * bf);
   if (!cache_pre && unfused) p.pre = fwd.add("pre [R,fc1] bf16 (unfused FC1)", R * fc1 * bf);
+  if (fp8) {
+    p.xs_fp8 = fwd.add("xs [R,H] e4m3", R * H * e4m3);
+    p.xs_scales = fwd.add("xs_scales [H/128,R] fp32 (K-major)", groups(H) * scale_cols * f32);
+  }
   p.act = fwd.add("act [R,F] bf16", R * F * bf);
+  if (fp8) {
+    p.act_fp8 = fwd.add("act [R,F] e4m3", R * F * e4m3);
+    p.act_scales_rows = fwd.add("act_scales [R,F/128] fp32 (row-major)", R * groups(F) * f32);
+    p.act_scales = fwd.add("act_scales [F/128,R] fp32 (K-major)", groups(F) * scale_cols * f32);
+  }
   p.ys = fwd.add("ys [R,H] bf16", R * H * bf);
   if (shared) {
     if (!cache_pre && unfused)
@@ -120,22 +137,34 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
     if (unfused) p.shared_g = bwd.add("shared_g [T,shared_F] bf16 (unfused)", T * sF * bf);
   }
   p.workspace_bytes = std::max(fwd.end(), bwd.end());
+
+  if (fp8) {
+    Carver weights(LayerRegion::kFp8Weights, 0, &p.buffers);
+    p.w1_fp8 = weights.add("w1 [E,fc1,H] e4m3", E * fc1 * H * e4m3);
+    p.w1_scales =
+        weights.add("w1_scales [E,fc1/128,H/128] fp32", E * groups(fc1) * groups(H) * f32);
+    p.w2_fp8 = weights.add("w2 [E,H,F] e4m3", E * H * F * e4m3);
+    p.w2_scales = weights.add("w2_scales [E,H/128,F/128] fp32", E * groups(H) * groups(F) * f32);
+    p.fp8_weight_bytes = weights.end();
+  }
   return p;
 }
 
-void* slice_ptr(const Slice& s, const Workspace& cache, const Workspace& workspace) {
+void* slice_ptr(const Slice& s, const Regions& r) {
+  auto at = [&](const Workspace& w) { return static_cast<unsigned char*>(w.data) + s.offset; };
   switch (s.region) {
-    case Region::kCache: return static_cast<unsigned char*>(cache.data) + s.offset;
-    case Region::kWorkspace: return static_cast<unsigned char*>(workspace.data) + s.offset;
+    case Region::kCache: return at(r.cache);
+    case Region::kWorkspace: return at(r.workspace);
+    case Region::kFp8Weights: return at(r.fp8);
     case Region::kNone: break;
   }
   return nullptr;
 }
 
-TensorView slice_view(const Slice& s, const Workspace& cache, const Workspace& workspace,
-                      DType dtype, std::initializer_list<int64_t> shape) {
+TensorView slice_view(const Slice& s, const Regions& regions, DType dtype,
+                      std::initializer_list<int64_t> shape) {
   if (!s.present()) return TensorView{};
-  return TensorView::contiguous(slice_ptr(s, cache, workspace), dtype, shape, Device::kCuda);
+  return TensorView::contiguous(slice_ptr(s, regions), dtype, shape, Device::kCuda);
 }
 
 }  // namespace moefuse::layer

@@ -1,8 +1,9 @@
 // The layer's memory plan: where each buffer lives in the caller's cache and workspace.
 //
-// Three byte ranges, each slice 256-byte aligned:
+// Three byte ranges (four with an FP8 recipe), each slice 256-byte aligned:
 //   cache      [cache_bytes]      written by forward, read by backward (per layer)
 //   workspace  [common | forward scratch ∪ backward scratch]
+//   fp8        [fp8_weight_bytes] the quantised expert weights (MoeLayerWeights::fp8)
 // The forward and backward scratch start at the same offset (after the common part): a step
 // runs them one after the other on the main stream, and each call joins its second stream before
 // it returns, so no buffer of one is live during the other. Inside one call every buffer is
@@ -22,7 +23,13 @@
 
 namespace moefuse::layer {
 
-enum class Region : uint8_t { kNone, kCache, kWorkspace };
+enum class Region : uint8_t { kNone, kCache, kWorkspace, kFp8Weights };
+
+// FP8 recipes: FC1's pre-activation is never cached (the FP8 GEMM cannot write it), so the
+// backward always recomputes it.
+inline bool recomputes_pre(const MoeConfig& config, const LayerOptions& options) {
+  return options.recompute_pre || config.precision != PrecisionRecipe::kBF16;
+}
 
 // A byte range in one region; kNone (bytes 0) means "this configuration has no such buffer".
 struct Slice {
@@ -46,6 +53,11 @@ struct Plan {
   Slice router_gemm, router_topk, maps, aux_f, aux_P;
   // forward scratch
   Slice xs, act, ys, shared_act, shared_y;
+  // forward scratch, FP8: E4M3 codes and their K-major 1x128 scales (act's scales first
+  // row-major, as the quantiser writes them, then transposed)
+  Slice xs_fp8, xs_scales, act_fp8, act_scales_rows, act_scales;
+  // the FP8 weight region: 128x128-block quantised w1 [E,fc1,H] and w2 [E,H,F], their scales
+  Slice w1_fp8, w1_scales, w2_fp8, w2_scales;
   // backward scratch
   Slice pre_bwd, shared_pre_bwd;  // = pre / shared_pre when cached, else recomputed here
   Slice dys, dpre, act_bwd, d_row_prob, d_probs, dxs, d_logits, xs_bwd;
@@ -54,16 +66,22 @@ struct Plan {
 
   size_t cache_bytes = 0;
   size_t workspace_bytes = 0;
+  size_t fp8_weight_bytes = 0;
   std::vector<LayerBuffer> buffers;  // every present slice, named, for reports
 };
 
 Plan make_plan(const MoeConfig& config, const LayerOptions& options, int64_t tokens);
 
+// The caller's regions a slice may live in.
+struct Regions {
+  Workspace cache, workspace, fp8;
+};
+
 // Device pointer of a slice (nullptr when absent).
-void* slice_ptr(const Slice& s, const Workspace& cache, const Workspace& workspace);
+void* slice_ptr(const Slice& s, const Regions& regions);
 
 // A contiguous cuda view of a slice (an empty view when absent).
-TensorView slice_view(const Slice& s, const Workspace& cache, const Workspace& workspace,
-                      DType dtype, std::initializer_list<int64_t> shape);
+TensorView slice_view(const Slice& s, const Regions& regions, DType dtype,
+                      std::initializer_list<int64_t> shape);
 
 }  // namespace moefuse::layer

@@ -24,7 +24,8 @@ MoeLayerWeights layer_weight_views(const MoeConfig& c, const MoeLayerWeightPoint
           .w2 = device_view(p.w2, bf, {E, H, F}),
           .b2 = device_view(p.b2, f32, {E, H}),
           .shared_w1 = device_view(p.shared_w1, bf, {s.fc1_width(), H}),
-          .shared_w2 = device_view(p.shared_w2, bf, {H, s.ffn})};
+          .shared_w2 = device_view(p.shared_w2, bf, {H, s.ffn}),
+          .fp8 = {.data = p.fp8, .bytes = p.fp8_bytes}};
 }
 
 MoeLayerGrads layer_grad_views(const MoeConfig& c, int64_t tokens, const MoeLayerGradPointers& p) {

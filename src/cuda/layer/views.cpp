@@ -2,22 +2,25 @@
 
 #include "cuda/layer/ops.h"
 #include "moefuse/grouped_gemm_backward.h"
+#include "moefuse/grouped_gemm_fp8.h"
 
 namespace moefuse::layer {
 
-Views make_views(const MoeConfig& c, const Plan& p, const Workspace& cache,
-                 const Workspace& workspace) {
+Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
   const int64_t T = p.tokens, R = p.rows, E = c.num_experts, k = c.top_k, H = c.hidden,
                 F = c.ffn, fc1 = c.fc1_width();
   const MoeConfig sc = shared_expert_config(c);
   const int64_t sF = sc.ffn, s_fc1 = sc.fc1_width();
   auto v = [&](const Slice& s, DType dtype, std::initializer_list<int64_t> shape) {
-    return slice_view(s, cache, workspace, dtype, shape);
+    return slice_view(s, regions, dtype, shape);
   };
   auto ws = [&](const Slice& s) {
-    return Workspace{.data = slice_ptr(s, cache, workspace), .bytes = s.bytes};
+    return Workspace{.data = slice_ptr(s, regions), .bytes = s.bytes};
   };
-  const DType f32 = DType::kFloat32, i32 = DType::kInt32, bf = DType::kBFloat16;
+  const DType f32 = DType::kFloat32, i32 = DType::kInt32, bf = DType::kBFloat16,
+              e4m3 = DType::kFloat8E4M3;
+  const int64_t gH = fp8_scale_groups(H), gF = fp8_scale_groups(F), gfc1 = fp8_scale_groups(fc1);
+  const int64_t scale_cols = fp8_scale_rows(R);
   const bool unfused = p.mode == LayerMode::kUnfused;
   return Views{
       .logits = v(p.logits, f32, {T, E}),
@@ -41,6 +44,15 @@ Views make_views(const MoeConfig& c, const Plan& p, const Workspace& cache,
       .ys = v(p.ys, bf, {R, H}),
       .shared_act = v(p.shared_act, bf, {T, sF}),
       .shared_y = v(p.shared_y, bf, {T, H}),
+      .xs_fp8 = v(p.xs_fp8, e4m3, {R, H}),
+      .xs_scales = v(p.xs_scales, f32, {gH, scale_cols}),
+      .act_fp8 = v(p.act_fp8, e4m3, {R, F}),
+      .act_scales_rows = v(p.act_scales_rows, f32, {R, gF}),
+      .act_scales = v(p.act_scales, f32, {gF, scale_cols}),
+      .w1_fp8 = v(p.w1_fp8, e4m3, {E, fc1, H}),
+      .w1_scales = v(p.w1_scales, f32, {E, gfc1, gH}),
+      .w2_fp8 = v(p.w2_fp8, e4m3, {E, H, F}),
+      .w2_scales = v(p.w2_scales, f32, {E, gH, gF}),
       .pre_bwd = v(p.pre_bwd, bf, {R, fc1}),
       .shared_pre_bwd = v(p.shared_pre_bwd, bf, {T, s_fc1}),
       .dys = v(p.dys, bf, {R, H}),

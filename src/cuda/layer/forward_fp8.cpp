@@ -1,0 +1,51 @@
+#include "cuda/layer/forward_fp8.h"
+
+#include "cuda/layer/kernels.h"
+#include "cuda/layer/stage.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/quant.h"
+
+// Designated initialisers leave the optional views (row_scale) empty on purpose.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace moefuse::layer {
+
+void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const Views& v,
+                        const LayerRun& run, cudaStream_t stream) {
+  LayerObserver* obs = run.observer;
+  run_stage(LayerStage::kPermute, stream, obs, [&] {
+    permute_quantize_fp8(x, v.row_of, v.token_of_row, v.xs_fp8, v.xs_scales, run.health, stream);
+  });
+  run_stage(LayerStage::kFc1, stream, obs, [&] {
+    grouped_gemm_fp8({.a = v.xs_fp8,
+                      .a_scales = v.xs_scales,
+                      .b = v.w1_fp8,
+                      .b_scales = v.w1_scales,
+                      .offsets = v.offsets,
+                      .d = v.act,
+                      .epilogue = GemmEpilogue::kActivation,
+                      .activation = c.activation,
+                      .clamped_swiglu = c.clamped_swiglu},
+                     stream);
+    // FC2's A operand. The quantiser writes row-major scales; the GEMM loads one K group's
+    // scales for 128 rows with one TMA box, so they are transposed (a pass over R·F/128 floats,
+    // ~1/64 of act's bytes).
+    quantize_fp8_blockwise_1x128(v.act, v.act_fp8, v.act_scales_rows, stream);
+    transpose_scales(v.act_scales_rows.as<float>(), v.act_scales.as<float>(),
+                     v.act_scales_rows.size(0), v.act_scales_rows.size(1),
+                     v.act_scales.size(1), stream);
+  });
+  run_stage(LayerStage::kFc2, stream, obs, [&] {
+    grouped_gemm_fp8({.a = v.act_fp8,
+                      .a_scales = v.act_scales,
+                      .b = v.w2_fp8,
+                      .b_scales = v.w2_scales,
+                      .offsets = v.offsets,
+                      .d = v.ys,
+                      .row_scale = v.row_prob},
+                     stream);
+  });
+}
+
+}  // namespace moefuse::layer

@@ -1,0 +1,21 @@
+// The routed experts of the FP8 forward (config.precision kFP8Blockwise, DeepSeek-V3 recipe):
+// from the dispatch maps to ys, on the main stream. docs/fp8.md has the data flow.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/layer/views.h"
+#include "moefuse/config.h"
+#include "moefuse/layer.h"
+#include "moefuse/tensor.h"
+
+namespace moefuse::layer {
+
+// Stages kPermute (permute_quantize_fp8: x → xs e4m3 + K-major 1x128 scales), kFc1 (FP8 GEMM with
+// the activation epilogue → bf16 act, then act → e4m3 + 1x128 scales, transposed to K-major)
+// and kFc2 (FP8 GEMM, row scale = routing probability → bf16 ys). Reads v.w1_fp8 / v.w2_fp8
+// (prepare_fp8_weights). Arguments already validated by the layer.
+void routed_experts_fp8(const MoeConfig& config, const TensorView& x, const Views& v,
+                        const LayerRun& run, cudaStream_t stream);
+
+}  // namespace moefuse::layer

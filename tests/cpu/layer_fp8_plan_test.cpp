@@ -1,0 +1,178 @@
+// The FP8-forward layer on the host (no GPU): its memory plan (the FP8 scratch of forward, the
+// weight region's exact sizes, no cached pre-activation), the config and argument checks, and
+// the C ABI's FP8 entry points.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/layer/layer_args.h"
+#include "cuda/layer/plan.h"
+#include "moefuse/error.h"
+#include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/layer.h"
+#include "moefuse/moefuse.h"
+#include "ref_test_helpers.h"
+
+namespace moefuse {
+namespace {
+
+using test::expect_invalid;
+
+constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+MoeConfig fp8(MoeConfig c) {
+  c.precision = PrecisionRecipe::kFP8Blockwise;
+  c.expert_bias = false;  // gpt-oss: the FP8 GEMM has no bias epilogue
+  return c;
+}
+
+const LayerBuffer* find(const LayerMemoryPlan& p, const std::string& prefix) {
+  for (const auto& b : p.buffers)
+    if (b.name.rfind(prefix, 0) == 0) return &b;
+  return nullptr;
+}
+
+TEST(LayerFp8Plan, WeightRegionHoldsE4m3WeightsAndBlockScales) {
+  for (auto name : preset_names()) {
+    SCOPED_TRACE(std::string(name));
+    const MoeConfig c = fp8(preset(name));
+    const size_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const size_t gH = fp8_scale_groups(c.hidden), gF = fp8_scale_groups(c.ffn),
+                 g1 = fp8_scale_groups(c.fc1_width());
+    const size_t want = align256(E * fc1 * H) + align256(E * g1 * gH * 4) + align256(E * H * F) +
+                        align256(E * gH * gF * 4);
+    const LayerMemoryPlan p = layer_memory_plan(c, {}, 4096);
+    EXPECT_EQ(p.fp8_weight_bytes, want);
+    EXPECT_EQ(layer_memory_plan(c, {}, 1).fp8_weight_bytes, want) << "independent of T";
+    EXPECT_EQ(layer_memory_plan(preset(name), {}, 4096).fp8_weight_bytes, 0u) << "bf16";
+    size_t in_region = 0;
+    for (const auto& b : p.buffers)
+      if (b.region == LayerRegion::kFp8Weights) {
+        EXPECT_EQ(b.offset % 256, 0u) << b.name;
+        EXPECT_LE(b.offset + b.bytes, p.fp8_weight_bytes) << b.name;
+        in_region += align256(b.bytes);
+      }
+    EXPECT_EQ(in_region, want);
+  }
+}
+
+TEST(LayerFp8Plan, ForwardScratchHoldsCodesAndKMajorScales) {
+  const MoeConfig c = fp8(preset("deepseek-v3"));
+  for (int64_t T : {1, 333, 16384}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const size_t R = T * c.top_k, H = c.hidden, F = c.ffn;
+    const size_t cols = fp8_scale_rows(static_cast<int64_t>(R));
+    const LayerMemoryPlan p = layer_memory_plan(c, {}, T);
+    struct Want {
+      const char* prefix;
+      size_t bytes;
+    };
+    for (const Want& w : {Want{"xs [R,H] e4m3", R * H},
+                          Want{"xs_scales", fp8_scale_groups(c.hidden) * cols * 4},
+                          Want{"act [R,F] e4m3", R * F},
+                          Want{"act_scales [R,", R * fp8_scale_groups(c.ffn) * 4},
+                          Want{"act_scales [F/128,R]", fp8_scale_groups(c.ffn) * cols * 4},
+                          Want{"act [R,F] bf16", R * F * 2}}) {
+      const LayerBuffer* b = find(p, w.prefix);
+      ASSERT_NE(b, nullptr) << w.prefix;
+      EXPECT_EQ(b->region, LayerRegion::kWorkspaceForward) << w.prefix;
+      EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
+      EXPECT_LE(b->offset + b->bytes, p.workspace_bytes) << w.prefix;
+    }
+    EXPECT_EQ(find(p, "xs [R,H] bf16"), nullptr) << "the bf16 xs is never materialised";
+  }
+}
+
+// The FP8 GEMM cannot write the pre-activation: none is cached, backward recomputes it, and the
+// plan is the bf16 recompute plan plus the FP8 scratch.
+TEST(LayerFp8Plan, PreActivationIsRecomputedWhateverTheOption) {
+  for (auto name : preset_names()) {
+    SCOPED_TRACE(std::string(name));
+    MoeConfig bf = preset(name);
+    bf.expert_bias = false;
+    const MoeConfig c = fp8(bf);
+    const int64_t T = 1000;
+    for (bool recompute : {false, true}) {
+      const LayerMemoryPlan p = layer_memory_plan(c, {.recompute_pre = recompute}, T);
+      const LayerMemoryPlan b = layer_memory_plan(bf, {.recompute_pre = true}, T);
+      EXPECT_EQ(p.cache_bytes, b.cache_bytes);
+      for (const auto& buf : p.buffers)
+        EXPECT_FALSE(buf.region == LayerRegion::kCache && buf.name.rfind("pre", 0) == 0)
+            << buf.name;
+      ASSERT_NE(find(p, "pre [R,fc1] bf16 (recomputed)"), nullptr);
+      EXPECT_GE(p.workspace_bytes, b.workspace_bytes);
+    }
+    EXPECT_TRUE(layer::recomputes_pre(c, {.recompute_pre = false}));
+    EXPECT_FALSE(layer::recomputes_pre(bf, {.recompute_pre = false}));
+  }
+}
+
+TEST(LayerFp8Args, WhatTheFp8PathCannotRunIsNamed) {
+  MoeConfig c = fp8(preset("qwen3-30b-a3b"));
+  layer::check_layer_config(c);  // the preset itself is fine
+  expect_invalid([&] { layer_memory_plan(c, {.mode = LayerMode::kUnfused}, 16); },
+                 "options.mode");
+  expect_invalid([&] { MoeLayer layer(c, {.mode = LayerMode::kUnfused}); }, "options.mode");
+  c.expert_bias = true;
+  expect_invalid([&] { layer::check_layer_config(c); }, "config.expert_bias");
+  expect_invalid([&] { MoeLayer layer(c); }, "config.expert_bias");
+  c = fp8(preset("qwen3-30b-a3b"));
+  c.hidden = 2040;  // a multiple of 8 (bf16 is fine) but not of 16
+  expect_invalid([&] { layer::check_layer_config(c); }, "config.hidden");
+  c = fp8(preset("qwen3-30b-a3b"));
+  c.ffn = 776;
+  expect_invalid([&] { layer::check_layer_config(c); }, "config.ffn");
+  c.precision = PrecisionRecipe::kMXFP8;
+  expect_invalid([&] { layer::check_layer_config(c); }, "config.precision");
+}
+
+TEST(LayerFp8Args, WeightRegionIsChecked) {
+  const MoeConfig c = fp8(preset("mixtral-8x7b"));
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  auto dev = [](uintptr_t at, DType dtype, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(reinterpret_cast<void*>(at), dtype, shape, Device::kCuda);
+  };
+  const size_t bytes = layer_memory_plan(c, {}, 1).fp8_weight_bytes;
+  MoeLayerWeights w{.w1 = dev(uintptr_t{1} << 33, DType::kBFloat16, {E, fc1, H}),
+                    .w2 = dev(uintptr_t{1} << 34, DType::kBFloat16, {E, H, F}),
+                    .fp8 = {.data = reinterpret_cast<void*>(uintptr_t{1} << 35), .bytes = bytes}};
+  layer::check_fp8_weights(c, w);
+  w.fp8.bytes = bytes - 1;
+  expect_invalid([&] { layer::check_fp8_weights(c, w); }, "weights.fp8");
+  w.fp8 = {.data = reinterpret_cast<void*>((uintptr_t{1} << 35) + 16), .bytes = bytes};
+  expect_invalid([&] { layer::check_fp8_weights(c, w); }, "weights.fp8");
+  w.fp8.data = reinterpret_cast<void*>(uintptr_t{1} << 35);
+  w.w2 = dev(uintptr_t{1} << 34, DType::kBFloat16, {E, H, F + 16});
+  expect_invalid([&] { layer::check_fp8_weights(c, w); }, "weights.w2");
+  w.w2 = dev(uintptr_t{1} << 34, DType::kBFloat16, {E, H, F});
+  w.w1 = dev(uintptr_t{1} << 33, DType::kFloat32, {E, fc1, H});
+  expect_invalid([&] { layer::check_fp8_weights(c, w); }, "weights.w1");
+  MoeConfig bf = c;
+  bf.precision = PrecisionRecipe::kBF16;
+  expect_invalid([&] { layer::check_fp8_weights(bf, w); }, "config.precision");
+}
+
+TEST(LayerFp8CApi, WeightBytesAndBadArguments) {
+  moefuse_config_t c{};
+  ASSERT_EQ(moefuse_config_preset("deepseek-v3", &c), MOEFUSE_STATUS_OK);
+  size_t bytes = 1;
+  ASSERT_EQ(moefuse_layer_fp8_weight_bytes(&c, &bytes), MOEFUSE_STATUS_OK);
+  EXPECT_EQ(bytes, 0u);
+  c.precision = MOEFUSE_PRECISION_FP8_BLOCKWISE;
+  ASSERT_EQ(moefuse_layer_fp8_weight_bytes(&c, &bytes), MOEFUSE_STATUS_OK) << moefuse_last_error();
+  EXPECT_EQ(bytes, layer_memory_plan(fp8(preset("deepseek-v3")), {}, 1).fp8_weight_bytes);
+  EXPECT_EQ(moefuse_layer_fp8_weight_bytes(&c, nullptr), MOEFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(moefuse_last_error()).find("'bytes'"), std::string::npos);
+  const moefuse_layer_weights_t w{};
+  EXPECT_EQ(moefuse_layer_prepare_fp8_weights(nullptr, &w, nullptr),
+            MOEFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(moefuse_last_error()).find("'layer'"), std::string::npos);
+  size_t offset = 0;
+  ASSERT_EQ(moefuse_abi_layout("moefuse_layer_weights_t", "fp8_weights_bytes", &offset),
+            MOEFUSE_STATUS_OK);
+  EXPECT_EQ(offset, offsetof(moefuse_layer_weights_t, fp8_weights_bytes));
+}
+
+}  // namespace
+}  // namespace moefuse

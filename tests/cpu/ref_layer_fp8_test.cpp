@@ -1,0 +1,111 @@
+// The CPU reference of the FP8 forward (src/ref/layer_fp8.h): its distance from the bf16
+// reference is the recipe's quantisation error, measured here on Gaussian data (larger error
+// than the GPU test's grid-valued x) for every preset's kind of layer at test size; the GPU test
+// uses the bound these measurements justify (ref/layer_fp8_tolerance.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "moefuse/error.h"
+#include "ref/layer.h"
+#include "ref/layer_fp8.h"
+#include "ref/layer_fp8_tolerance.h"
+#include "ref_test_helpers.h"
+
+namespace moefuse {
+namespace {
+
+// The preset's kind of layer at the GPU test's size, FP8-able (no bias).
+MoeConfig small_fp8(const std::string& name) {
+  MoeConfig c = preset(name);
+  c.hidden = 256, c.ffn = 128;
+  c.num_experts = std::min<int64_t>(c.num_experts, 16);
+  c.top_k = std::min<int64_t>(c.top_k, 4);
+  if (c.shared_expert_ffn > 0) c.shared_expert_ffn = 128;
+  if (c.router.kind == RouterKind::kSigmoidGroupTopK)
+    c.router.num_groups = 8, c.router.topk_groups = 4;
+  c.expert_bias = false;
+  c.precision = PrecisionRecipe::kFP8Blockwise;
+  return c;
+}
+
+// bf16-valued data (what the GPU layer reads), fp32 storage.
+std::vector<float> bf16_normal(size_t n, float stddev) {
+  std::vector<float> v = test::random_normal(n, stddev);
+  for (float& x : v) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
+    std::memcpy(&x, &u, 4);
+  }
+  return v;
+}
+
+struct Data {
+  MoeConfig c;
+  int64_t T;
+  std::vector<float> x, wr, bias, w1, w2, sw1, sw2;
+
+  Data(const MoeConfig& config, int64_t tokens) : c(config), T(tokens) {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn;
+    const MoeConfig s = shared_expert_config(c);
+    x = bf16_normal(T * H, 1.0f);
+    wr = bf16_normal(E * H, 1.0f / std::sqrt(float(H)));
+    if (c.router.use_score_bias) bias = test::random_normal(E, 0.05f);
+    w1 = bf16_normal(E * c.fc1_width() * H, 1.0f / std::sqrt(float(H)));
+    w2 = bf16_normal(E * H * F, 1.0f / std::sqrt(float(F)));
+    if (c.shared_expert_ffn > 0) {
+      sw1 = bf16_normal(s.fc1_width() * H, 1.0f / std::sqrt(float(H)));
+      sw2 = bf16_normal(H * s.ffn, 1.0f / std::sqrt(float(s.ffn)));
+    }
+  }
+  ref::LayerWeights weights() {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn;
+    const MoeConfig s = shared_expert_config(c);
+    auto v = [](std::vector<float>& d, std::initializer_list<int64_t> shape) {
+      return d.empty() ? TensorView{} : TensorView::contiguous(d.data(), DType::kFloat32, shape);
+    };
+    return {.w_router = v(wr, {E, H}),
+            .score_bias = v(bias, {E}),
+            .experts = {.w1 = v(w1, {E, c.fc1_width(), H}), .b1 = {}, .w2 = v(w2, {E, H, F}),
+                        .b2 = {}},
+            .shared_w1 = v(sw1, {s.fc1_width(), H}),
+            .shared_w2 = v(sw2, {H, s.ffn})};
+  }
+  TensorView xv() { return TensorView::contiguous(x.data(), DType::kFloat32, {T, c.hidden}); }
+};
+
+TEST(RefLayerFp8, QuantisationErrorIsWithinTheDocumentedBound) {
+  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
+  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b", "deepseek-v3"}) {
+    SCOPED_TRACE(name);
+    Data d(small_fp8(name), 96);
+    const ref::LayerWeights w = d.weights();
+    const ref::LayerForward bf16 = ref::layer_forward(d.c, w, d.xv());
+    const std::vector<float> y = ref::layer_forward_fp8(d.c, w, d.xv(), bf16);
+    ASSERT_EQ(y.size(), bf16.y.size());
+    const double err = test::rel_norm_error(y, bf16.y);
+    std::printf("[ fp8 ] %-14s y rel-norm error vs bf16 reference: %.4f (bound %.3f)\n", name,
+                err, ref::kFp8LayerForwardTolerance);
+    EXPECT_LE(err, ref::kFp8LayerForwardTolerance);
+    EXPECT_GE(err, 1e-3) << "the operands should have been quantised";
+  }
+}
+
+TEST(RefLayerFp8, RejectsExpertBias) {
+  MoeConfig c = small_fp8("qwen3-30b-a3b");
+  Data d(c, 8);
+  const ref::LayerForward f = ref::layer_forward(c, d.weights(), d.xv());
+  c.expert_bias = true;
+  test::expect_invalid([&] { ref::layer_forward_fp8(c, d.weights(), d.xv(), f); },
+                       "config.expert_bias");
+}
+
+}  // namespace
+}  // namespace moefuse

@@ -1,0 +1,265 @@
+// The layer with the FP8 forward (config.precision kFP8Blockwise; bf16 backward for now) on the
+// GPU, on fresh random inputs, every preset's kind of layer scaled down (no expert bias: the FP8
+// layer has none), each check naming what failed:
+// - prepare_fp8_weights: the FP8 weight region equals the quantiser reference bit for bit (codes
+//   and scales of the interleaved w1 and of w2), reported per tensor with the first bad index;
+// - y against ref::layer_forward_fp8 (the same quantised operands through the fp64 FP8 GEMM
+//   reference; only bf16 roundings differ: 1e-2) and against the bf16 reference within the
+//   recipe's quantisation error (ref/layer_fp8_tolerance.h, measured on the CPU); the worst
+//   token and column are printed;
+// - the losses and every gradient against the bf16 reference step (the backward is the bf16 one
+//   at the same routing, so the bf16 tolerances of layer_test_fixture.h hold);
+// - experts without tokens (T < E with top-1), T = 1;
+// - prepare + forward + backward captured as one CUDA graph, replayed on new inputs.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/layer/plan.h"
+#include "gpu/layer_test_fixture.h"
+#include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/health.h"
+#include "ref/layer_fp8.h"
+#include "ref/layer_fp8_tolerance.h"
+#include "ref/quant.h"
+
+namespace moefuse {
+namespace {
+
+// y of the FP8 forward against the FP8 reference on the same quantised operands: the two differ
+// by bf16 roundings of act (which can move an e4m3 code by one step), ys and y.
+constexpr double kFp8ReferenceTolerance = 1e-2;
+
+MoeConfig fp8_preset(const std::string& name) {
+  MoeConfig c = test::scaled_preset(name);
+  c.precision = PrecisionRecipe::kFP8Blockwise;
+  c.expert_bias = false;
+  return c;
+}
+
+class Stream {
+ public:
+  Stream() { MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s_); }
+  operator cudaStream_t() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// The reference layer's views over a LayerData (reference layout).
+struct RefInputs {
+  test::LayerData d;
+  ref::LayerWeights w;
+  TensorView x;
+
+  explicit RefInputs(const test::LayerData& data) : d(data) {
+    const MoeConfig& c = d.c;
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_expert_config(c);
+    auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
+      return v.empty() ? TensorView{} : TensorView::contiguous(v.data(), DType::kFloat32, shape);
+    };
+    w = {.w_router = f32(d.w_router, {E, H}),
+         .score_bias = f32(d.score_bias, {E}),
+         .experts = {.w1 = f32(d.w1, {E, fc1, H}), .b1 = {}, .w2 = f32(d.w2, {E, H, F}),
+                     .b2 = {}},
+         .shared_w1 = f32(d.sw1, {s.fc1_width(), H}),
+         .shared_w2 = f32(d.sw2, {H, s.ffn})};
+    x = f32(d.x, {d.T, H});
+  }
+};
+
+// y against `want`: rel-norm within tol, no NaN, the worst element named by token and column.
+void expect_y(const std::vector<float>& got, const std::vector<float>& want, int64_t H,
+              double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  size_t nan = 0, worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) ++nan;
+    if (!(std::fabs(got[i] - want[i]) <= std::fabs(got[worst] - want[worst]))) worst = i;
+  }
+  EXPECT_EQ(nan, 0u) << what << ": " << nan << " NaN in y (unwritten or poisoned input)";
+  const double err = test::rel_norm_error(got, want);
+  EXPECT_LE(err, tol) << what << ": y rel-norm error " << err << "; worst token "
+                      << worst / H << " column " << worst % H << ": got " << got[worst]
+                      << " want " << want[worst];
+  std::printf("[ fp8 ] %s: y rel-norm error %.4f (tolerance %.3f)\n", what.c_str(), err, tol);
+}
+
+template <class T>
+std::vector<T> download_slice(const test::DeviceLayer& d, const layer::Slice& s) {
+  std::vector<T> out(s.bytes / sizeof(T));
+  MOEFUSE_CUDA_CHECK(cudaMemcpy(out.data(), d.fp8.data() + s.offset, s.bytes,
+                                cudaMemcpyDeviceToHost));
+  return out;
+}
+
+template <class T>
+void expect_same(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = got.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      if (first == got.size()) first = i;
+      ++bad;
+    }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
+                     << " differ from the quantiser reference, first at [" << first << "]";
+}
+
+// The FP8 weight region after prepare_fp8_weights against ref/quant.h on the host weights.
+void expect_fp8_weights(const test::DeviceLayer& d, const test::LayerData& data) {
+  const MoeConfig& c = d.c;
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const layer::Plan p = layer::make_plan(c, {}, 1);
+  struct Weight {
+    const char* name;
+    std::vector<float> w;
+    int64_t n, k;
+    const layer::Slice &codes, &scales;
+  };
+  for (Weight wt : {Weight{"w1", test::interleaved(c, data.w1, E, fc1, H), fc1, H, p.w1_fp8,
+                           p.w1_scales},
+                    Weight{"w2", data.w2, H, F, p.w2_fp8, p.w2_scales}}) {
+    const int64_t gn = fp8_scale_groups(wt.n), gk = fp8_scale_groups(wt.k);
+    std::vector<uint8_t> q(E * wt.n * wt.k);
+    std::vector<float> s(E * gn * gk);
+    ref::quantize_fp8_blockwise_128x128(
+        TensorView::contiguous(wt.w.data(), DType::kFloat32, {E, wt.n, wt.k}),
+        TensorView::contiguous(q.data(), DType::kFloat8E4M3, {E, wt.n, wt.k}),
+        TensorView::contiguous(s.data(), DType::kFloat32, {E, gn, gk}));
+    expect_same(download_slice<uint8_t>(d, wt.codes), q, std::string(wt.name) + " e4m3 codes");
+    expect_same(download_slice<float>(d, wt.scales), s, std::string(wt.name) + " scales");
+  }
+}
+
+// One FP8 step, eager: prepare, forward, backward; y against both references, the rest against
+// the bf16 reference step.
+void check_step(const MoeConfig& c, int64_t T, const std::string& what) {
+  SCOPED_TRACE(what + " T=" + std::to_string(T) + " seed=" + std::to_string(test::seed()));
+  Stream stream;
+  const LayerOptions o{.mode = LayerMode::kFused};
+  MoeLayer layer(c, o);
+  test::DeviceLayer d(c, o, T);
+  test::DeviceBuffer<int32_t> health(1);
+  const test::LayerData data = test::LayerData::random(c, T);
+  d.upload(data);
+  d.poison();
+  const LayerRun run{.health = health.view(DType::kInt32, {1})};
+  reset_health_flags(run.health, stream);
+  layer.prepare_fp8_weights(d.weights(), stream);
+  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  expect_fp8_weights(d, data);
+  layer.forward(d.x_view(), d.weights(), d.outputs(), d.cache_region(), d.workspace_region(),
+                stream, run);
+  d.poison_workspace();  // backward must not read the forward's scratch
+  layer.backward(d.x_view(), d.dy_view(), d.weights(), d.grads(), d.cache_region(),
+                 d.workspace_region(), stream, run);
+  EXPECT_EQ(read_health_flags(run.health, stream), 0);
+  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const test::StepResult got = test::download(d);
+  const test::StepResult bf16 = test::reference_step(data);
+  RefInputs in(data);
+  const ref::LayerForward fwd = ref::layer_forward(c, in.w, in.x);
+  expect_y(got.at("y"), ref::layer_forward_fp8(c, in.w, in.x, fwd), c.hidden,
+           kFp8ReferenceTolerance, what + " vs the FP8 reference");
+  expect_y(got.at("y"), bf16.at("y"), c.hidden, ref::kFp8LayerForwardTolerance,
+           what + " vs the bf16 reference");
+  test::StepResult rest = bf16;
+  std::erase_if(rest.tensors, [](const auto& t) { return t.first == "y"; });
+  test::expect_matches(got, rest);  // losses and gradients: the bf16 backward
+}
+
+struct Case {
+  std::string name;
+  MoeConfig config;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out = {{"qwen3", fp8_preset("qwen3-30b-a3b")},
+                           {"gptoss_nobias", fp8_preset("gpt-oss-120b")},
+                           {"mixtral", fp8_preset("mixtral-8x7b")},
+                           {"deepseek", fp8_preset("deepseek-v3")}};
+  for (Activation a : {Activation::kGeGLU, Activation::kSquaredReLU}) {
+    MoeConfig c = fp8_preset("qwen3-30b-a3b");
+    c.activation = a;
+    out.push_back({std::string(activation_name(a)), c});
+  }
+  // H and F not multiples of 128: short last scale groups and blocks (gpt-oss has H = F = 2880).
+  MoeConfig odd = fp8_preset("qwen3-30b-a3b");
+  odd.hidden = 320, odd.ffn = 208;
+  out.push_back({"short_groups_h320_f208", odd});
+  return out;
+}
+
+class LayerFp8 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LayerFp8, ForwardMatchesFp8AndBf16ReferencesBackwardMatchesBf16) {
+  MOEFUSE_REQUIRE_HOPPER();
+  check_step(GetParam().config, 200, GetParam().name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layer, LayerFp8, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Top-1 over 16 experts with 5 tokens: at least 11 experts get no rows (empty GEMM segments,
+// empty scale groups); and a single token.
+TEST(LayerFp8Edges, ExpertsWithoutTokensAndOneToken) {
+  MOEFUSE_REQUIRE_HOPPER();
+  MoeConfig c = fp8_preset("qwen3-30b-a3b");
+  c.top_k = 1;
+  check_step(c, 5, "top1_empty_experts");
+  check_step(fp8_preset("deepseek-v3"), 1, "deepseek_one_token");
+}
+
+// prepare + forward + backward as ONE CUDA graph, replayed on new inputs in the same buffers:
+// each replay equals an eager step bit for bit, and y matches the FP8 reference.
+TEST(LayerFp8Graph, PrepareForwardBackwardCaptureOnceReplayOnNewInputs) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const MoeConfig c = fp8_preset("deepseek-v3");
+  const LayerOptions o{.mode = LayerMode::kFused};
+  const int64_t T = 200;
+  Stream stream;
+  MoeLayer layer(c, o);
+  test::DeviceLayer d(c, o, T);
+  d.upload(test::LayerData::random(c, T));
+  d.poison();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  MOEFUSE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  d.forward(layer, stream);  // prepare_fp8_weights + forward
+  d.backward(layer, stream);
+  MOEFUSE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MOEFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay) + " seed=" + std::to_string(test::seed()));
+    const test::LayerData data = test::LayerData::random(c, T);
+    d.upload(data);
+    d.poison();
+    MOEFUSE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const test::StepResult graphed = test::download(d);
+    RefInputs in(data);
+    const ref::LayerForward fwd = ref::layer_forward(c, in.w, in.x);
+    expect_y(graphed.at("y"), ref::layer_forward_fp8(c, in.w, in.x, fwd), c.hidden,
+             kFp8ReferenceTolerance, "graph replay vs the FP8 reference");
+    d.poison();
+    d.forward(layer, stream);
+    d.backward(layer, stream);
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    test::expect_same_bits(graphed, test::download(d), "graph vs eager:");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace moefuse
