@@ -37,7 +37,11 @@ struct Case {
 
 const Case kCases[] = {{1, 2048, 8, 2, 1},     {37, 2048, 64, 8, 1},   {4096, 2880, 128, 4, 8},
                        {16384, 64, 16, 2, 1},  {300, 7168, 32, 4, 1},  {64, 528, 512, 16, 8},
-                       {5, 16, 4, 3, 8},       {0, 256, 8, 2, 8}};
+                       {5, 16, 4, 3, 8},       {0, 256, 8, 2, 8},
+                       // ~660 one-token-group blocks for 4096 groups: each block walks ~6
+                       // groups, so both x stages, both code buffers and both mbarrier parities
+                       // are reused (the cases above reach at most a block's third group).
+                       {4096, 7168, 32, 2, 1}};
 
 // Random bf16 rows; in every few tokens one group is special: all zero, holding a NaN, an Inf,
 // or scaled to tiny (multiplier capped at FLT_MAX) or huge magnitudes.

@@ -1,7 +1,7 @@
 // GPU permute, combine and their backward vs the CPU reference: H 8..7168 (with a partial last
-// chunk), k 1..16, T 0..16384 (the last two cases give every block of the persistent permute
-// several token groups, so its shared-memory stages are reused), padded maps (align 8); permute
-// bitwise, the sums within bf16 rounding; bitwise repeatability.
+// chunk), k 1..16, T 0..16384 (T = 4096 gives blocks of the persistent permute several token
+// groups, so its shared-memory stages and mbarrier parities are reused), padded maps (align 8);
+// permute bitwise, the sums within bf16 rounding; bitwise repeatability.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,7 +34,10 @@ struct Case {
 const Case kCases[] = {{37, 2048, 64, 8, 1},  {1024, 2880, 128, 4, 8}, {300, 7168, 32, 4, 1},
                        {1, 8, 1, 1, 1},       {5, 24, 16, 16, 8},      {0, 2048, 8, 2, 1},
                        {1024, 4096, 8, 2, 1}, {64, 520, 512, 16, 8},
-                       {4096, 2880, 128, 4, 8}, {16384, 64, 16, 2, 1}};
+                       {4096, 2880, 128, 4, 8}, {16384, 64, 16, 2, 1},
+                       // ~396 blocks of 2-token groups for 2048 groups: each block walks ~5
+                       // groups, reusing both stages and both mbarrier parities.
+                       {4096, 7168, 32, 2, 1}};
 
 TEST(DispatchRows, PermuteAndPermuteBackwardMatchReference) {
   MOEFUSE_REQUIRE_HOPPER();

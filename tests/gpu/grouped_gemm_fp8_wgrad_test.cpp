@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -275,6 +276,22 @@ TEST(GroupedGemmFp8Wgrad, SmallFeaturesAndOneRow) {
   run_case({.counts = {1}, .n_a = 8, .n_b = 16}, "one row, N 8 x 16");
   run_case({.counts = {0, 0, 0}, .spare_rows = 5, .n_a = 16, .n_b = 8}, "all experts empty");
   run_case({.counts = {0}, .n_a = 16, .n_b = 8}, "M_cap = 0");
+}
+
+// The epilogue hand-off walked several times per CTA: 48 experts × 3 × 5 tiles = 720 tiles, about
+// 5.5 per CTA on a 132-SM H200, so tile_full / tile_empty wrap their phases many times; with
+// accumulate, the empty experts' tiles (skipped by consumers and epilogue warps alike) fall
+// between handed-off ones. A mismatch in the skip rule hangs here or writes the wrong expert.
+TEST(GroupedGemmFp8Wgrad, SeveralTilesPerCtaWithEmptyExperts) {
+  MOEFUSE_REQUIRE_HOPPER();
+  std::vector<int> counts(48, 0);
+  std::uniform_int_distribution<int> pick(0, 47);
+  for (int i = 0; i < 2500; ++i) ++counts[pick(test::rng())];
+  counts[0] = counts[17] = counts[18] = counts[47] = 0;
+  for (bool accumulate : {false, true})
+    run_case({.counts = counts, .row_base = 2, .spare_rows = 11, .n_a = 264, .n_b = 520,
+              .accumulate = accumulate},
+             accumulate ? "720 tiles, accumulate" : "720 tiles, overwrite");
 }
 
 // dW2 of the deepseek-v3 slice: N_a = H = 7168, N_b = F = 2048, skewed ragged experts.

@@ -10,7 +10,9 @@
 // - the losses and every gradient against the bf16 reference step (the backward is the bf16 one
 //   at the same routing, so the bf16 tolerances of layer_test_fixture.h hold);
 // - experts without tokens (T < E with top-1), T = 1;
-// - prepare + forward + backward captured as one CUDA graph, replayed on new inputs.
+// - prepare + forward + backward captured as one CUDA graph, replayed on new inputs;
+// - the layer's scale transpose (act's 1x128 scales to K-major) against the host one, alone, so
+//   that a layout bug there is named by row and group instead of surfacing as a y error.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -18,9 +20,11 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/layer/kernels.h"
 #include "cuda/layer/plan.h"
 #include "gpu/layer_test_fixture.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -259,6 +263,32 @@ TEST(LayerFp8Graph, PrepareForwardBackwardCaptureOnceReplayOnNewInputs) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// layer::transpose_scales against transpose_fp8_activation_scales (the layout the FP8 GEMM and
+// its reference read), bit for bit, padding columns included; the output poisoned first.
+TEST(LayerFp8Kernels, TransposeScalesMatchesHostTranspose) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {5, 3}, {200, 2}, {1023, 23}, {4096, 56}};
+  for (const auto& [rows, groups] : shapes) {
+    SCOPED_TRACE("rows=" + std::to_string(rows) + " groups=" + std::to_string(groups) +
+                 " seed=" + std::to_string(test::seed()));
+    const int64_t pitch = fp8_scale_rows(rows);
+    std::vector<float> src = test::random_uniform(rows * groups, 0.0f, 1.0f), want(groups * pitch);
+    transpose_fp8_activation_scales(
+        TensorView::contiguous(src.data(), DType::kFloat32, {rows, groups}),
+        TensorView::contiguous(want.data(), DType::kFloat32, {groups, pitch}));
+    test::DeviceBuffer<float> g_src(src), g_dst(groups * pitch);
+    g_dst.poison();
+    layer::transpose_scales(g_src.data(), g_dst.data(), rows, groups, pitch, nullptr);
+    const std::vector<float> got = g_dst.download();
+    size_t bad = 0, first = got.size();
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0u) << bad << " of " << got.size() << " entries differ; first: group "
+                       << first / pitch << " row " << first % pitch << " (rows " << rows
+                       << ": later ones are padding, want 1)";
+  }
 }
 
 }  // namespace

@@ -66,8 +66,16 @@ constexpr int kMaxGroupTokens = 8;
 // still holding ~64 KB of loads in flight an SM.
 constexpr int64_t kStageBytesTarget = 32 * 1024;
 constexpr int64_t kQuantStageBytesTarget = 8 * 1024;
-constexpr int64_t kMaxDynamicSmem = 227 * 1024;
+// The opt-in limit (227 KiB on Hopper) bounds static + dynamic shared memory together: leave
+// 1 KiB for the static part (mbarriers, row indices: ~0.5 KiB), or cudaFuncSetAttribute fails
+// instead of the hidden-size check below.
+constexpr int64_t kMaxDynamicSmem = 227 * 1024 - 1024;
 constexpr int kGroupLanes = formats::kBlockwiseGroup / quant::kVec;  // lanes of a 1x128 group
+static_assert(kStages * sizeof(uint64_t) + kMaxGroupTokens * kDispatchMaxTopK * sizeof(int) +
+                      128 <=
+                  227 * 1024 - kMaxDynamicSmem,
+              "permute_kernel's static shared memory (+ the dynamic part's alignment) must fit "
+              "the reserve");
 
 struct PermuteParams {
   const uint8_t* x;
