@@ -14,7 +14,7 @@
 //
 // With deq(a)[r, k] = a[r, k] · a_scales[k/128, r] and deq(b)[e, n, k] = b[e, n, k] ·
 // b_scales[e, n/128, k/128], for every row r of expert e:
-//   h = deq(a)[r] · deq(b)[e]ᵀ;   D[r] = epilogue(h) (· row_scale[r]).
+//   h = deq(a)[r] · deq(b)[e]ᵀ (+ bias[e]);   D[r] = epilogue(h) (· row_scale[r]).
 // A last group shorter than 128 (K or N not a multiple of 128) is a group of its own. These are
 // the scales moefuse::quantize_fp8_blockwise_1x128 / _128x128 (moefuse/quant.h) produce, except
 // that the activation scales are stored K-major: transpose_fp8_activation_scales converts.
@@ -26,8 +26,10 @@
 //
 // Epilogues as in moefuse/grouped_gemm.h (GemmEpilogue, Activation; GLU weights column-interleaved
 // by glu_interleaved_row: interleave the weight, then quantise it, so that the 128x128 blocks and
-// their scales are those of the interleaved rows). Rows outside [offsets[0], offsets[E]) of D are
-// never written; no per-expert padding is needed. No bias and no pre-activation output here.
+// their scales are those of the interleaved rows). Optional per-expert fp32 bias [E, N], added to h
+// before the activation (in h's column order, so interleaved for GLU), as the BF16 kernel's.
+// Rows outside [offsets[0], offsets[E]) of D are never written; no per-expert padding is needed.
+// No pre-activation output here.
 //
 // Requirements (validated, InvalidArgument names the argument): K > 0 and K % 16 == 0 (TMA's
 // 16-byte row stride of e4m3); N > 0 and N % 8 == 0 (N % 16 == 0 for GLU); contiguous tensors,
@@ -70,6 +72,7 @@ struct GroupedGemmFp8Args {
   ClampedSwiGLUParams clamped_swiglu{};          // used with Activation::kClampedSwiGLU
 
   TensorView row_scale;  // optional [M_cap] fp32: multiplies the final output (routing prob.)
+  TensorView bias;       // optional [E, N] fp32: added to h before the epilogue's activation
 };
 
 // The fused kernel: TMA + FP8 wgmma, persistent grid, promotion per 128 of K, epilogue in

@@ -95,9 +95,10 @@ struct MoeLayerWeights {
   TensorView b2;          // [E, H] fp32 when config.expert_bias, else empty
   TensorView shared_w1;   // [shared_fc1, H] bf16 (GLU: interleaved) when shared_expert_ffn > 0
   TensorView shared_w2;   // [H, shared_F] bf16 when shared_expert_ffn > 0
-  // config.precision kFP8Blockwise: the FP8 copy of w1 and w2 (fp8_weight_size() bytes, 256-byte
-  // aligned) that prepare_fp8_weights wrote from the bf16 w1, w2 above; forward reads it,
-  // backward does not (its GEMMs use the bf16 weights). Ignored (may be empty) with kBF16.
+  // config.precision kFP8Blockwise: the FP8 copy of w1 and w2 and of their transposes (the
+  // dgrads' K-major operands; fp8_weight_size() bytes, 256-byte aligned) that
+  // prepare_fp8_weights wrote from the bf16 w1, w2 above; forward reads it, backward does not yet
+  // (its GEMMs use the bf16 weights). Ignored (may be empty) with kBF16.
   Workspace fp8;
 };
 
@@ -206,8 +207,10 @@ class MoeLayer {
   // E4M3 with one fp32 scale per 128x128 block along each GEMM's K (H for w1, F for w2; w1 in
   // its interleaved GLU order, so the blocks are the kernel's). Call it once per optimiser step,
   // after the weights change and before the first forward that reads them; forwards of every
-  // micro-batch of the step reuse it. Two kernels on `stream`, no allocation: CUDA-graph safe
-  // (capture it in the step's graph ahead of the forward).
+  // micro-batch of the step reuse it. Then the transposed copies (transpose_fp8_blockwise_weights,
+  // moefuse/grouped_gemm_fp8_dgrad.h: a byte transpose, the same blocks). Four kernels on
+  // `stream`, no allocation: CUDA-graph safe (capture it in the step's graph ahead of the
+  // forward).
   void prepare_fp8_weights(const MoeLayerWeights& weights, cudaStream_t stream);
 
   // y and losses from x [T, H] bf16. Writes the cache for backward. CUDA-graph safe: yes.

@@ -68,7 +68,7 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args) {
       for (int64_t i = 0; i < n; ++i) {
         double sum = 0;
         for (int64_t j = 0; j < k; ++j) sum += a[j] * b[i * k + j];
-        h[i] = sum;
+        h[i] = is_absent(args.bias) ? sum : sum + double(args.bias.as<const float>()[e * n + i]);
       }
       if (activation) {
         // The kernel's interleaved columns back to the reference [gate; up] order.

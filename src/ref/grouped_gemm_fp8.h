@@ -2,7 +2,7 @@
 // tensors, computed in fp64 from the dequantised operands.
 //
 // For every row r of expert e (offsets[e] <= r < offsets[e+1]):
-//   h[n] = sum_k deq(a)[r, k] · deq(b)[e, n, k]                         fp64
+//   h[n] = sum_k deq(a)[r, k] · deq(b)[e, n, k] (+ bias[e, n])          fp64
 //   D[r] = epilogue(h) · row_scale[r]                                   rounded once to D's dtype
 // with the activations of expert_mlp.h (activation_forward) applied to h in the reference
 // [gate; up] order (the GLU columns of h are interleaved as glu_interleaved_row says, the

@@ -66,7 +66,8 @@ std::vector<float> copy_of(const TensorView& t) {
 // One FP8 GEMM over the routed rows, bf16 output [rows, n_out] as floats.
 std::vector<float> fp8_gemm(const Fp8Rows& a, const Fp8Weight& b, std::vector<int32_t>& offsets,
                             int64_t rows, int64_t e, int64_t n, int64_t k, int64_t n_out,
-                            const MoeConfig& c, bool activation, std::vector<float>* row_scale) {
+                            const MoeConfig& c, bool activation, std::vector<float>* row_scale,
+                            std::vector<float>* bias) {
   std::vector<uint16_t> d(static_cast<size_t>(rows * n_out), 0);
   auto cview = [](const auto& v, DType dtype, std::initializer_list<int64_t> shape) {
     return host(const_cast<void*>(static_cast<const void*>(v.data())), dtype, shape);
@@ -81,7 +82,8 @@ std::vector<float> fp8_gemm(const Fp8Rows& a, const Fp8Weight& b, std::vector<in
       .epilogue = activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
       .activation = c.activation,
       .clamped_swiglu = c.clamped_swiglu,
-      .row_scale = row_scale ? host(row_scale->data(), DType::kFloat32, {rows}) : TensorView{}});
+      .row_scale = row_scale ? host(row_scale->data(), DType::kFloat32, {rows}) : TensorView{},
+      .bias = bias ? host(bias->data(), DType::kFloat32, {e, n}) : TensorView{}});
   std::vector<float> out(d.size());
   for (size_t i = 0; i < d.size(); ++i) out[i] = from_bf16_bits(d[i]);
   return out;
@@ -91,8 +93,6 @@ std::vector<float> fp8_gemm(const Fp8Rows& a, const Fp8Weight& b, std::vector<in
 
 std::vector<float> layer_forward_fp8(const MoeConfig& c, const LayerWeights& w,
                                      const TensorView& x, const LayerForward& f) {
-  MOEFUSE_EXPECT(!c.expert_bias, "config.expert_bias", "false (the FP8 layer has no bias)",
-                 "true");
   const int64_t T = x.size(0), E = c.num_experts, H = c.hidden, F = c.ffn, k = c.top_k;
   const int64_t fc1 = c.fc1_width();
   const int64_t R = static_cast<int64_t>(f.token_of_row.size());
@@ -105,15 +105,28 @@ std::vector<float> layer_forward_fp8(const MoeConfig& c, const LayerWeights& w,
                           host(w1.data(), DType::kFloat32, {E, fc1, H}));
   }
   const Fp8Weight w1q(std::move(w1), E, fc1, H), w2q(copy_of(w.experts.w2), E, H, F);
+  // Biases (config.expert_bias): b1 interleaved like W1's rows, b2 as is.
+  std::vector<float> b1, b2;
+  if (c.expert_bias) {
+    b1 = copy_of(w.experts.b1);
+    b2 = copy_of(w.experts.b2);
+    if (is_glu(c.activation)) {
+      std::vector<float> src = b1;
+      interleave_glu_weight(host(src.data(), DType::kFloat32, {E, fc1}),
+                            host(b1.data(), DType::kFloat32, {E, fc1}));
+    }
+  }
+  std::vector<float>* b1p = c.expert_bias ? &b1 : nullptr;
+  std::vector<float>* b2p = c.expert_bias ? &b2 : nullptr;
 
   const Fp8Rows xs(std::vector<float>(f.xs.begin(), f.xs.begin() + R * H), R, H);
   const std::vector<float> act =
-      fp8_gemm(xs, w1q, offsets, R, E, fc1, H, F, c, /*activation=*/true, nullptr);
+      fp8_gemm(xs, w1q, offsets, R, E, fc1, H, F, c, /*activation=*/true, nullptr, b1p);
   std::vector<float> row_prob(static_cast<size_t>(R), 0.0f);
   for (int64_t i = 0; i < T * k; ++i)
     if (f.row_of[i] >= 0) row_prob[f.row_of[i]] = f.probs[i];
   const std::vector<float> ys =
-      fp8_gemm(Fp8Rows(act, R, F), w2q, offsets, R, E, H, F, H, c, false, &row_prob);
+      fp8_gemm(Fp8Rows(act, R, F), w2q, offsets, R, E, H, F, H, c, false, &row_prob, b2p);
 
   std::vector<float> y(static_cast<size_t>(T * H), 0.0f);
   for (int64_t t = 0; t < T; ++t)

@@ -20,8 +20,8 @@
 namespace moefuse::ref {
 
 // y [T, H] of the FP8 forward. `forward` is ref::layer_forward(config, weights, x) of the same
-// inputs (its routing, maps and xs are used). No bias (the FP8 layer has none: InvalidArgument
-// naming config.expert_bias otherwise).
+// inputs (its routing, maps and xs are used). Expert biases (config.expert_bias) are added in
+// the FP8 epilogues before the activation / row scale, as in the GPU layer.
 std::vector<float> layer_forward_fp8(const MoeConfig& config, const LayerWeights& weights,
                                      const TensorView& x, const LayerForward& forward);
 

@@ -21,7 +21,7 @@
 namespace moefuse {
 namespace {
 
-// The preset's kind of layer at the GPU test's size, FP8-able (no bias).
+// The preset's kind of layer at the GPU test's size (with its expert bias: gpt-oss has one).
 MoeConfig small_fp8(const std::string& name) {
   MoeConfig c = preset(name);
   c.hidden = 256, c.ffn = 128;
@@ -30,7 +30,6 @@ MoeConfig small_fp8(const std::string& name) {
   if (c.shared_expert_ffn > 0) c.shared_expert_ffn = 128;
   if (c.router.kind == RouterKind::kSigmoidGroupTopK)
     c.router.num_groups = 8, c.router.topk_groups = 4;
-  c.expert_bias = false;
   c.precision = PrecisionRecipe::kFP8Blockwise;
   return c;
 }
@@ -50,7 +49,7 @@ std::vector<float> bf16_normal(size_t n, float stddev) {
 struct Data {
   MoeConfig c;
   int64_t T;
-  std::vector<float> x, wr, bias, w1, w2, sw1, sw2;
+  std::vector<float> x, wr, bias, w1, b1, w2, b2, sw1, sw2;
 
   Data(const MoeConfig& config, int64_t tokens) : c(config), T(tokens) {
     const int64_t E = c.num_experts, H = c.hidden, F = c.ffn;
@@ -60,6 +59,10 @@ struct Data {
     if (c.router.use_score_bias) bias = test::random_normal(E, 0.05f);
     w1 = bf16_normal(E * c.fc1_width() * H, 1.0f / std::sqrt(float(H)));
     w2 = bf16_normal(E * H * F, 1.0f / std::sqrt(float(F)));
+    if (c.expert_bias) {
+      b1 = test::random_normal(E * c.fc1_width(), 0.5f);
+      b2 = test::random_normal(E * H, 0.5f);
+    }
     if (c.shared_expert_ffn > 0) {
       sw1 = bf16_normal(s.fc1_width() * H, 1.0f / std::sqrt(float(H)));
       sw2 = bf16_normal(H * s.ffn, 1.0f / std::sqrt(float(s.ffn)));
@@ -73,8 +76,10 @@ struct Data {
     };
     return {.w_router = v(wr, {E, H}),
             .score_bias = v(bias, {E}),
-            .experts = {.w1 = v(w1, {E, c.fc1_width(), H}), .b1 = {}, .w2 = v(w2, {E, H, F}),
-                        .b2 = {}},
+            .experts = {.w1 = v(w1, {E, c.fc1_width(), H}),
+                        .b1 = v(b1, {E, c.fc1_width()}),
+                        .w2 = v(w2, {E, H, F}),
+                        .b2 = v(b2, {E, H})},
             .shared_w1 = v(sw1, {s.fc1_width(), H}),
             .shared_w2 = v(sw2, {H, s.ffn})};
   }
@@ -98,13 +103,23 @@ TEST(RefLayerFp8, QuantisationErrorIsWithinTheDocumentedBound) {
   }
 }
 
-TEST(RefLayerFp8, RejectsExpertBias) {
-  MoeConfig c = small_fp8("qwen3-30b-a3b");
-  Data d(c, 8);
-  const ref::LayerForward f = ref::layer_forward(c, d.weights(), d.xv());
-  c.expert_bias = true;
-  test::expect_invalid([&] { ref::layer_forward_fp8(c, d.weights(), d.xv(), f); },
-                       "config.expert_bias");
+// The biases reach the FP8 epilogues: with them the FP8 y tracks the biased bf16 reference, and
+// dropping them moves it far past the quantisation error.
+TEST(RefLayerFp8, ExpertBiasEntersTheEpilogues) {
+  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
+  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+    SCOPED_TRACE(name);
+    MoeConfig c = small_fp8(name);
+    c.expert_bias = true;
+    Data d(c, 64);
+    const ref::LayerForward f = ref::layer_forward(c, d.weights(), d.xv());
+    EXPECT_LE(test::rel_norm_error(ref::layer_forward_fp8(c, d.weights(), d.xv(), f), f.y),
+              ref::kFp8LayerForwardTolerance);
+    std::fill(d.b1.begin(), d.b1.end(), 0.0f);
+    std::fill(d.b2.begin(), d.b2.end(), 0.0f);
+    EXPECT_GT(test::rel_norm_error(ref::layer_forward_fp8(c, d.weights(), d.xv(), f), f.y),
+              2 * ref::kFp8LayerForwardTolerance);
+  }
 }
 
 }  // namespace

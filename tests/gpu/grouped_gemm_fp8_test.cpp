@@ -60,6 +60,7 @@ struct Case {
   bool activation = false;
   Activation act = Activation::kSwiGLU;
   bool row_scale = false, fp32_out = true;
+  bool bias = false;  // per-expert fp32 bias [E, N] before the activation
 };
 
 // Host operands (quantised), their device copies, the kernel run and the comparison.
@@ -96,6 +97,7 @@ class Runner {
         host(b_.data(), DType::kFloat8E4M3, {experts_, n, k}),
         host(b_scales_.data(), DType::kFloat32, {experts_, ng, kg_}));
     scale_ = test::random_uniform(m_cap_, 0.1f, 1.0f);
+    bias_ = test::random_normal(experts_ * n);
 
     a_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(a_);
     a_scales_dev_ = std::make_unique<DeviceBuffer<float>>(a_scales_);
@@ -103,6 +105,7 @@ class Runner {
     b_scales_dev_ = std::make_unique<DeviceBuffer<float>>(b_scales_);
     offsets_dev_ = std::make_unique<DeviceBuffer<int32_t>>(offsets_);
     scale_dev_ = std::make_unique<DeviceBuffer<float>>(scale_);
+    bias_dev_ = std::make_unique<DeviceBuffer<float>>(bias_);
     d_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(m_cap_ * n_out_ * out_bytes());
   }
 
@@ -120,6 +123,7 @@ class Runner {
         .epilogue = c_.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
         .activation = c_.act};
     if (c_.row_scale) g.row_scale = scale_dev_->view(DType::kFloat32, {m_cap_});
+    if (c_.bias) g.bias = bias_dev_->view(DType::kFloat32, {experts_, c_.n});
     return g;
   }
 
@@ -223,6 +227,7 @@ class Runner {
         .epilogue = c_.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
         .activation = c_.act};
     if (c_.row_scale) g.row_scale = host(scale.data(), DType::kFloat32, {s});
+    if (c_.bias) g.bias = host(const_cast<float*>(bias_.data()), DType::kFloat32, {experts_, c_.n});
     ref::grouped_gemm_fp8(g);
     return d;
   }
@@ -249,9 +254,9 @@ class Runner {
   bool glu_ = false;
   std::vector<int32_t> offsets_;
   std::vector<uint8_t> a_, b_;
-  std::vector<float> a_scales_, b_scales_, scale_;
+  std::vector<float> a_scales_, b_scales_, scale_, bias_;
   std::unique_ptr<DeviceBuffer<uint8_t>> a_dev_, b_dev_, d_dev_;
-  std::unique_ptr<DeviceBuffer<float>> a_scales_dev_, b_scales_dev_, scale_dev_;
+  std::unique_ptr<DeviceBuffer<float>> a_scales_dev_, b_scales_dev_, scale_dev_, bias_dev_;
   std::unique_ptr<DeviceBuffer<int32_t>> offsets_dev_;
 };
 
@@ -275,6 +280,20 @@ TEST(GroupedGemmFp8, Fc1EveryActivation) {
                std::string(activation_name(act)) + (fp32 ? " fp32" : " bf16"));
     }
   }
+}
+
+// GPT-OSS: per-expert bias before the activation (FC1, interleaved GLU columns) and before the
+// row scale (FC2).
+TEST(GroupedGemmFp8, BiasBeforeTheEpilogue) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (Activation act : {Activation::kClampedSwiGLU, Activation::kSwiGLU, Activation::kSquaredReLU})
+    run_case({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
+              .n = 400, .k = 208, .activation = true, .act = act, .row_scale = true,
+              .fp32_out = true, .bias = true},
+             std::string(activation_name(act)) + " + bias");
+  run_case({.counts = uniform_counts(16, 1500), .spare_rows = 33, .n = 520, .k = 336,
+            .row_scale = true, .fp32_out = true, .bias = true},
+           "linear + bias + row scale");
 }
 
 TEST(GroupedGemmFp8, Fc2RowScaleBf16AndFp32) {

@@ -29,6 +29,7 @@
 #include "gpu/layer_test_fixture.h"
 #include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/health.h"
+#include "ref/grouped_gemm_fp8_dgrad.h"
 #include "ref/layer_fp8.h"
 #include "ref/layer_fp8_tolerance.h"
 #include "ref/quant.h"
@@ -44,6 +45,13 @@ MoeConfig fp8_preset(const std::string& name) {
   MoeConfig c = test::scaled_preset(name);
   c.precision = PrecisionRecipe::kFP8Blockwise;
   c.expert_bias = false;
+  return c;
+}
+
+// With the preset's expert bias (gpt-oss has one): the FP8 epilogues add it.
+MoeConfig bias_fp8_preset(const std::string& name) {
+  MoeConfig c = test::scaled_preset(name);
+  c.precision = PrecisionRecipe::kFP8Blockwise;
   return c;
 }
 
@@ -72,8 +80,10 @@ struct RefInputs {
     };
     w = {.w_router = f32(d.w_router, {E, H}),
          .score_bias = f32(d.score_bias, {E}),
-         .experts = {.w1 = f32(d.w1, {E, fc1, H}), .b1 = {}, .w2 = f32(d.w2, {E, H, F}),
-                     .b2 = {}},
+         .experts = {.w1 = f32(d.w1, {E, fc1, H}),
+                     .b1 = f32(d.b1, {E, fc1}),
+                     .w2 = f32(d.w2, {E, H, F}),
+                     .b2 = f32(d.b2, {E, H})},
          .shared_w1 = f32(d.sw1, {s.fc1_width(), H}),
          .shared_w2 = f32(d.sw2, {H, s.ffn})};
     x = f32(d.x, {d.T, H});
@@ -142,6 +152,25 @@ void expect_fp8_weights(const test::DeviceLayer& d, const test::LayerData& data)
     expect_same(download_slice<uint8_t>(d, wt.codes), q, std::string(wt.name) + " e4m3 codes");
     expect_same(download_slice<float>(d, wt.scales), s, std::string(wt.name) + " scales");
   }
+  // The dgrads' transposed copies: the byte transpose of the codes and scales just checked.
+  struct Transposed {
+    const char* name;
+    int64_t n, k;
+    const layer::Slice &codes, &scales, &t_codes, &t_scales;
+  };
+  for (Transposed t : {Transposed{"w1t", fc1, H, p.w1_fp8, p.w1_scales, p.w1t_fp8, p.w1t_scales},
+                       Transposed{"w2t", H, F, p.w2_fp8, p.w2_scales, p.w2t_fp8, p.w2t_scales}}) {
+    const int64_t gn = fp8_scale_groups(t.n), gk = fp8_scale_groups(t.k);
+    std::vector<uint8_t> q = download_slice<uint8_t>(d, t.codes), qt(E * t.n * t.k);
+    std::vector<float> s = download_slice<float>(d, t.scales), st(E * gn * gk);
+    ref::transpose_fp8_blockwise_weights(
+        TensorView::contiguous(q.data(), DType::kFloat8E4M3, {E, t.n, t.k}),
+        TensorView::contiguous(s.data(), DType::kFloat32, {E, gn, gk}),
+        TensorView::contiguous(qt.data(), DType::kFloat8E4M3, {E, t.k, t.n}),
+        TensorView::contiguous(st.data(), DType::kFloat32, {E, gk, gn}));
+    expect_same(download_slice<uint8_t>(d, t.t_codes), qt, std::string(t.name) + " e4m3 codes");
+    expect_same(download_slice<float>(d, t.t_scales), st, std::string(t.name) + " scales");
+  }
 }
 
 // One FP8 step, eager: prepare, forward, backward; y against both references, the rest against
@@ -190,6 +219,7 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> out = {{"qwen3", fp8_preset("qwen3-30b-a3b")},
                            {"gptoss_nobias", fp8_preset("gpt-oss-120b")},
+                           {"gptoss", bias_fp8_preset("gpt-oss-120b")},
                            {"mixtral", fp8_preset("mixtral-8x7b")},
                            {"deepseek", fp8_preset("deepseek-v3")}};
   for (Activation a : {Activation::kGeGLU, Activation::kSquaredReLU}) {

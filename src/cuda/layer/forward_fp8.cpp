@@ -11,8 +11,8 @@
 
 namespace moefuse::layer {
 
-void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const Views& v,
-                        const LayerRun& run, cudaStream_t stream) {
+void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const MoeLayerWeights& w,
+                        const Views& v, const LayerRun& run, cudaStream_t stream) {
   LayerObserver* obs = run.observer;
   run_stage(LayerStage::kPermute, stream, obs, [&] {
     permute_quantize_fp8(x, v.row_of, v.token_of_row, v.xs_fp8, v.xs_scales, run.health, stream);
@@ -26,7 +26,8 @@ void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const Views& v,
                       .d = v.act,
                       .epilogue = GemmEpilogue::kActivation,
                       .activation = c.activation,
-                      .clamped_swiglu = c.clamped_swiglu},
+                      .clamped_swiglu = c.clamped_swiglu,
+                      .bias = w.b1},
                      stream);
     // FC2's A operand. The quantiser writes row-major scales; the GEMM loads one K group's
     // scales for 128 rows with one TMA box, so they are transposed (a pass over R·F/128 floats,
@@ -43,7 +44,8 @@ void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const Views& v,
                       .b_scales = v.w2_scales,
                       .offsets = v.offsets,
                       .d = v.ys,
-                      .row_scale = v.row_prob},
+                      .row_scale = v.row_prob,
+                      .bias = w.b2},
                      stream);
   });
 }

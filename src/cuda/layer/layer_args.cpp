@@ -94,9 +94,6 @@ void check_layer_config(const MoeConfig& c) {
     // K of FC1 (H) and of FC2 (F) is the row length of e4m3 operands: 16-byte TMA rows.
     expect_multiple_of_16_fp8(c.hidden, "config.hidden");
     expect_multiple_of_16_fp8(c.ffn, "config.ffn");
-    MOEFUSE_EXPECT(!c.expert_bias, "config.expert_bias",
-                   "false with fp8_blockwise (the FP8 grouped GEMM has no bias epilogue yet)",
-                   "true");
   }
   expect_multiple_of_8(c.shared_expert_ffn, "config.shared_expert_ffn");
   MOEFUSE_EXPECT(c.num_experts <= kRouterMaxExperts, "config.num_experts",

@@ -24,6 +24,7 @@
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_fp8_dgrad.h"
 #include "moefuse/layer.h"
 #include "moefuse/quant.h"
 #include "moefuse/router.h"
@@ -142,6 +143,8 @@ void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream
       layer::make_views(config_, p, {.cache = {}, .workspace = {}, .fp8 = w.fp8});
   quantize_fp8_blockwise_128x128(w.w1, v.w1_fp8, v.w1_scales, stream);
   quantize_fp8_blockwise_128x128(w.w2, v.w2_fp8, v.w2_scales, stream);
+  transpose_fp8_blockwise_weights(v.w1_fp8, v.w1_scales, v.w1t_fp8, v.w1t_scales, stream);
+  transpose_fp8_blockwise_weights(v.w2_fp8, v.w2_scales, v.w2t_fp8, v.w2t_scales, stream);
 }
 
 void MoeLayer::fork(cudaEvent_t event, cudaStream_t from, cudaStream_t to) {
@@ -206,7 +209,7 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
                             T * k, p.rows, stream);
   });
   if (fp8) {
-    layer::routed_experts_fp8(config_, x, v, run, stream);
+    layer::routed_experts_fp8(config_, x, w, v, run, stream);
   } else {
     if (!fused) {
       layer::run_stage(LayerStage::kPermute, stream, obs,

@@ -145,6 +145,12 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
         weights.add("w1_scales [E,fc1/128,H/128] fp32", E * groups(fc1) * groups(H) * f32);
     p.w2_fp8 = weights.add("w2 [E,H,F] e4m3", E * H * F * e4m3);
     p.w2_scales = weights.add("w2_scales [E,H/128,F/128] fp32", E * groups(H) * groups(F) * f32);
+    // The dgrads' K-major copies (FP8 wgmma has no transposed operand): the same blocks.
+    p.w1t_fp8 = weights.add("w1t [E,H,fc1] e4m3", E * H * fc1 * e4m3);
+    p.w1t_scales =
+        weights.add("w1t_scales [E,H/128,fc1/128] fp32", E * groups(H) * groups(fc1) * f32);
+    p.w2t_fp8 = weights.add("w2t [E,F,H] e4m3", E * F * H * e4m3);
+    p.w2t_scales = weights.add("w2t_scales [E,F/128,H/128] fp32", E * groups(F) * groups(H) * f32);
     p.fp8_weight_bytes = weights.end();
   }
   return p;

@@ -19,6 +19,7 @@ struct Views {
   TensorView xs, act, ys, shared_act, shared_y;
   TensorView xs_fp8, xs_scales, act_fp8, act_scales_rows, act_scales;  // FP8 forward scratch
   TensorView w1_fp8, w1_scales, w2_fp8, w2_scales;                      // FP8 weight region
+  TensorView w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;                  // (transposed copies)
   TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, g, d_probs,
       dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
 };

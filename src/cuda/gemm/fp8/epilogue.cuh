@@ -1,5 +1,6 @@
-// The FP8 kernel's epilogue: activation (GLU on interleaved columns, squared ReLU or none) and
-// row scale applied to the promoted fp32 accumulators, stored straight from registers.
+// The FP8 kernel's forward epilogue: bias, activation (GLU on interleaved columns, squared ReLU or
+// none) and row scale applied to the promoted fp32 accumulators, stored straight from registers.
+// (The dgrad's dGLU epilogue is dglu_epilogue.cuh.)
 //
 // Accumulator layout as in mainloop.cuh: acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the
 // slab, column 8j + 2·(lane % 4) + i of the tile. With the GLU interleave of 8 (gate block 2q,
@@ -22,15 +23,21 @@
 
 namespace moefuse::gemm::fp8 {
 
+// The bias of columns col, col + 1 of h (zeros without bias; col + 1 < N since N % 8 == 0).
+__device__ __forceinline__ float2 bias_pair(const float* bias, int col) {
+  return bias ? __ldg(reinterpret_cast<const float2*>(bias + col)) : make_float2(0.0f, 0.0f);
+}
+
 // slab_first: the first row of this warpgroup's 64-row slab; row_end: exclusive; n0: first
-// column of h in this tile.
+// column of h in this tile; expert: the tile's expert (selects the bias row).
 template <class OutT, EpilogueOp kOp>
 __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulators],
                                                  const Fp8GemmProblem& p, const EpilogueParams& ep,
-                                                 int slab_first, int row_end, int n0) {
+                                                 int expert, int slab_first, int row_end, int n0) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int pair_col = 2 * (lane % 4);
   OutT* d = static_cast<OutT*>(p.d);
+  const float* bias = ep.bias ? ep.bias + static_cast<int64_t>(expert) * p.n : nullptr;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = slab_first + 16 * warp + lane / 4 + 8 * h;
@@ -43,16 +50,20 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulator
         if (n0 + 16 * q >= p.n) break;
         const float* g = &acc[8 * q + 2 * h];
         const float* u = &acc[8 * q + 4 + 2 * h];
-        cuda::store_pair(out + n0 / 2 + 8 * q + pair_col, apply_op<kOp>(ep, g[0], u[0]) * scale,
-                   apply_op<kOp>(ep, g[1], u[1]) * scale);
+        const float2 bg = bias_pair(bias, n0 + 16 * q + pair_col);
+        const float2 bu = bias_pair(bias, n0 + 16 * q + 8 + pair_col);
+        cuda::store_pair(out + n0 / 2 + 8 * q + pair_col,
+                         apply_op<kOp>(ep, g[0] + bg.x, u[0] + bu.x) * scale,
+                         apply_op<kOp>(ep, g[1] + bg.y, u[1] + bu.y) * scale);
       }
     } else {
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         if (n0 + 8 * j >= p.n) break;
         const float* v = &acc[4 * j + 2 * h];
-        cuda::store_pair(out + n0 + 8 * j + pair_col, apply_op<kOp>(ep, v[0], 0.0f) * scale,
-                   apply_op<kOp>(ep, v[1], 0.0f) * scale);
+        const float2 b = bias_pair(bias, n0 + 8 * j + pair_col);
+        cuda::store_pair(out + n0 + 8 * j + pair_col, apply_op<kOp>(ep, v[0] + b.x, 0.0f) * scale,
+                         apply_op<kOp>(ep, v[1] + b.y, 0.0f) * scale);
       }
     }
   }
@@ -61,9 +72,9 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulator
 template <class OutT>
 __device__ __forceinline__ void epilogue_tile(const float (&acc)[kAccumulators],
                                               const Fp8GemmProblem& p, const EpilogueParams& ep,
-                                              int slab_first, int row_end, int n0) {
+                                              int expert, int slab_first, int row_end, int n0) {
   dispatch_epilogue_op(ep.op, [&](auto op) {
-    epilogue_tile_op<OutT, decltype(op)::value>(acc, p, ep, slab_first, row_end, n0);
+    epilogue_tile_op<OutT, decltype(op)::value>(acc, p, ep, expert, slab_first, row_end, n0);
   });
 }
 

@@ -21,8 +21,10 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream) {
                                     : gemm::EpilogueOp::kLinear,
                    .clamp_alpha = args.clamped_swiglu.alpha,
                    .clamp_limit = args.clamped_swiglu.limit,
+                   .bias = is_absent(args.bias) ? nullptr : args.bias.as<const float>(),
                    .row_scale = is_absent(args.row_scale) ? nullptr
                                                           : args.row_scale.as<const float>()},
+      .dglu = {},
       .a = args.a.data,
       .a_scales = args.a_scales.data,
       .b = args.b.data};

@@ -8,7 +8,8 @@
 //               and filling stages ahead of the consumers (mainloop.cuh has the protocol).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, the K loop with per-block
 //               promotion into 64 fp32 registers each (rows 0-63 and 64-127 of the tile), then
-//               the epilogue from registers (epilogue.cuh).
+//               the epilogue from registers: the forward's (epilogue.cuh) or, with kDGlu, the
+//               FC2 dgrad's dGLU (dglu_epilogue.cuh), a compile-time choice.
 #pragma once
 
 #include <cuda.h>
@@ -16,17 +17,20 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "cuda/gemm/device_scheduler.cuh"
+#include "cuda/gemm/fp8/dglu_epilogue.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
 #include "cuda/gemm/fp8/mainloop.cuh"
 
 namespace moefuse::gemm::fp8 {
 
-template <class OutT>
+// OutT: D's element type (forward epilogue; unused with kDGlu, which writes dglu's outputs).
+template <class OutT, bool kDGlu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(const __grid_constant__ CUtensorMap tmap_a,
                             const __grid_constant__ CUtensorMap tmap_b,
                             const __grid_constant__ CUtensorMap tmap_scales,
-                            const Fp8GemmProblem p, const EpilogueParams ep) {
+                            const Fp8GemmProblem p, const EpilogueParams ep,
+                            const bwd::DGluEpilogue dglu) {
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
@@ -56,8 +60,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float* b_scale =
           p.b_scales + (static_cast<int64_t>(c.expert) * n_groups + c.n_block) * k_groups;
       consume_tile(acc, p, smem, pipe, slab, b_scale);
-      epilogue_tile<OutT>(acc, p, ep, rows.first + slab * (kBlockM / 2), rows.end,
-                          c.n_block * kBlockN);
+      const int slab_first = rows.first + slab * (kBlockM / 2);
+      if constexpr (kDGlu)
+        dglu_tile(acc, p, dglu, slab_first, rows.end, c.n_block * kBlockN, c.n_block);
+      else
+        epilogue_tile<OutT>(acc, p, ep, c.expert, slab_first, rows.end, c.n_block * kBlockN);
     }
   }
 }

@@ -1,4 +1,4 @@
-// The FP8 kernel's host launcher and its two instantiations (bf16 and fp32 output).
+// The FP8 kernel's host launcher and its three instantiations (bf16 and fp32 output, dGLU).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 namespace moefuse::gemm::fp8 {
 namespace {
 
-template <class OutT>
+template <class OutT, bool kDGlu>
 void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   const Fp8GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
@@ -30,21 +30,26 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
                             ceil_div(p.n, kBlockN);
   const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), max_tiles));
   const int64_t smem_bytes = fp8_gemm_smem_bytes(p.num_experts);
-  auto* kernel = &grouped_gemm_fp8_kernel<OutT>;
+  auto* kernel = &grouped_gemm_fp8_kernel<OutT, kDGlu>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(tmap_a, tmap_b, tmap_scales, p, launch.epilogue);
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(tmap_a, tmap_b, tmap_scales, p, launch.epilogue,
+                                                 launch.dglu);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void launch_grouped_gemm_fp8_bf16(const Fp8GemmLaunch& launch, cudaStream_t stream) {
-  launch_fp8<__nv_bfloat16>(launch, stream);
+  launch_fp8<__nv_bfloat16, false>(launch, stream);
 }
 
 void launch_grouped_gemm_fp8_fp32(const Fp8GemmLaunch& launch, cudaStream_t stream) {
-  launch_fp8<float>(launch, stream);
+  launch_fp8<float, false>(launch, stream);
+}
+
+void launch_grouped_gemm_fp8_dglu(const Fp8GemmLaunch& launch, cudaStream_t stream) {
+  launch_fp8<__nv_bfloat16, true>(launch, stream);
 }
 
 }  // namespace moefuse::gemm::fp8

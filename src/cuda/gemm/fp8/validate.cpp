@@ -64,6 +64,10 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
 
   if (!is_absent(args.row_scale))
     expect_tensor(args.row_scale, "row_scale", DType::kFloat32, device, {m_cap});
+  if (!is_absent(args.bias)) {
+    expect_tensor(args.bias, "bias", DType::kFloat32, device, {num_experts, n});
+    expect_aligned(args.bias, "bias", 8);  // the epilogue loads column pairs
+  }
 }
 
 }  // namespace moefuse

@@ -1,0 +1,22 @@
+// CPU references of the FP8 dgrad's pieces (moefuse/grouped_gemm_fp8_dgrad.h), on host tensors
+// with the same arguments.
+//
+// transpose_fp8_blockwise_weights: the byte transpose of codes and scales (bit-exact target).
+// fc2_dgrad_fp8: g = deq(dys)·deq(w2t)ᵀ by ref::grouped_gemm_fp8 (fp64 sums, stored fp32), then
+// in fp64 with the reference activation of expert_mlp.h (pre de-interleaved to [gate; up]):
+//   d_pre = activation_backward(pre, p·g) (re-interleaved), scaled_act = p·act, dp = ⟨g, act⟩ +
+//   ⟨dys_bf16, b2[e]⟩; each rounded once to its dtype. Rows outside [offsets[0], offsets[E])
+//   are not written.
+#pragma once
+
+#include "moefuse/grouped_gemm_fp8_dgrad.h"
+
+namespace moefuse::ref {
+
+void transpose_fp8_blockwise_weights(const TensorView& w, const TensorView& w_scales,
+                                     const TensorView& wt, const TensorView& wt_scales);
+
+// Validates as validate_fc2_dgrad_fp8(args, Device::kCpu) plus the offsets' values.
+void fc2_dgrad_fp8(const Fc2DgradFp8Args& args);
+
+}  // namespace moefuse::ref
