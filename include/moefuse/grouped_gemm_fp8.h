@@ -29,7 +29,8 @@
 // their scales are those of the interleaved rows). Optional per-expert fp32 bias [E, N], added to h
 // before the activation (in h's column order, so interleaved for GLU), as the BF16 kernel's.
 // Rows outside [offsets[0], offsets[E]) of D are never written; no per-expert padding is needed.
-// No pre-activation output here.
+// No pre-activation output here. With bf16 d, h (+ bias) is rounded to bf16 before the activation
+// and row scale (as in the BF16 grouped GEMM); with fp32 d it is not rounded.
 //
 // Requirements (validated, InvalidArgument names the argument): K > 0 and K % 16 == 0 (TMA's
 // 16-byte row stride of e4m3); N > 0 and N % 8 == 0 (N % 16 == 0 for GLU); contiguous tensors,

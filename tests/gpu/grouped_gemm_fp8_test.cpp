@@ -335,6 +335,39 @@ TEST(GroupedGemmFp8, DeepSeekFc1Preset) {
            "deepseek fc1 swiglu");
 }
 
+// The 2-CTA clusters (src/cuda/gemm/fp8/cluster_scheduler.h): experts with odd m-block counts
+// (their last m-block runs as n-pairs sharing A) and, with 3 n-blocks, a phantom partner per such
+// expert; the last n-block's second 64-row half of B lies entirely past N at N 264 (not loaded)
+// and partly at N 336; the last expert's second half of A lies past M_cap (1 row in its last
+// m-block, 5 spare rows). Every output kind.
+TEST(GroupedGemmFp8, ClusterPairsOddBlocksAndPhantoms) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts = {129, 1, 0, 300, 640, 0, 385, 129};
+  for (bool fp32 : {false, true}) {
+    const std::string out = fp32 ? " fp32" : " bf16";
+    run_case({.counts = counts, .spare_rows = 5, .n = 264, .k = 272, .row_scale = true,
+              .fp32_out = fp32, .bias = true},
+             "linear, N 264" + out);
+    run_case({.counts = counts, .spare_rows = 5, .n = 336, .k = 272, .activation = true,
+              .act = Activation::kSwiGLU, .fp32_out = fp32},
+             "swiglu, N 336" + out);
+  }
+}
+
+// Several units per cluster with phantoms between live units (9 n-blocks, random expert sizes)
+// and K = 6 blocks, so the 5-stage rings wrap inside and across units and the hand-off's tile
+// buffer is reused many times.
+TEST(GroupedGemmFp8, SeveralUnitsPerClusterWithPhantoms) {
+  MOEFUSE_REQUIRE_HOPPER();
+  std::vector<int> counts = uniform_counts(12, 6000);
+  counts[3] = 0;
+  counts[7] = 1;
+  for (Activation act : {Activation::kSwiGLU, Activation::kSquaredReLU})
+    run_case({.counts = counts, .row_base = 2, .spare_rows = 40, .n = 1040, .k = 768,
+              .activation = true, .act = act, .row_scale = true, .fp32_out = false},
+             std::string(activation_name(act)) + ", 9 n-blocks");
+}
+
 TEST(GroupedGemmFp8, BitwiseRepeatable) {
   MOEFUSE_REQUIRE_HOPPER();
   Runner runner({.counts = uniform_counts(8, 900), .n = 384, .k = 512, .activation = true});

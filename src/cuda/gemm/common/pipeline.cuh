@@ -35,12 +35,15 @@ struct PipelineState {
 };
 
 // By one thread, before the CTA-wide __syncthreads (and before fence_barrier_init).
+// empty_arrivals: every consumer thread arrives by default; the FP8 kernel's cluster pipeline
+// has one arrival per consumer warp and CTA of the cluster (fp8/mainloop.cuh).
 template <int kStages>
 __device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* empty,
-                                                    int full_arrivals) {
+                                                    int full_arrivals,
+                                                    int empty_arrivals = kConsumerThreads) {
   for (int s = 0; s < kStages; ++s) {
     ClusterBarrier::init(&full[s], full_arrivals);
-    ClusterBarrier::init(&empty[s], kConsumerThreads);
+    ClusterBarrier::init(&empty[s], empty_arrivals);
   }
 }
 

@@ -1,31 +1,35 @@
-// Tile geometry, pipeline depth, warp roles and register budgets of the FP8 grouped GEMM
-// (DeepSeek-V3 recipe), with the shared-memory arithmetic checked at compile time.
+// Tile geometry, pipeline depth, cluster shape, warp roles and register budgets of the FP8
+// grouped GEMM (DeepSeek-V3 recipe), with the shared-memory arithmetic checked at compile time.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/gemm/common/swizzle.h"
 #include "cuda/gemm/common/warp_roles.h"
+#include "cuda/gemm/fp8/cluster_scheduler.h"
 
 namespace moefuse::gemm::fp8 {
 
 inline constexpr int kBlockM = 128;  // rows per tile: 2 consumer warpgroups × 64
 // 128 columns: one weight-scale block per tile, and the consumer holds two accumulator sets
 // (the running fp32 sum and the current K block's wgmma output), 64 + 64 registers; N = 256
-// would need 256 accumulator registers.
+// would need 256 accumulator registers (docs/fp8.md, "Speed", weighs the alternatives).
 inline constexpr int kBlockN = 128;
 inline constexpr int kBlockK = 128;  // 128 e4m3 = 128 bytes: one 128B-swizzle row, one scale group
 inline constexpr int kWgmmaK = 32;   // wgmma m64n128k32 e4m3
-inline constexpr int kStages = 6;
-inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
+// Five stages: a sixth does not fit next to the hand-off's tile buffer (static_assert below).
+inline constexpr int kStages = 5;
+inline constexpr int kGroupM = 8;    // m-blocks per raster group (cluster_scheduler.h)
+static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 
-// Warp roles (common/warp_roles.h): in warpgroup 0 one thread issues the TMA loads (no epilogue
-// warps); warpgroups 1 and 2 consume and run the epilogue from registers.
+// Warp roles (common/warp_roles.h): in warpgroup 0 thread 0 issues the TMA loads and, with bf16
+// forward output, warps 1-3 drain the hand-off's tile buffer; warpgroups 1 and 2 consume.
 //
-// setmaxnreg budgets (common/warp_roles.h has the rule): 40 × 128 + 232 × 256 is exactly the
-// CTA's 168 × 384.
-inline constexpr int kProducerRegs = 40;
-inline constexpr int kConsumerRegs = 232;
+// setmaxnreg budgets (common/warp_roles.h has the rule): 80 × 128 + 208 × 256 fits the CTA's
+// 168 × 384. The consumers hold 64 + 64 accumulators; the epilogue warps unpack two 8-wide bf16
+// pieces (72 made ptxas spill 4 bytes in the bf16 instantiation, 80 spills nothing).
+inline constexpr int kProducerRegs = 80;
+inline constexpr int kConsumerRegs = 208;
 static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
 
 inline constexpr int kAccumulators = kBlockN / 2;      // fp32 per thread for m64n128
@@ -33,6 +37,12 @@ inline constexpr int kABytes = kBlockM * kBlockK;      // one stage of A, e4m3
 inline constexpr int kBBytes = kBlockN * kBlockK;      // one stage of B
 inline constexpr int kScaleBytes = kBlockM * 4;        // the tile rows' scales of one K group
 inline constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes;
+// A and B stages are loaded in halves of 64 rows (8 KB, 8 swizzle atoms): one half per CTA of the
+// cluster for the shared operand (multicast), both halves for the CTA's own one.
+inline constexpr int kHalfRows = kBlockM / kClusterSize;
+inline constexpr int kHalfBytes = kHalfRows * kBlockK;
+static_assert(kBlockM == kBlockN, "A and B stages split into the same halves");
+static_assert(kHalfBytes % kSwizzleAtomBytes == 0, "a half starts on a swizzle atom");
 static_assert(kBlockK == kSwizzleRowBytes, "one K block is one swizzle row and one scale group");
 static_assert(kBlockN == 128, "one tile spans exactly one 128-row weight-scale block");
 static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
@@ -40,12 +50,23 @@ static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomB
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kScaleBytes % 128 == 0, "TMA destinations need 128-byte alignment");
 
-// Dynamic shared memory: A stages, B stages, scale stages, 2 × kStages mbarriers, then
-// tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
+// The hand-off's tile buffer (bf16 forward output; tile_epilogue.cuh): 128 rows of 128 bf16,
+// padded to a 272-byte pitch so that a warp's column-pair stores (8 rows × 4 lanes) hit all 32
+// banks.
+inline constexpr int kTilePitch = kBlockN * 2 + 16;
+inline constexpr int kTileBytes = kBlockM * kTilePitch;
+
+// Empty-barrier arrivals: lanes 0 and 1 of each consumer warp of both CTAs (mainloop.cuh).
+inline constexpr int kEmptyArrivals = (kConsumerThreads / 32) * kClusterSize;
+
+// Dynamic shared memory: A stages, B stages, scale stages, the tile buffer, 2 × kStages + 2
+// mbarriers, then unit_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
 constexpr int64_t fp8_gemm_smem_bytes(int num_experts) {
-  return kSwizzleAtomBytes + int64_t{kStages} * kStageBytes + 2 * kStages * 8 +
-         4 * (int64_t{num_experts} + 1);
+  return kSwizzleAtomBytes + int64_t{kStages} * kStageBytes + kTileBytes +
+         (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
 }
 static_assert(fp8_gemm_smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+static_assert(fp8_gemm_smem_bytes(1024) + kStageBytes > 227 * 1024,
+              "a sixth stage would fit: raise kStages");
 
 }  // namespace moefuse::gemm::fp8

@@ -1,6 +1,8 @@
-// The FP8 kernel's forward epilogue: bias, activation (GLU on interleaved columns, squared ReLU or
-// none) and row scale applied to the promoted fp32 accumulators, stored straight from registers.
-// (The dgrad's dGLU epilogue is dglu_epilogue.cuh.)
+// The FP8 kernel's in-consumer forward epilogue, for fp32 output (which must not round h, so it
+// cannot go through the bf16 tile buffer of the overlapped epilogue, tile_epilogue.cuh, and an
+// fp32 buffer of 64 KB would cost two pipeline stages): bias, activation (GLU on interleaved
+// columns, squared ReLU or none) and row scale applied to the promoted fp32 accumulators, stored
+// straight from registers after the K loop. (The dgrad's dGLU epilogue is dglu_epilogue.cuh.)
 //
 // Accumulator layout as in mainloop.cuh: acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the
 // slab, column 8j + 2·(lane % 4) + i of the tile. With the GLU interleave of 8 (gate block 2q,
@@ -17,16 +19,12 @@
 #include <cstdint>
 
 #include "cuda/gemm/epilogues/activation.h"
+#include "cuda/gemm/epilogues/bias_pair.cuh"
 #include "cuda/gemm/fp8/config.h"
 #include "cuda/gemm/fp8/params.h"
 #include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm::fp8 {
-
-// The bias of columns col, col + 1 of h (zeros without bias; col + 1 < N since N % 8 == 0).
-__device__ __forceinline__ float2 bias_pair(const float* bias, int col) {
-  return bias ? __ldg(reinterpret_cast<const float2*>(bias + col)) : make_float2(0.0f, 0.0f);
-}
 
 // slab_first: the first row of this warpgroup's 64-row slab; row_end: exclusive; n0: first
 // column of h in this tile; expert: the tile's expert (selects the bias row).
@@ -50,8 +48,8 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulator
         if (n0 + 16 * q >= p.n) break;
         const float* g = &acc[8 * q + 2 * h];
         const float* u = &acc[8 * q + 4 + 2 * h];
-        const float2 bg = bias_pair(bias, n0 + 16 * q + pair_col);
-        const float2 bu = bias_pair(bias, n0 + 16 * q + 8 + pair_col);
+        const float2 bg = gemm::bias_pair(bias, n0 + 16 * q + pair_col, p.n);
+        const float2 bu = gemm::bias_pair(bias, n0 + 16 * q + 8 + pair_col, p.n);
         cuda::store_pair(out + n0 / 2 + 8 * q + pair_col,
                          apply_op<kOp>(ep, g[0] + bg.x, u[0] + bu.x) * scale,
                          apply_op<kOp>(ep, g[1] + bg.y, u[1] + bu.y) * scale);
@@ -61,7 +59,7 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulator
       for (int j = 0; j < kBlockN / 8; ++j) {
         if (n0 + 8 * j >= p.n) break;
         const float* v = &acc[4 * j + 2 * h];
-        const float2 b = bias_pair(bias, n0 + 8 * j + pair_col);
+        const float2 b = gemm::bias_pair(bias, n0 + 8 * j + pair_col, p.n);
         cuda::store_pair(out + n0 + 8 * j + pair_col, apply_op<kOp>(ep, v[0] + b.x, 0.0f) * scale,
                          apply_op<kOp>(ep, v[1] + b.y, 0.0f) * scale);
       }

@@ -1,29 +1,103 @@
-// The FP8 grouped GEMM kernel (DeepSeek-V3 recipe): persistent (one CTA per SM),
-// warp-specialised, 384 threads.
+// The FP8 grouped GEMM kernel (DeepSeek-V3 recipe): persistent (one CTA per SM), in clusters of
+// 2 CTAs that share an operand tile by TMA multicast, warp-specialised, 384 threads.
 //
-// Timeline of a CTA:
-//   all:        warp 0 computes tile_start[] from the offsets; thread 0 initialises the
-//               mbarriers; __syncthreads (the only CTA-wide barrier).
-//   warpgroup 0 (setmaxnreg down): thread 0 produces, walking tiles blockIdx.x, +gridDim.x, ...
-//               and filling stages ahead of the consumers (mainloop.cuh has the protocol).
-//   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, the K loop with per-block
-//               promotion into 64 fp32 registers each (rows 0-63 and 64-127 of the tile), then
-//               the epilogue from registers: the forward's (epilogue.cuh) or, with kDGlu, the
-//               FC2 dgrad's dGLU (dglu_epilogue.cuh), a compile-time choice.
+// Timeline of a CTA (rank 0 or 1 of cluster `cluster` of `clusters`):
+//   all:        warp 0 computes unit_start[] from the offsets (cluster_scheduler.h); thread 0
+//               initialises the mbarriers; cluster barrier (both CTAs' barriers exist before any
+//               remote arrive or multicast touches them).
+//   warpgroup 0 (setmaxnreg down): thread 0 produces, walking units cluster, +clusters, ... and
+//               filling stages ahead of the consumers (mainloop.cuh has the protocol); with bf16
+//               forward output, warps 1-3 are the epilogue warps, draining each finished tile
+//               from the tile buffer (tile_epilogue.cuh).
+//   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile: the K loop
+//               with per-block promotion into 64 fp32 registers each (rows 0-63 and 64-127 of
+//               the tile), then, by instantiation:
+//                 bf16 forward: the hand-off to the epilogue warps (the next tile's wgmma
+//                   overlap this tile's activation and stores);
+//                 fp32 forward (epilogue.cuh) and the FC2 dgrad's dGLU (dglu_epilogue.cuh): the
+//                   epilogue from registers. fp32 must not round h, and its 64 KB fp32 tile
+//                   buffer would cost two stages; the dGLU reads the bf16 pre-activation and
+//                   writes two bf16 tensors and dp partials from the fp32 g — staging g in fp32
+//                   costs the same two stages. Both keep the first version's epilogue.
+//               A phantom unit (no tile for this CTA) only waits for and releases its stages.
+//   all:        cluster barrier, then exit (no CTA leaves while its peer may still arrive on its
+//               empty barriers or multicast into its stages).
+//
+// Barriers (mbarriers, initialised once; parity waits; phase bits start at 0):
+//   full[s]    count 1 + tx bytes              own producer (+ peer's multicast) -> consumers
+//   empty[s]   count 16 (8 warps × 2 CTAs)     consumers of both CTAs -> producer
+//   tile_full  count 256                       consumers -> epilogue warps (bf16 forward;
+//   tile_empty count 96                        epilogue warps -> consumers  common/tile_handoff.cuh)
+// Each role keeps its own (stage, phase) or tile phase; every role of both CTAs walks the same
+// unit list with the same k_blocks per unit; the hand-off roles skip phantoms on both sides.
+//
+// Walked by hand (bf16 forward; K = k_blocks, S = kStages):
+//   0 units for a cluster (cluster >= total_units, e.g. every expert empty): no role enters its
+//     loop; nothing is loaded, waited on or arrived at; both CTAs pass the final cluster barrier.
+//   1 unit, both CTAs live (an m-pair): each producer waits empty[s] parity 1 for its first S
+//     stages (fresh: passes), expects loads.bytes, copies its own A (2 halves) and multicasts
+//     its B half; each full[s] phase completes when both producers' bytes and the own arrive
+//     are in. Each CTA's 8 consumer warps, after their wait on full[s], arrive on empty[s] of
+//     both CTAs (16 arrivals complete a phase of each); the producers' later waits (parity 0
+//     once the ring wraps) need those. Consumers then wait tile_empty parity 1 (fresh), stage,
+//     arrive tile_full; epilogue warps wait tile_full parity 0, drain, arrive tile_empty. Every
+//     copy has been waited on by the consumers, so none is in flight at the final barrier; the
+//     last remote arrives precede it (release/acquire at cluster scope).
+//   1 unit, partner phantom (an n-pair, odd m-blocks and odd n-blocks): the phantom's producer
+//     multicasts its A half and expects A + scales (no B); its consumers wait and release every
+//     stage (so the live CTA's producer never waits on them in vain) and skip the hand-off, as
+//     do its epilogue warps. The live CTA runs as above.
+//   2 units: stage counters continue (the second unit starts at stage K mod S); consumers wait
+//     tile_empty parity 0 before staging tile 2, i.e. until tile 1 is drained; epilogue warps
+//     wait tile_full parity 1. A phantom unit between two live ones moves both CTAs' stage
+//     counters alike and neither hand-off phase. No waiter can be lapped (mainloop.cuh,
+//     common/tile_handoff.cuh).
 #pragma once
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "cuda/gemm/device_scheduler.cuh"
+#include <type_traits>
+
+#include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/fp8/dglu_epilogue.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
 #include "cuda/gemm/fp8/mainloop.cuh"
+#include "cuda/gemm/fp8/tile_epilogue.cuh"
 
 namespace moefuse::gemm::fp8 {
 
-// OutT: D's element type (forward epilogue; unused with kDGlu, which writes dglu's outputs).
+// Every thread of both CTAs; not .aligned, so lanes that took different roles may call it.
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// Warps 1-3 of warpgroup 0: drain every live tile the consumers stage, in their order.
+__device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
+                                                   const EpilogueParams& ep,
+                                                   const SharedLayout& smem,
+                                                   const TileShape& shape, int total_units,
+                                                   int cluster, int clusters, int rank) {
+  const int worker = threadIdx.x - 32;
+  TileHandoff handoff = TileHandoff::of(smem);
+  for (int u = cluster; u < total_units; u += clusters) {
+    const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
+    if (!w.live) continue;
+    const TileRows rows = tile_rows<kBlockM>(p, w.tile);
+    handoff.wait_full();
+    dispatch_epilogue_op(ep.op, [&](auto op) {
+      drain_tile<decltype(op)::value>(handoff.tile, p, ep, rows.first, rows.end,
+                                      w.tile.n_block * kBlockN, worker, kEpilogueThreads);
+    });
+    handoff.release();
+  }
+}
+
+// OutT: D's element type (forward; unused with kDGlu, which writes dglu's outputs).
 template <class OutT, bool kDGlu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(const __grid_constant__ CUtensorMap tmap_a,
@@ -31,42 +105,65 @@ __global__ void __launch_bounds__(kThreads, 1)
                             const __grid_constant__ CUtensorMap tmap_scales,
                             const Fp8GemmProblem p, const EpilogueParams ep,
                             const bwd::DGluEpilogue dglu) {
+  constexpr bool kOverlap = !kDGlu && std::is_same_v<OutT, __nv_bfloat16>;
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, kBlockN)};
+  const int rank = static_cast<int>(cute::block_rank_in_cluster());
+  const int cluster = blockIdx.x / kClusterSize, clusters = gridDim.x / kClusterSize;
 
-  if (threadIdx.x < 32) warp_tile_starts(p.offsets, p.num_experts, shape, smem.tile_start);
-  if (threadIdx.x == 0) {
-    init_stage_barriers<kStages>(smem.full, smem.empty, 1);
-    cutlass::arch::fence_barrier_init();
+  if (threadIdx.x < 32) {
+    warp_exclusive_prefix(
+        p.num_experts,
+        [&](int e) { return expert_units(p.offsets[e + 1] - p.offsets[e], shape); },
+        smem.unit_start);
   }
-  __syncthreads();
-  const int total_tiles = smem.tile_start[p.num_experts];
+  if (threadIdx.x == 0) smem.init_barriers();
+  cluster_sync_all();
+  const int total_units = smem.unit_start[p.num_experts];
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-    if (threadIdx.x == 0) produce(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_tiles);
+    if (threadIdx.x == 0) {
+      produce(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_units, cluster, clusters,
+              rank);
+    } else if (kOverlap && threadIdx.x >= 32) {
+      run_epilogue_warps(p, ep, smem, shape, total_units, cluster, clusters, rank);
+    }
   } else {
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int slab = warpgroup - 1;
     const int n_groups = ceil_div(p.n, kBlockN), k_groups = ceil_div(p.k, kBlockK);
     float acc[kAccumulators];
     PipelineState<kStages> pipe;
-    for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-      const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+    TileHandoff handoff = TileHandoff::of(smem);
+    for (int u = cluster; u < total_units; u += clusters) {
+      const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
+      if (!w.live) {
+        skip_tile(p, smem, pipe);
+        continue;
+      }
+      const TileCoord& c = w.tile;
       const TileRows rows = tile_rows<kBlockM>(p, c);
       const float* b_scale =
           p.b_scales + (static_cast<int64_t>(c.expert) * n_groups + c.n_block) * k_groups;
       consume_tile(acc, p, smem, pipe, slab, b_scale);
-      const int slab_first = rows.first + slab * (kBlockM / 2);
-      if constexpr (kDGlu)
-        dglu_tile(acc, p, dglu, slab_first, rows.end, c.n_block * kBlockN, c.n_block);
-      else
-        epilogue_tile<OutT>(acc, p, ep, c.expert, slab_first, rows.end, c.n_block * kBlockN);
+      const int n0 = c.n_block * kBlockN;
+      if constexpr (kOverlap) {
+        handoff.acquire();
+        stage_tile(acc, handoff.tile, slab,
+                   ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr, n0, p.n);
+        handoff.publish();
+      } else {
+        const int slab_first = rows.first + slab * (kBlockM / 2);
+        if constexpr (kDGlu) dglu_tile(acc, p, dglu, slab_first, rows.end, n0, c.n_block);
+        else epilogue_tile<OutT>(acc, p, ep, c.expert, slab_first, rows.end, n0);
+      }
     }
   }
+  cluster_sync_all();
 }
 
 }  // namespace moefuse::gemm::fp8

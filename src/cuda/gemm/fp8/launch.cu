@@ -1,4 +1,5 @@
-// The FP8 kernel's host launcher and its three instantiations (bf16 and fp32 output, dGLU).
+// The FP8 kernel's host launcher (a persistent grid of 2-CTA clusters) and its three
+// instantiations (bf16 and fp32 output, dGLU).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -8,34 +9,64 @@
 #include "cuda/gemm/fp8/launch.h"
 #include "cuda/gemm/common/tensor_map.h"
 #include "cuda/sm_count.h"
+#include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8.h"
 
 namespace moefuse::gemm::fp8 {
 namespace {
 
+// Clusters of the kernel that can be resident at once (one CTA per SM, both CTAs of a cluster in
+// one GPC): the persistent grid's size. 0 would mean the kernel cannot run at all.
+int max_active_clusters(const void* kernel, int64_t smem_bytes) {
+  cudaLaunchAttribute cluster{.id = cudaLaunchAttributeClusterDimension};
+  cluster.val.clusterDim = {.x = kClusterSize, .y = 1, .z = 1};
+  cudaLaunchConfig_t config{.gridDim = dim3(kClusterSize * cuda::device_sm_count()),
+                            .blockDim = dim3(kThreads),
+                            .dynamicSmemBytes = static_cast<size_t>(smem_bytes),
+                            .attrs = &cluster,
+                            .numAttrs = 1};
+  int clusters = 0;
+  MOEFUSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  if (clusters < 1)
+    throw NotSupported("the FP8 grouped GEMM's 2-CTA clusters cannot be resident on this GPU");
+  return clusters;
+}
+
 template <class OutT, bool kDGlu>
 void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   const Fp8GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
-  const CUtensorMap tmap_a = make_tma_2d(kTmaE4m3, launch.a, p.m_cap, p.k, kBlockM, kBlockK);
+  // A and B in 64-row boxes: each CTA of a cluster loads one half of the shared operand
+  // (mainloop.cuh).
+  const CUtensorMap tmap_a = make_tma_2d(kTmaE4m3, launch.a, p.m_cap, p.k, kHalfRows, kBlockK);
   const CUtensorMap tmap_b =
-      make_tma_3d(kTmaE4m3, launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
+      make_tma_3d(kTmaE4m3, launch.b, p.num_experts, p.n, p.k, kHalfRows, kBlockK);
   // The activation scales, K-major [K groups, M_cap padded to 4]: one row of 128 per box.
   const CUtensorMap tmap_scales = make_tma_2d(kTmaF32Rows, launch.a_scales, fp8_scale_groups(p.k),
                                               fp8_scale_rows(p.m_cap), 1, kBlockM);
 
-  // The host cannot know the tile count; this bound (each expert adds at most one partial
-  // m-block) only trims the grid for tiny problems.
+  // The host cannot know the unit count; this bound (each expert adds at most one partial
+  // m-block and one odd unit) only trims the grid for tiny problems.
   const int64_t max_tiles = (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) *
                             ceil_div(p.n, kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), max_tiles));
+  const int64_t max_units = (max_tiles + p.num_experts + 1) / 2;
   const int64_t smem_bytes = fp8_gemm_smem_bytes(p.num_experts);
   auto* kernel = &grouped_gemm_fp8_kernel<OutT, kDGlu>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(tmap_a, tmap_b, tmap_scales, p, launch.epilogue,
-                                                 launch.dglu);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
+  const int clusters = static_cast<int>(std::min<int64_t>(
+      max_active_clusters(reinterpret_cast<const void*>(kernel), smem_bytes), max_units));
+
+  cudaLaunchAttribute cluster{.id = cudaLaunchAttributeClusterDimension};
+  cluster.val.clusterDim = {.x = kClusterSize, .y = 1, .z = 1};
+  const cudaLaunchConfig_t config{.gridDim = dim3(kClusterSize * clusters),
+                                  .blockDim = dim3(kThreads),
+                                  .dynamicSmemBytes = static_cast<size_t>(smem_bytes),
+                                  .stream = stream,
+                                  .attrs = &cluster,
+                                  .numAttrs = 1};
+  MOEFUSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, tmap_a, tmap_b, tmap_scales, p,
+                                        launch.epilogue, launch.dglu));
 }
 
 }  // namespace

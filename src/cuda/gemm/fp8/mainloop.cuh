@@ -1,19 +1,41 @@
-// The FP8 grouped GEMM's mainloop: the TMA producer and the consumer warpgroups that run e4m3
-// wgmma per K block and promote each block's result into fp32 registers with its scales.
+// The FP8 grouped GEMM's mainloop: the TMA producer, which shares one operand per work unit
+// with the other CTA of its 2-CTA cluster by multicast, and the consumer warpgroups that run
+// e4m3 wgmma per K block and promote each block's result into fp32 registers with its scales.
 //
-// Pipeline protocol (kStages stages, each with a `full` and an `empty` mbarrier):
-//   producer (one thread): wait empty[s] (parity phase ^ 1; a fresh barrier passes), then
-//     arrive.expect_tx(full[s], A + B + scale bytes) and three TMA loads: the tile's 128 rows of
-//     A for K block kb, the 128 rows of the expert's B for kb, and those 128 rows' activation
-//     scales of K group kb (one 512-byte box of the K-major scale tensor). full[s] arrive count 1.
-//   consumers (256 threads): wait full[s] (parity phase); read their rows' two activation scales
-//     from the stage; 4 wgmma m64n128k32 into a fresh fp32 block accumulator (the first with
-//     scale-d 0); commit; wait for all of them (wait_group 0); arrive on empty[s] (count 256);
-//     then promote: acc += block · (a_scale[row] · b_scale[n-block, kb]).
-// The stage is released before the promotion, so the producer refills it while the FMAs run; the
-// two consumer warpgroups interleave, so one's wgmma overlaps the other's promotion (DeepGEMM's
-// scheme). Both roles walk the same tiles and K blocks, so their (stage, phase) counters stay in
-// lockstep across the persistent loop.
+// Pipeline protocol (per CTA kStages stages, each with a `full` and an `empty` mbarrier; both
+// CTAs of a cluster walk the same work units (cluster_scheduler.h) with the same K blocks, so
+// stage s in round j means the same K block of the same unit in both):
+//   full[s]   count 1 (the own producer's arrive.expect_tx) + the stage's transaction bytes,
+//             which come from the own producer's and the peer producer's copies;
+//   empty[s]  count kEmptyArrivals = 16: lane c of each of the 8 consumer warps of EACH CTA
+//             arrives on the empty[s] of CTA c (c = 0, 1; a remote arrive through mapa).
+//   producer (thread 0), per K block: wait own empty[s] (parity phase ^ 1; a fresh barrier
+//     passes) — complete only when the consumers of BOTH CTAs have released stage s, since the
+//     multicast below writes into both —; arrive.expect_tx(own full[s], loads.bytes); then
+//       the shared operand: its half (rows 64·rank ..) multicast (mask 0b11) to the same offset
+//         of both CTAs, signalling full[s] at the same offset in each;
+//       its own operand: both 64-row halves, to itself;
+//       its tile rows' activation scales (one 512-byte box), to itself.
+//     A half whose first row lies past the tensor (rows past m_cap, or columns past N for B) is
+//     not loaded and not counted: the stale bytes feed only rows or columns that are never
+//     written (wgmma keeps rows of A and rows of B apart). Both CTAs make the same decision for
+//     the shared operand (same rows), so each receives exactly loads.bytes. A phantom (no tile)
+//     loads no B; its half of A is still multicast for its partner.
+//     The peer's multicast may complete_tx on our full[s] before our own expect_tx: the tx count
+//     goes negative for a moment and the phase cannot complete before our arrive. It cannot hit
+//     the previous phase: the peer issues it after its empty[s] completed, which needs our
+//     consumers' release of the previous round, which follows their wait on that phase.
+//   consumers (256 threads): wait full[s] (parity phase); read their rows' two activation
+//     scales; 4 wgmma m64n128k32 into a fresh fp32 block accumulator (the first with scale-d 0);
+//     commit; wait_group 0 (every lane of the warp is past it: .sync.aligned); lanes 0 and 1
+//     arrive on empty[s] of CTA 0 and CTA 1; then promote: acc += block · (a_scale · b_scale).
+//     A phantom's consumers wait full[s] and release, without wgmma (the release must follow the
+//     wait, or the next round's copies could land in this round's phase).
+//   No waiter is lapped: every stage of every unit holds bytes from BOTH producers, so a CTA's
+//   round j + 1 of stage s needs the peer's empty[s] round j complete, and vice versa.
+// The stage is released before the promotion, so the producers refill it while the FMAs run;
+// the two consumer warpgroups interleave, so one's wgmma overlaps the other's promotion
+// (DeepGEMM's scheme).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -25,38 +47,111 @@
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
+#include "cuda/gemm/fp8/cluster_scheduler.h"
 #include "cuda/gemm/fp8/config.h"
 #include "cuda/gemm/fp8/params.h"
 #include "cuda/gemm/fp8/shared.cuh"
-#include "cuda/gemm/tile_scheduler.h"
 
 namespace moefuse::gemm::fp8 {
 
-// A through a 2D map over [m_cap, K] (rows past m_cap zero-filled, rows of the next expert
-// loaded and masked in the epilogue); B through a 3D map over [E, N, K] (n past N zero-filled,
-// never another expert); the scales through a 2D map over [ceil(K/128), fp8_scale_rows(m_cap)].
-// K past the end is zero-filled in A and B, so a short last K block adds nothing extra.
+inline constexpr uint16_t kClusterMask = (1u << kClusterSize) - 1;
+
+// What the producer copies into every stage of one unit (the same for all its K blocks). The
+// halves are bit masks (bit h: the 64-row half h has its first row inside the tensor), so that
+// indexing them by the CTA's rank needs no local memory.
+struct StageLoads {
+  uint32_t a_halves;
+  uint32_t b_halves;
+  bool scales;
+  int bytes;  // what full[s] expects
+};
+
+__device__ __forceinline__ StageLoads stage_loads(const Fp8GemmProblem& p, const UnitTile& w,
+                                                  const TileRows& rows) {
+  StageLoads l{};
+#pragma unroll
+  for (int h = 0; h < kClusterSize; ++h) {
+    const bool a = rows.first + h * kHalfRows < p.m_cap;
+    const bool b = w.live && w.tile.n_block * kBlockN + h * kHalfRows < p.n;
+    l.a_halves |= uint32_t{a} << h;
+    l.b_halves |= uint32_t{b} << h;
+    l.bytes += (a + b) * kHalfBytes;
+  }
+  l.scales = rows.first < p.m_cap;
+  l.bytes += l.scales * kScaleBytes;
+  return l;
+}
+
+// A through a 2D map over [m_cap, K] and B through a 3D map over [E, N, K], both in boxes of 64
+// rows × 128 bytes (rows of the next expert loaded and masked in the epilogue; n past N
+// zero-filled, never another expert); the scales through a 2D map over
+// [ceil(K/128), fp8_scale_rows(m_cap)] in boxes of 128. K past the end is zero-filled in A and B,
+// so a short last K block adds nothing extra.
 __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                         const CUtensorMap* tmap_scales, const Fp8GemmProblem& p,
                                         const SharedLayout& smem, const TileShape& shape,
-                                        int total_tiles) {
+                                        int total_units, int cluster, int clusters, int rank) {
   const int k_blocks = ceil_div(p.k, kBlockK);
   PipelineState<kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const TileRows rows = tile_rows<kBlockM>(p, c);
+  for (int u = cluster; u < total_units; u += clusters) {
+    const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
+    const TileRows rows = tile_rows<kBlockM>(p, w.tile);
+    const StageLoads loads = stage_loads(p, w, rows);
+    const int n_first = w.tile.n_block * kBlockN;
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
-      ClusterTransactionBarrier::arrive_and_expect_tx(full, kStageBytes);
-      cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, smem.a_stage(pipe.stage),
-                                   kb * kBlockK, rows.first);
-      cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
-                                   kb * kBlockK, c.n_block * kBlockN, c.expert);
-      cute::SM90_TMA_LOAD_2D::copy(tmap_scales, full, kCacheHintNormal,
-                                   smem.scale_stage(pipe.stage), rows.first, kb);
+      ClusterTransactionBarrier::arrive_and_expect_tx(full, loads.bytes);
+      const int k0 = kb * kBlockK;
+      // Half h of A or B; mask 0: to this CTA only.
+      auto load_a = [&](int h, uint16_t mask) {
+        if (!(loads.a_halves >> h & 1u)) return;
+        uint8_t* dst = smem.a_stage(pipe.stage) + h * kHalfBytes;
+        const int row = rows.first + h * kHalfRows;
+        if (mask) cute::SM90_TMA_LOAD_MULTICAST_2D::copy(tmap_a, full, mask, kCacheHintNormal,
+                                                         dst, k0, row);
+        else cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, dst, k0, row);
+      };
+      auto load_b = [&](int h, uint16_t mask) {
+        if (!(loads.b_halves >> h & 1u)) return;
+        uint8_t* dst = smem.b_stage(pipe.stage) + h * kHalfBytes;
+        const int row = n_first + h * kHalfRows;
+        if (mask) cute::SM90_TMA_LOAD_MULTICAST_3D::copy(tmap_b, full, mask, kCacheHintNormal,
+                                                         dst, k0, row, w.tile.expert);
+        else cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, dst, k0, row,
+                                          w.tile.expert);
+      };
+      if (w.share_a) {
+        load_a(rank, kClusterMask);
+#pragma unroll
+        for (int h = 0; h < kClusterSize; ++h) load_b(h, 0);
+      } else {
+        load_b(rank, kClusterMask);
+#pragma unroll
+        for (int h = 0; h < kClusterSize; ++h) load_a(h, 0);
+      }
+      if (loads.scales)
+        cute::SM90_TMA_LOAD_2D::copy(tmap_scales, full, kCacheHintNormal,
+                                     smem.scale_stage(pipe.stage), rows.first, kb);
       pipe.advance();
     }
+  }
+}
+
+// Lane c of the warp releases the stage in CTA c of the cluster (c < kClusterSize).
+__device__ __forceinline__ void release_stage(const SharedLayout& smem, int stage) {
+  const uint32_t lane = threadIdx.x % 32;
+  ClusterBarrier::arrive(&smem.empty[stage], lane, lane < kClusterSize);
+}
+
+// A phantom's K loop: every stage waited for and released, nothing computed.
+__device__ __forceinline__ void skip_tile(const Fp8GemmProblem& p, const SharedLayout& smem,
+                                          PipelineState<kStages>& pipe) {
+  const int k_blocks = ceil_div(p.k, kBlockK);
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
+    release_stage(smem, pipe.stage);
+    pipe.advance();
   }
 }
 
@@ -102,7 +197,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const 
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<0>();
     fence_accumulators(block);
-    ClusterBarrier::arrive(&smem.empty[pipe.stage]);
+    release_stage(smem, pipe.stage);
 #pragma unroll
     for (int j = 0; j < kAccumulators / 4; ++j) {
       acc[4 * j + 0] = fmaf(s0, block[4 * j + 0], acc[4 * j + 0]);

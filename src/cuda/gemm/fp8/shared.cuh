@@ -1,35 +1,55 @@
-// The FP8 kernel's shared memory: where each stage, barrier and the tile prefix live. Its stages
-// are K-major, 128B-swizzled e4m3 (wgmma descriptors: common/smem_descriptor.cuh).
+// The FP8 kernel's shared memory: where each stage, the hand-off's tile buffer, the barriers and
+// the unit prefix live. Its stages are K-major, 128B-swizzled e4m3 (wgmma descriptors:
+// common/smem_descriptor.cuh). Every CTA of a cluster has the same layout, so a multicast TMA
+// lands at the same offsets (and signals the same barrier) in each.
 #pragma once
+
+#include <cutlass/arch/barrier.h>
 
 #include <cstdint>
 
+#include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
+#include "cuda/gemm/common/tile_handoff.cuh"
 #include "cuda/gemm/fp8/config.h"
 
 namespace moefuse::gemm::fp8 {
 
 struct SharedLayout {
-  uint8_t* a;       // kStages × [kBlockM rows × 128 B], 128B-swizzled
-  uint8_t* b;       // kStages × [kBlockN rows × 128 B], 128B-swizzled
-  float* a_scale;   // kStages × [kBlockM]: the tile rows' activation scales of the stage's K group
-  uint64_t* full;   // [kStages] producer → consumers: the stage holds data
-  uint64_t* empty;  // [kStages] consumers → producer: the stage may be overwritten
-  int* tile_start;  // [E + 1] exclusive prefix of the tile counts
+  uint8_t* a;            // kStages × [kBlockM rows × 128 B], 128B-swizzled
+  uint8_t* b;            // kStages × [kBlockN rows × 128 B], 128B-swizzled
+  float* a_scale;        // kStages × [kBlockM]: the tile rows' activation scales of a K group
+  uint8_t* tile;         // kTileBytes: the hand-off's tile buffer (bf16 forward output only)
+  uint64_t* full;        // [kStages] producers → consumers: the stage holds data
+  uint64_t* empty;       // [kStages] consumers of both CTAs → producer: may be overwritten
+  uint64_t* tile_full;   // consumers → epilogue warps (common/tile_handoff.cuh)
+  uint64_t* tile_empty;  // epilogue warps → consumers
+  int* unit_start;       // [E + 1] exclusive prefix of the work-unit counts
 
   __device__ static SharedLayout carve(uint8_t* raw) {
     SharedLayout s;
     s.a = align_to_swizzle_atom(raw);
     s.b = s.a + kStages * kABytes;
     s.a_scale = reinterpret_cast<float*>(s.b + kStages * kBBytes);
-    s.full = reinterpret_cast<uint64_t*>(s.a_scale + kStages * kBlockM);
+    s.tile = reinterpret_cast<uint8_t*>(s.a_scale + kStages * kBlockM);
+    s.full = reinterpret_cast<uint64_t*>(s.tile + kTileBytes);
     s.empty = s.full + kStages;
-    s.tile_start = reinterpret_cast<int*>(s.empty + kStages);
+    s.tile_full = s.empty + kStages;
+    s.tile_empty = s.tile_full + 1;
+    s.unit_start = reinterpret_cast<int*>(s.tile_empty + 1);
     return s;
   }
   __device__ uint8_t* a_stage(int stage) const { return a + stage * kABytes; }
   __device__ uint8_t* b_stage(int stage) const { return b + stage * kBBytes; }
   __device__ float* scale_stage(int stage) const { return a_scale + stage * kBlockM; }
+
+  // Every barrier, by one thread, before the cluster-wide barrier that precedes any use.
+  __device__ void init_barriers() const {
+    init_stage_barriers<kStages>(full, empty, 1, kEmptyArrivals);
+    TileHandoff::init_barriers(tile_full, tile_empty);
+    cutlass::arch::fence_barrier_init();
+  }
 };
+static_assert(kStageBytes * kStages % 16 == 0, "the tile buffer and barriers stay aligned");
 
 }  // namespace moefuse::gemm::fp8

@@ -1,0 +1,86 @@
+// The FP8 forward's overlapped epilogue (bf16 output): the consumers hand the promoted tile to
+// the epilogue warps through shared memory and go straight back to the mainloop, so bias,
+// activation, row scale and the global stores of tile i run while the tensor cores work on
+// tile i + 1 (the BF16 kernel's scheme, docs/grouped_gemm.md; hand-off protocol:
+// common/tile_handoff.cuh).
+//
+// Once per tile:
+//   consumers (256 threads): h + bias as bf16 into the tile buffer [128 rows × 128 columns,
+//     272-byte pitch: config.h].
+//   epilogue warps (96 threads): activation and row scale, 8 outputs a step, 16-byte stores,
+//     masked by rows (< the expert's end) and columns (< N; N % 8 == 0, N % 16 == 0 for GLU, so
+//     an 8-column chunk or a 16-column GLU pair is entirely in or out).
+// The activation thus reads h rounded to bf16, as in the BF16 kernel (what an unfused bf16 path
+// and the backward's recomputation from a saved pre-activation see).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/epilogues/activation.h"
+#include "cuda/gemm/epilogues/bias_pair.cuh"
+#include "cuda/gemm/fp8/config.h"
+#include "cuda/gemm/fp8/params.h"
+#include "cuda/packed_values.cuh"
+
+namespace moefuse::gemm::fp8 {
+
+// Consumer side: warpgroup `slab`'s 64 rows (+ bias, zero past N) → the bf16 tile buffer.
+// Accumulator layout (mainloop.cuh): acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the slab,
+// column 8j + 2·(lane % 4) + i.
+__device__ __forceinline__ void stage_tile(const float (&acc)[kAccumulators], uint8_t* tile,
+                                           int slab, const float* bias, int n0, int n) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int pair_col = 2 * (lane % 4);
+  uint8_t* row0 = tile + (slab * (kBlockM / 2) + 16 * warp + lane / 4) * kTilePitch;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    const float2 b = gemm::bias_pair(bias, n0 + 8 * j + pair_col, n);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      cuda::store_pair(
+          reinterpret_cast<__nv_bfloat16*>(row0 + 8 * h * kTilePitch + (8 * j + pair_col) * 2),
+          acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
+  }
+}
+
+// Epilogue-warp side: the staged tile → D (bf16). `worker` in [0, workers).
+template <EpilogueOp kOp>
+__device__ __forceinline__ void drain_tile(const uint8_t* tile, const Fp8GemmProblem& p,
+                                           const EpilogueParams& ep, int row_first, int row_end,
+                                           int n0, int worker, int workers) {
+  constexpr int kChunks = kBlockN / 8;  // 16-byte pieces of a staged row
+  auto* d = static_cast<__nv_bfloat16*>(p.d);
+  if constexpr (is_glu_op(kOp)) {
+    // Gate chunk 2q and up chunk 2q + 1 (8 columns each) give outputs n0/2 + 8q .. + 7.
+    constexpr int kPairs = kChunks / 2;
+    for (int item = worker; item < kBlockM * kPairs; item += workers) {
+      const int r = item / kPairs, q = item % kPairs;
+      const int row = row_first + r;
+      if (row >= row_end || n0 + 16 * q >= p.n) continue;
+      float g[8], u[8], out[8];
+      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32), g);
+      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32 + 16), u);
+      const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = apply_op<kOp>(ep, g[i], u[i]) * scale;
+      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + n0 / 2 + 8 * q) =
+          cuda::pack_bf16x8(out);
+    }
+  } else {
+    for (int item = worker; item < kBlockM * kChunks; item += workers) {
+      const int r = item / kChunks, c = item % kChunks;
+      const int row = row_first + r, col = n0 + 8 * c;
+      if (row >= row_end || col >= p.n) continue;
+      float v[8];
+      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 16), v);
+      const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = apply_op<kOp>(ep, v[i], 0.0f) * scale;
+      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + col) = cuda::pack_bf16x8(v);
+    }
+  }
+}
+
+}  // namespace moefuse::gemm::fp8
