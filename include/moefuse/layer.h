@@ -97,8 +97,8 @@ struct MoeLayerWeights {
   TensorView shared_w2;   // [H, shared_F] bf16 when shared_expert_ffn > 0
   // config.precision kFP8Blockwise: the FP8 copy of w1 and w2 and of their transposes (the
   // dgrads' K-major operands; fp8_weight_size() bytes, 256-byte aligned) that
-  // prepare_fp8_weights wrote from the bf16 w1, w2 above; forward reads it, backward does not yet
-  // (its GEMMs use the bf16 weights). Ignored (may be empty) with kBF16.
+  // prepare_fp8_weights wrote from the bf16 w1, w2 above; forward and backward read it.
+  // Ignored (may be empty) with kBF16.
   Workspace fp8;
 };
 
@@ -221,9 +221,10 @@ class MoeLayer {
                const LayerRun& run = {});
 
   // Every gradient from dy [T, H] bf16, the same x and weights, and the cache the forward wrote.
-  // The cache is only read. CUDA-graph safe: yes. kFP8Blockwise: for now the bf16 backward from
-  // the bf16 master weights at the forward's routing, FC1's pre-activation recomputed in bf16
-  // from x (the FP8 GEMM cannot save it); the FP8 backward is the next stage (docs/fp8.md).
+  // The cache is only read. CUDA-graph safe: yes. kFP8Blockwise: the routed experts' backward
+  // in FP8 from weights.fp8 (FC1's pre-activation recomputed in FP8 from x, both dgrads on the
+  // transposed FP8 weights, both wgrads on column-wise quantised operands); the router, the
+  // shared expert and the bias gradients in bf16 (docs/layer.md).
   void backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& weights,
                 const MoeLayerGrads& grads, Workspace cache, Workspace workspace,
                 cudaStream_t stream, const LayerRun& run = {});

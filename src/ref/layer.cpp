@@ -142,8 +142,16 @@ void layer_backward(const MoeConfig& config, const LayerWeights& weights, const 
                       weights.experts, f32(forward.pre, {R, fc1}), f32(dys, {R, H}),
                       f32(dxs, {R, H}), grads.experts);
   permute_backward(f32(dxs, {R, H}), i32(forward.row_of, {T, k}), grads.dx);
+  layer_backward_shared_and_router(config, weights, x, forward, dy, d_probs, grads);
+}
 
-  if (shared) {
+void layer_backward_shared_and_router(const MoeConfig& config, const LayerWeights& weights,
+                                      const TensorView& x, const LayerForward& forward,
+                                      const TensorView& dy, const std::vector<float>& d_probs,
+                                      const LayerGrads& grads) {
+  const int64_t T = x.size(0), E = config.num_experts, H = config.hidden, k = config.top_k;
+  const MoeConfig s = shared_config(config);
+  if (config.shared_expert_ffn > 0) {
     const std::vector<int32_t> rows = {0, static_cast<int32_t>(T)};
     std::vector<float> dx_shared(T * H);
     expert_mlp_backward(

@@ -47,4 +47,13 @@ LayerForward layer_forward(const MoeConfig& config, const LayerWeights& weights,
 void layer_backward(const MoeConfig& config, const LayerWeights& weights, const TensorView& x,
                     const LayerForward& forward, const TensorView& dy, const LayerGrads& grads);
 
+// The backward past the routed experts, shared by layer_backward and the FP8 reference
+// (ref/layer_fp8.h): the shared expert's backward (dx +=, d_shared_*) and the router's from
+// d_probs [T, k] (dx +=, d_w_router). grads.dx holds the routed experts' dx on entry. Checked
+// by its callers.
+void layer_backward_shared_and_router(const MoeConfig& config, const LayerWeights& weights,
+                                      const TensorView& x, const LayerForward& forward,
+                                      const TensorView& dy, const std::vector<float>& d_probs,
+                                      const LayerGrads& grads);
+
 }  // namespace moefuse::ref

@@ -8,8 +8,27 @@
 // is that with margin (squared ReLU doubles act's relative error). Shared with the GPU test.
 #pragma once
 
+#include <string_view>
+
 namespace moefuse::ref {
 
 inline constexpr double kFp8LayerForwardTolerance = 1e-1;
+
+// The FP8 backward's gradients (ref::layer_backward_fp8, the GPU's FP8 backward) against the bf16
+// reference's, rel-norm, by gradient name. Measured by tests/cpu/ref_layer_fp8_test.cpp
+// (RefLayerFp8.BackwardQuantisationErrorIsWithinTheDocumentedBounds prints them) on Gaussian data
+// at H 256, F 128, T 96, five seeds, the four presets' kinds:
+//   dx 0.051-0.067   d_w1 0.058-0.063   d_w2 0.050-0.061   d_b1 0.051-0.053
+//   d_w_router 0.043-0.079 (dp = <g, act> sums many quantised terms with cancellation; the
+//   router's gradient is dp's, so it varies most)
+// Each gradient passes through about four E4M3 roundings (dys or d_pre, a weight, and for the
+// wgrads two column-wise operands, besides the FP8 pre recompute), hence ≈ the forward's error.
+// The bounds: ~1.5x the worst measured. d_b2 = Σ p·dys never meets an FP8 operand: the bf16
+// tolerance. Names not listed (the shared expert's, which stays bf16) get the bf16 one too.
+inline double fp8_layer_gradient_tolerance(std::string_view grad) {
+  if (grad == "dx" || grad == "d_w1" || grad == "d_w2" || grad == "d_b1") return 1e-1;
+  if (grad == "d_w_router") return 1.5e-1;
+  return 2e-2;
+}
 
 }  // namespace moefuse::ref

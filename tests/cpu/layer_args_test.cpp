@@ -161,6 +161,20 @@ TEST(LayerArgs, ConfigTheGpuPathCannotRunIsRejectedBeforeAnyCudaCall) {
   }
 }
 
+// The FP8 backward's GEMMs read the FP8 weight copy (w1 for the recompute, w1t and w2t for the
+// dgrads): backward checks the region as forward does.
+TEST(LayerFp8Args, BackwardChecksTheFp8WeightRegion) {
+  MoeConfig c = preset("deepseek-v3");
+  c.precision = PrecisionRecipe::kFP8Blockwise;
+  FakeLayer f(c);
+  test::expect_invalid([&] { f.backward(); }, "weights.fp8");
+  const size_t bytes = layer_memory_plan(c, {}, 1).fp8_weight_bytes;
+  f.w.fp8 = {.data = f.dev(DType::kBFloat16, {1}).data, .bytes = bytes - 256};
+  test::expect_invalid([&] { f.backward(); }, "weights.fp8");
+  f.w.fp8.bytes = bytes;
+  EXPECT_NO_THROW(f.backward());
+}
+
 TEST(LayerNames, EveryStageAndModeHasItsOwnName) {
   std::vector<std::string> names;
   for (int s = 0; s < static_cast<int>(LayerStage::kCount); ++s)

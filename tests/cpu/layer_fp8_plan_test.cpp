@@ -3,6 +3,7 @@
 // the C ABI's FP8 entry points.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -81,7 +82,62 @@ TEST(LayerFp8Plan, ForwardScratchHoldsCodesAndKMajorScales) {
       EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
       EXPECT_LE(b->offset + b->bytes, p.workspace_bytes) << w.prefix;
     }
-    EXPECT_EQ(find(p, "xs [R,H] bf16"), nullptr) << "the bf16 xs is never materialised";
+    const LayerBuffer* xs_bf16 = find(p, "xs [R,H] bf16");
+    EXPECT_TRUE(xs_bf16 == nullptr || xs_bf16->region != LayerRegion::kWorkspaceForward)
+        << "the forward never materialises the bf16 xs (the backward's dW1 copy does)";
+  }
+}
+
+// The FP8 backward's scratch against formulas written out here (not the library's helpers):
+// row-wise codes with row-major and K-major scales for dys (K = H) and d_pre (K = fc1);
+// column-wise copies of dys, p·act, d_pre and xs with G = (R + 127 E) / 128 groups of 128 rows
+// (every expert's last group may be short: at most E partial groups); the bf16 xs for dW1's
+// copy, whose bytes first hold the recompute's codes and K-major scales.
+TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
+  for (auto name : preset_names()) {
+    MoeConfig bf = preset(name);
+    bf.expert_bias = false;
+    const MoeConfig c = fp8(bf);
+    for (int64_t T : {1, 333, 16384}) {
+      SCOPED_TRACE(std::string(name) + " T=" + std::to_string(T));
+      const size_t E = c.num_experts, R = T * c.top_k, H = c.hidden, F = c.ffn,
+                   fc1 = c.fc1_width();
+      auto g = [](size_t n) { return (n + 127) / 128; };
+      const size_t cols = (R + 3) / 4 * 4, G = (R + 127 * E) / 128;
+      const LayerMemoryPlan p = layer_memory_plan(c, {}, T);
+      struct Want {
+        const char* prefix;
+        size_t bytes;
+      };
+      for (const Want& w :
+           {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [R,", R * g(H) * 4},
+            Want{"dys_scales [H/128,R]", g(H) * cols * 4}, Want{"d_pre [R,fc1] e4m3", R * fc1},
+            Want{"d_pre_scales [R,", R * g(fc1) * 4},
+            Want{"d_pre_scales [fc1/128,R]", g(fc1) * cols * 4},
+            Want{"dys_t [H,128G]", H * 128 * G}, Want{"dys_t_scales", G * H * 4},
+            Want{"scaled_act_t [F,128G]", F * 128 * G}, Want{"scaled_act_t_scales", G * F * 4},
+            Want{"d_pre_t [fc1,128G]", fc1 * 128 * G}, Want{"d_pre_t_scales", G * fc1 * 4},
+            Want{"xs_t [H,128G]", H * 128 * G}, Want{"xs_t_scales", G * H * 4},
+            Want{"xs [R,H] bf16", std::max(2 * R * H, align256(R * H) + g(H) * cols * 4)},
+            Want{"dp_partial", R * g(F) * 4}, Want{"pre [R,fc1] bf16 (recomputed)", R * fc1 * 2}}) {
+        const LayerBuffer* b = find(p, w.prefix);
+        ASSERT_NE(b, nullptr) << w.prefix;
+        EXPECT_EQ(b->region, LayerRegion::kWorkspaceBackward) << w.prefix;
+        EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
+      }
+      // The recompute's codes and scales: inside xs_bwd, disjoint, the scales 256-byte aligned.
+      const layer::Plan lp = layer::make_plan(c, {}, T);
+      EXPECT_EQ(lp.xs_fp8_bwd.offset, lp.xs_bwd.offset);
+      EXPECT_EQ(lp.xs_fp8_bwd.bytes, R * H);
+      EXPECT_EQ(lp.xs_scales_bwd.offset, lp.xs_bwd.offset + align256(R * H));
+      EXPECT_EQ(lp.xs_scales_bwd.bytes, g(H) * cols * 4);
+      EXPECT_LE(lp.xs_scales_bwd.offset + lp.xs_scales_bwd.bytes,
+                lp.xs_bwd.offset + lp.xs_bwd.bytes);
+      // The bf16 plan has none of it.
+      const LayerMemoryPlan b = layer_memory_plan(bf, {.recompute_pre = true}, T);
+      EXPECT_EQ(find(b, "dys [R,H] e4m3"), nullptr);
+      EXPECT_EQ(find(b, "xs_t"), nullptr);
+    }
   }
 }
 

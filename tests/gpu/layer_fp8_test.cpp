@@ -1,14 +1,18 @@
-// The layer with the FP8 forward (config.precision kFP8Blockwise; bf16 backward for now) on the
-// GPU, on fresh random inputs, every preset's kind of layer scaled down (no expert bias: the FP8
-// layer has none), each check naming what failed:
+// The FP8 layer (config.precision kFP8Blockwise: FP8 forward and FP8 backward) on the GPU, on
+// fresh random inputs, every preset's kind of layer scaled down (gpt-oss with and without its
+// expert bias, deepseek with its shared expert), each check naming what failed:
 // - prepare_fp8_weights: the FP8 weight region equals the quantiser reference bit for bit (codes
-//   and scales of the interleaved w1 and of w2), reported per tensor with the first bad index;
+//   and scales of the interleaved w1 and of w2, and their transposes), reported per tensor with
+//   the first bad index;
 // - y against ref::layer_forward_fp8 (the same quantised operands through the fp64 FP8 GEMM
 //   reference; only bf16 roundings differ: 1e-2) and against the bf16 reference within the
 //   recipe's quantisation error (ref/layer_fp8_tolerance.h, measured on the CPU); the worst
 //   token and column are printed;
-// - the losses and every gradient against the bf16 reference step (the backward is the bf16 one
-//   at the same routing, so the bf16 tolerances of layer_test_fixture.h hold);
+// - every gradient against ref::layer_backward_fp8 (the same FP8 recipe on the CPU: a failure
+//   here is a kernel or wiring bug, not quantisation; the bf16 tolerance of layer_test_fixture.h)
+//   and against the bf16 reference step within the FP8 backward's measured quantisation error
+//   (ref::fp8_layer_gradient_tolerance); each error printed, the worst element named by its
+//   indices (expert, row, column); the losses against the bf16 reference (router is bf16);
 // - experts without tokens (T < E with top-1), T = 1;
 // - prepare + forward + backward captured as one CUDA graph, replayed on new inputs;
 // - the layer's scale transpose (act's 1x128 scales to K-major) against the host one, alone, so
@@ -19,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -173,8 +178,68 @@ void expect_fp8_weights(const test::DeviceLayer& d, const test::LayerData& data)
   }
 }
 
-// One FP8 step, eager: prepare, forward, backward; y against both references, the rest against
-// the bf16 reference step.
+// A gradient's shape by name, to name the worst element by its indices.
+std::vector<int64_t> gradient_shape(const MoeConfig& c, int64_t T, const std::string& name) {
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig s = shared_expert_config(c);
+  if (name == "dx") return {T, H};
+  if (name == "d_w_router" || name == "d_b2") return {E, H};
+  if (name == "d_w1") return {E, fc1, H};
+  if (name == "d_w2") return {E, H, F};
+  if (name == "d_b1") return {E, fc1};
+  if (name == "d_shared_w1") return {s.fc1_width(), H};
+  if (name == "d_shared_w2") return {H, s.ffn};
+  return {};
+}
+
+std::string index_string(size_t i, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = static_cast<int64_t>(i % shape[d]);
+    i /= shape[d];
+  }
+  std::ostringstream o;
+  o << "[";
+  for (size_t d = 0; d < idx.size(); ++d) o << (d ? ", " : "") << idx[d];
+  o << "]";
+  return o.str();
+}
+
+// Every gradient of `got` against `want` within tol(name), each error printed; the worst element
+// (d_w1 / d_b1 in the reference [gate; up] order) and any NaN (an unwritten output) named.
+void expect_gradients(const MoeConfig& c, int64_t T, const test::StepResult& got,
+                      const test::StepResult& want, double (*tol)(const std::string&),
+                      const std::string& what) {
+  for (const auto& [name, w] : want.tensors) {
+    if (name == "y" || name == "losses") continue;
+    const std::vector<float>& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    size_t nan = 0, worst = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (std::isnan(g[i])) ++nan;
+      if (!(std::fabs(g[i] - w[i]) <= std::fabs(g[worst] - w[worst]))) worst = i;
+    }
+    const double err = test::rel_norm_error(g, w), bound = tol(name);
+    std::printf("[ fp8 ] %s: %-12s rel-norm error %.4f (tolerance %.3f)\n", what.c_str(),
+                name.c_str(), err, bound);
+    EXPECT_EQ(nan, 0u) << what << ": " << name << " has " << nan << " NaN (unwritten?)";
+    EXPECT_LE(err, bound) << what << ": " << name << " rel-norm error " << err << "; worst "
+                          << index_string(worst, gradient_shape(c, T, name)) << " got "
+                          << g[worst] << " want " << w[worst];
+  }
+}
+
+double bf16_tolerance(const std::string& name) { return test::tolerance(name); }
+
+// Against the bf16 reference: the FP8 recipe's measured error on the routed experts' gradients;
+// the shared expert is bf16 in both.
+double fp8_vs_bf16_tolerance(const std::string& name) {
+  return name.rfind("d_shared", 0) == 0 ? test::tolerance(name)
+                                         : ref::fp8_layer_gradient_tolerance(name);
+}
+
+// One FP8 step, eager: prepare, forward, backward; y and every gradient against both references
+// (the FP8 recipe on the CPU, and bf16), the losses against the bf16 reference step.
 void check_step(const MoeConfig& c, int64_t T, const std::string& what) {
   SCOPED_TRACE(what + " T=" + std::to_string(T) + " seed=" + std::to_string(test::seed()));
   Stream stream;
@@ -206,9 +271,12 @@ void check_step(const MoeConfig& c, int64_t T, const std::string& what) {
            kFp8ReferenceTolerance, what + " vs the FP8 reference");
   expect_y(got.at("y"), bf16.at("y"), c.hidden, ref::kFp8LayerForwardTolerance,
            what + " vs the bf16 reference");
-  test::StepResult rest = bf16;
-  std::erase_if(rest.tensors, [](const auto& t) { return t.first == "y"; });
-  test::expect_matches(got, rest);  // losses and gradients: the bf16 backward
+  test::StepResult losses = bf16;
+  std::erase_if(losses.tensors, [](const auto& t) { return t.first != "losses"; });
+  test::expect_matches(got, losses);  // the router is bf16: its losses are the reference's
+  expect_gradients(c, T, got, test::reference_step(data, &ref::layer_backward_fp8),
+                   &bf16_tolerance, what + " vs the FP8 reference");
+  expect_gradients(c, T, got, bf16, &fp8_vs_bf16_tolerance, what + " vs the bf16 reference");
 }
 
 struct Case {
@@ -236,7 +304,7 @@ std::vector<Case> cases() {
 
 class LayerFp8 : public ::testing::TestWithParam<Case> {};
 
-TEST_P(LayerFp8, ForwardMatchesFp8AndBf16ReferencesBackwardMatchesBf16) {
+TEST_P(LayerFp8, ForwardAndBackwardMatchFp8AndBf16References) {
   MOEFUSE_REQUIRE_HOPPER();
   check_step(GetParam().config, 200, GetParam().name);
 }
@@ -245,7 +313,8 @@ INSTANTIATE_TEST_SUITE_P(Layer, LayerFp8, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 
 // Top-1 over 16 experts with 5 tokens: at least 11 experts get no rows (empty GEMM segments,
-// empty scale groups); and a single token.
+// empty scale groups, no column-wise groups: their d_w1 / d_w2 must come back 0, not poison);
+// a single token (one row per chosen expert, one 128-row column-wise group padded from 1 row).
 TEST(LayerFp8Edges, ExpertsWithoutTokensAndOneToken) {
   MOEFUSE_REQUIRE_HOPPER();
   MoeConfig c = fp8_preset("qwen3-30b-a3b");
@@ -255,7 +324,8 @@ TEST(LayerFp8Edges, ExpertsWithoutTokensAndOneToken) {
 }
 
 // prepare + forward + backward as ONE CUDA graph, replayed on new inputs in the same buffers:
-// each replay equals an eager step bit for bit, and y matches the FP8 reference.
+// each replay equals an eager step bit for bit (y and every gradient: the FP8 backward's two
+// streams included), and y and the gradients match the FP8 reference.
 TEST(LayerFp8Graph, PrepareForwardBackwardCaptureOnceReplayOnNewInputs) {
   MOEFUSE_REQUIRE_HOPPER();
   const MoeConfig c = fp8_preset("deepseek-v3");
@@ -285,6 +355,8 @@ TEST(LayerFp8Graph, PrepareForwardBackwardCaptureOnceReplayOnNewInputs) {
     const ref::LayerForward fwd = ref::layer_forward(c, in.w, in.x);
     expect_y(graphed.at("y"), ref::layer_forward_fp8(c, in.w, in.x, fwd), c.hidden,
              kFp8ReferenceTolerance, "graph replay vs the FP8 reference");
+    expect_gradients(c, T, graphed, test::reference_step(data, &ref::layer_backward_fp8),
+                     &bf16_tolerance, "graph replay vs the FP8 reference");
     d.poison();
     d.forward(layer, stream);
     d.backward(layer, stream);

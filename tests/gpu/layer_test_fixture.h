@@ -245,7 +245,14 @@ inline StepResult download(const DeviceLayer& d) {
   return r;
 }
 
-inline StepResult reference_step(const LayerData& d) {
+// The reference backward reference_step runs: ref::layer_backward, or the FP8 recipe's
+// ref::layer_backward_fp8 (same signature).
+using ReferenceBackward = void (*)(const MoeConfig&, const ref::LayerWeights&, const TensorView&,
+                                   const ref::LayerForward&, const TensorView&,
+                                   const ref::LayerGrads&);
+
+inline StepResult reference_step(const LayerData& d,
+                                 ReferenceBackward backward = &ref::layer_backward) {
   const MoeConfig& c = d.c;
   const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   const MoeConfig s = shared_expert_config(c);
@@ -272,7 +279,7 @@ inline StepResult reference_step(const LayerData& d) {
                                       .w2 = f32(dw2, {E, H, F}), .b2 = f32(db2, {E, H})},
                           .d_shared_w1 = f32(dsw1, {s.fc1_width(), H}),
                           .d_shared_w2 = f32(dsw2, {H, s.ffn})};
-  ref::layer_backward(c, w, x, fwd, f32(in.dy, {T, H}), g);
+  backward(c, w, x, fwd, f32(in.dy, {T, H}), g);
   StepResult r;
   r.tensors = {{"y", fwd.y},
                {"losses", {static_cast<float>(fwd.aux_loss), static_cast<float>(fwd.z_loss)}},

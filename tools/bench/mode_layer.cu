@@ -47,7 +47,7 @@ struct Options {
   std::string routing_name;
   std::vector<LayerMode> modes;
   bool graph = true, recompute = false, torch = true;
-  bool fp8 = false;  // --precision fp8: also the FP8-forward layer (fused), next to bf16
+  bool fp8 = false;  // --precision fp8: also the FP8 layer (fused, fwd + bwd), next to bf16
   int warmup = 5, iters = 30;
 };
 
@@ -267,7 +267,8 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
     const double prep_ms =
         time_on_stream([&](cudaStream_t s) { layer.prepare_fp8_weights(w, s); }, stream,
                        o.warmup, o.iters).median_ms;
-    std::printf("   %s %s: prepare_fp8_weights (w1, w2 → e4m3, once per step) %.3f ms, "
+    std::printf("   %s %s: prepare_fp8_weights (w1, w2 + transposes → e4m3, once per step) "
+                "%.3f ms, "
                 "%.1f MiB\n", name.c_str(), mode_name.c_str(), prep_ms,
                 plan.fp8_weight_bytes / 1048576.0);
   }
@@ -428,7 +429,7 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
   };
   const std::string how = o.graph ? " (graph)" : " (eager)";
   for (const auto& [m, tt] : ours) add("moefuse " + std::string(layer_mode_name(m)) + how, tt);
-  if (fp8) add("moefuse fused fp8 fwd, bf16 bwd" + how, *fp8);
+  if (fp8) add("moefuse fused fp8 (fwd + bwd)" + how, *fp8);
   if (torch) add("torch unfused", *torch);
   add("dense cuBLAS bound", dense);
   std::printf("   %s: routing %s (%s); torch: %s\n", name.c_str(), o.routing_name.c_str(),
@@ -438,7 +439,7 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
                 ours[LayerMode::kUnfused].forward_ms / ours[LayerMode::kFused].forward_ms,
                 ours[LayerMode::kUnfused].step_ms / ours[LayerMode::kFused].step_ms);
   if (fp8 && ours.count(LayerMode::kFused))
-    std::printf("   %s: fp8 / bf16 (fused) speedup: fwd %.2fx, fwd+bwd %.2fx (bwd is bf16)\n",
+    std::printf("   %s: fp8 / bf16 (fused) speedup: fwd %.2fx, fwd+bwd %.2fx (all FP8)\n",
                 name.c_str(), ours[LayerMode::kFused].forward_ms / fp8->forward_ms,
                 ours[LayerMode::kFused].step_ms / fp8->step_ms);
   if (o.fp8 && !fp8) std::printf("   %s: fp8 skipped: %s\n", name.c_str(), fp8_skipped.c_str());
@@ -466,7 +467,7 @@ std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args, bool* f
     if (experts) c.num_experts = experts;
     if (topk) c.top_k = topk;
     MOEFUSE_EXPECT(precision == "bf16" || precision == "fp8", "--precision",
-                   "bf16, or fp8 (fp8 forward + bf16 backward next to bf16)", precision);
+                   "bf16, or fp8 (the FP8 layer, forward and backward, next to bf16)", precision);
     layer_memory_plan(c, {}, 1);  // validates the config
   }
   *fp8 = precision == "fp8";

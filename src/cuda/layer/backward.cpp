@@ -8,11 +8,14 @@
 // Second stream: the shared expert's backward (from the start), then, once d_pre exists, the
 // k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·x[token_of_row] (gather-fused) and the
 // bias gradients. The main stream joins it at the end.
-// FP8 layers (config.precision kFP8Blockwise) run this same bf16 backward from the bf16 master
-// weights, FC1's pre-activation recomputed (the FP8 forward does not save it).
+// FP8 layers (config.precision kFP8Blockwise): the same stages, streams and joins; the routed
+// experts' GEMMs run in FP8 (backward_fp8.h): FC1 recomputed in FP8 from x, dys and d_pre
+// quantised row-wise for the dgrads (on W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for
+// the wgrads. Bias gradients, the router and the shared expert are the bf16 path's.
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
+#include "cuda/layer/backward_fp8.h"
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/layer_args.h"
 #include "cuda/layer/ops.h"
@@ -37,8 +40,9 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
       layer::check_layer_backward(config_, options_, x, dy, w, g, cache, workspace, run.health);
   const layer::Plan p = layer::make_plan(config_, options_, T);
   const layer::Views v =
-      layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = {}});
+      layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});
   const bool recompute = layer::recomputes_pre(config_, options_);
+  const bool fp8 = config_.precision == PrecisionRecipe::kFP8Blockwise;
   const bool fused = options_.mode == LayerMode::kFused;
   const bool shared = config_.shared_expert_ffn > 0;
   const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
@@ -80,6 +84,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
 
   if (recompute) {
     layer::run_stage(LayerStage::kRecomputeFc1, stream, obs, [&] {
+      if (fp8) return layer::recompute_pre_fp8(x, w, v, run.health, stream);
       run_gemm({.a = x,
                 .b = w.w1,
                 .offsets = v.offsets,
@@ -93,6 +98,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     combine_backward(dy, {}, {}, v.row_of, v.token_of_row, v.dys, {}, run.health, stream);
   });
   layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
+    if (fp8) return layer::fc2_dgrad_fp8(config_, w, v, stream);
     layer::run_fc2_dgrad({.dys = v.dys,
                           .w2 = w.w2,
                           .offsets = v.offsets,
@@ -110,7 +116,10 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   // dys, p·act and d_pre exist: the weight gradients go to the second stream.
   fork(fork_, stream, side_);
   layer::run_stage(LayerStage::kFc2Wgrad, side_, obs, [&] {
-    grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, side_);
+    if (fp8)
+      layer::fc2_wgrad_fp8(g, v, side_);
+    else
+      grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, side_);
     if (config_.expert_bias)
       layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
                                 v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, side_);
@@ -118,7 +127,9 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   layer::run_stage(LayerStage::kFc1Wgrad, side_, obs, [&] {
     const GroupedGemmWgradArgs args{
         .a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1, .gather_index = v.token_of_row};
-    if (fused)
+    if (fp8)
+      layer::fc1_wgrad_fp8(x, g, v, run.health, side_);
+    else if (fused)
       grouped_gemm_wgrad(args, side_);
     else
       grouped_gemm_wgrad_unfused(args, {.gathered_b = v.xs_bwd}, side_);
@@ -129,6 +140,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   MOEFUSE_CUDA_CHECK(cudaEventRecord(join_, side_));
 
   layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
+    if (fp8) return layer::fc1_dgrad_fp8(v, stream);
     grouped_gemm_dgrad({.a = v.dpre, .b = w.w1, .offsets = v.offsets, .d = v.dxs}, stream);
   });
   layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {

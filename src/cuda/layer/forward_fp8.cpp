@@ -11,6 +11,13 @@
 
 namespace moefuse::layer {
 
+void quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales_rows,
+                       const TensorView& scales, cudaStream_t stream) {
+  quantize_fp8_blockwise_1x128(x, codes, scales_rows, stream);
+  transpose_scales(scales_rows.as<float>(), scales.as<float>(), scales_rows.size(0),
+                   scales_rows.size(1), scales.size(1), stream);
+}
+
 void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const MoeLayerWeights& w,
                         const Views& v, const LayerRun& run, cudaStream_t stream) {
   LayerObserver* obs = run.observer;
@@ -29,13 +36,7 @@ void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const MoeLayerW
                       .clamped_swiglu = c.clamped_swiglu,
                       .bias = w.b1},
                      stream);
-    // FC2's A operand. The quantiser writes row-major scales; the GEMM loads one K group's
-    // scales for 128 rows with one TMA box, so they are transposed (a pass over R·F/128 floats,
-    // ~1/64 of act's bytes).
-    quantize_fp8_blockwise_1x128(v.act, v.act_fp8, v.act_scales_rows, stream);
-    transpose_scales(v.act_scales_rows.as<float>(), v.act_scales.as<float>(),
-                     v.act_scales_rows.size(0), v.act_scales_rows.size(1),
-                     v.act_scales.size(1), stream);
+    quantize_rows_fp8(v.act, v.act_fp8, v.act_scales_rows, v.act_scales, stream);  // FC2's A
   });
   run_stage(LayerStage::kFc2, stream, obs, [&] {
     grouped_gemm_fp8({.a = v.act_fp8,

@@ -16,6 +16,13 @@ namespace moefuse::layer {
 // and kFc2 (FP8 GEMM, row scale = routing probability → bf16 ys). Reads v.w1_fp8 / v.w2_fp8
 // (prepare_fp8_weights); the expert biases w.b1, w.b2 (when config.expert_bias) enter the FP8
 // epilogues as in the BF16 GEMMs. Arguments already validated by the layer.
+// x [rows, K] bf16 → codes [rows, K] e4m3 with 1x128 scales along K, in the FP8 GEMM's K-major
+// layout `scales` [ceil(K/128), fp8_scale_rows(rows)]: the quantiser writes row-major
+// `scales_rows` [rows, ceil(K/128)], then a transpose (R·K/128 floats, ~1/64 of the codes' bytes).
+// The GEMM loads one K group's scales for 128 rows with one TMA box, hence K-major.
+void quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales_rows,
+                       const TensorView& scales, cudaStream_t stream);
+
 void routed_experts_fp8(const MoeConfig& config, const TensorView& x, const MoeLayerWeights& w,
                         const Views& v, const LayerRun& run, cudaStream_t stream);
 

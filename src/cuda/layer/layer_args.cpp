@@ -146,6 +146,8 @@ int64_t check_layer_backward(const MoeConfig& c, const LayerOptions& o, const Te
   const int64_t T = check_x(c, x);
   const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   check_weights(c, w);
+  // The FP8 backward's GEMMs read the FP8 copy (w1 for the recompute, w1t and w2t for the dgrads).
+  if (c.precision == PrecisionRecipe::kFP8Blockwise) check_fp8_weights(c, w);
   expect_device_aligned(dy, "dy", DType::kBFloat16, {T, H});
   expect_device_aligned(g.dx, "grads.dx", DType::kBFloat16, {T, H});
   expect_device_aligned(g.d_w_router, "grads.d_w_router", DType::kFloat32, {E, H});

@@ -31,7 +31,7 @@ int64_t check_layer_forward(const MoeConfig& config, const LayerOptions& options
                             const MoeLayerOutputs& out, const Workspace& cache,
                             const Workspace& workspace, const TensorView& health);
 
-// Returns T. Names: x, dy, weights.*, grads.*, cache, workspace, health.
+// Returns T. Names: x, dy, weights.* (weights.fp8 with FP8), grads.*, cache, workspace, health.
 int64_t check_layer_backward(const MoeConfig& config, const LayerOptions& options,
                              const TensorView& x, const TensorView& dy,
                              const MoeLayerWeights& weights, const MoeLayerGrads& grads,

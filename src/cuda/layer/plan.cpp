@@ -6,6 +6,8 @@
 #include "cuda/layer/ops.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/grouped_gemm_fp8_dgrad.h"
+#include "moefuse/grouped_gemm_fp8_wgrad.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/router.h"
 
@@ -119,14 +121,45 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   p.act_bwd = bwd.add("scaled_act [R,F] bf16", R * F * bf);
   p.d_row_prob = bwd.add("d_row_prob [R] fp32", R * f32);
   // Fused: the dp partial sums; unfused: the plain dgrad's g. One buffer serves either.
+  const size_t dp_blocks = static_cast<size_t>(fp8 ? fc2_dgrad_fp8_dp_blocks(c.ffn)
+                                                     : fc2_dgrad_dp_blocks(c.ffn));
   p.dp_scratch = unfused ? bwd.add("g [R,F] bf16 (unfused FC2 dgrad)", R * F * bf)
-                         : bwd.add("dp_partial [R,blocks] fp32",
-                                   R * static_cast<size_t>(fc2_dgrad_dp_blocks(c.ffn)) * f32);
+                         : bwd.add("dp_partial [R,blocks] fp32", R * dp_blocks * f32);
   p.d_probs = bwd.add("d_probs [T,k] fp32", R * f32);
   p.dxs = bwd.add("dxs [R,H] bf16", R * H * bf);
   p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);
   // The unfused wgrad gathers xs itself, and unfused recompute permutes x before FC1.
   if (unfused) p.xs_bwd = bwd.add("xs [R,H] bf16 (unfused dW1 gather)", R * H * bf);
+  if (fp8) {
+    // Two lifetimes, ordered by the fork (plan.h): the recompute's codes + K-major scales, then
+    // the bf16 xs that dW1's column-wise copy is quantised from.
+    const size_t codes = align_up(R * H * e4m3), scales = groups(H) * scale_cols * f32;
+    p.xs_bwd = bwd.add("xs [R,H] bf16 (fp8: first the recompute's e4m3 codes + scales)",
+                       std::max(R * H * bf, codes + scales));
+    p.xs_fp8_bwd = {.region = Region::kWorkspace, .offset = p.xs_bwd.offset, .bytes = R * H};
+    p.xs_scales_bwd = {.region = Region::kWorkspace, .offset = p.xs_bwd.offset + codes,
+                       .bytes = scales};
+    // Row-wise operands of the dgrads (K = H for FC2's, K = fc1 for FC1's).
+    p.dys_fp8 = bwd.add("dys [R,H] e4m3", R * H * e4m3);
+    p.dys_scales_rows = bwd.add("dys_scales [R,H/128] fp32 (row-major)", R * groups(H) * f32);
+    p.dys_scales = bwd.add("dys_scales [H/128,R] fp32 (K-major)", groups(H) * scale_cols * f32);
+    p.dpre_fp8 = bwd.add("d_pre [R,fc1] e4m3", R * fc1 * e4m3);
+    p.dpre_scales_rows =
+        bwd.add("d_pre_scales [R,fc1/128] fp32 (row-major)", R * groups(fc1) * f32);
+    p.dpre_scales =
+        bwd.add("d_pre_scales [fc1/128,R] fp32 (K-major)", groups(fc1) * scale_cols * f32);
+    // Column-wise grouped operands of the wgrads (K = an expert's rows, 128-row groups).
+    const size_t G = static_cast<size_t>(
+        fp8_colwise_groups(static_cast<int64_t>(R), static_cast<int64_t>(E)));
+    p.dys_t = bwd.add("dys_t [H,128G] e4m3 (column-wise)", H * 128 * G * e4m3);
+    p.dys_t_scales = bwd.add("dys_t_scales [G,H] fp32", G * H * f32);
+    p.act_t = bwd.add("scaled_act_t [F,128G] e4m3 (column-wise)", F * 128 * G * e4m3);
+    p.act_t_scales = bwd.add("scaled_act_t_scales [G,F] fp32", G * F * f32);
+    p.dpre_t = bwd.add("d_pre_t [fc1,128G] e4m3 (column-wise)", fc1 * 128 * G * e4m3);
+    p.dpre_t_scales = bwd.add("d_pre_t_scales [G,fc1] fp32", G * fc1 * f32);
+    p.xs_t = bwd.add("xs_t [H,128G] e4m3 (column-wise)", H * 128 * G * e4m3);
+    p.xs_t_scales = bwd.add("xs_t_scales [G,H] fp32", G * H * f32);
+  }
   if (shared) {
     p.shared_pre_bwd = cache_pre ? p.shared_pre
                                  : bwd.add("shared_pre [T,shared_fc1] bf16 (recomputed)",

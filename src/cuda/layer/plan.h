@@ -62,7 +62,15 @@ struct Plan {
   // backward scratch
   Slice pre_bwd, shared_pre_bwd;  // = pre / shared_pre when cached, else recomputed here
   Slice dys, dpre, act_bwd, d_row_prob, d_probs, dxs, d_logits, xs_bwd;
-  Slice dp_scratch;  // fused: FC2 dgrad's dp partials [R, blocks] fp32; unfused: its g [R,F] bf16
+  // backward scratch, FP8: row-wise e4m3 operands of the dgrads (codes, the quantiser's
+  // row-major scales, the GEMM's K-major scales); column-wise grouped operands of the wgrads
+  // ([N, 128·G] codes, [G, N] scales, G = fp8_colwise_groups(R, E)); the recompute's xs codes
+  // and scales, sub-ranges of xs_bwd (not listed in `buffers`: xs_bwd is).
+  Slice dys_fp8, dys_scales_rows, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
+  Slice dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
+  Slice xs_fp8_bwd, xs_scales_bwd;
+  Slice dp_scratch;  // fused: FC2 dgrad's dp partials [R, blocks] fp32 (FP8: the FP8 dgrad's
+                     // blocks); unfused: its g [R,F] bf16
   Slice shared_dpre, shared_act_bwd, shared_dx, shared_g;  // shared_g: unfused only
 
   size_t cache_bytes = 0;

@@ -3,6 +3,8 @@
 #include "cuda/layer/ops.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/grouped_gemm_fp8_dgrad.h"
+#include "moefuse/grouped_gemm_fp8_wgrad.h"
 
 namespace moefuse::layer {
 
@@ -22,6 +24,8 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
   const int64_t gH = fp8_scale_groups(H), gF = fp8_scale_groups(F), gfc1 = fp8_scale_groups(fc1);
   const int64_t scale_cols = fp8_scale_rows(R);
   const bool unfused = p.mode == LayerMode::kUnfused;
+  const bool fp8 = c.precision == PrecisionRecipe::kFP8Blockwise;
+  const int64_t G = fp8_colwise_groups(R, E), cols_t = kFp8ScaleGroup * G;
   return Views{
       .logits = v(p.logits, f32, {T, E}),
       .expert_idx = v(p.expert_idx, i32, {T, k}),
@@ -64,7 +68,8 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .act_bwd = v(p.act_bwd, bf, {R, F}),
       .d_row_prob = v(p.d_row_prob, f32, {R}),
       .dp_partial = unfused ? TensorView{}
-                            : v(p.dp_scratch, f32, {R, fc2_dgrad_dp_blocks(c.ffn)}),
+                            : v(p.dp_scratch, f32,
+                                {R, fp8 ? fc2_dgrad_fp8_dp_blocks(F) : fc2_dgrad_dp_blocks(F)}),
       .g = unfused ? v(p.dp_scratch, bf, {R, F}) : TensorView{},
       .d_probs = v(p.d_probs, f32, {T, k}),
       .dxs = v(p.dxs, bf, {R, H}),
@@ -74,6 +79,22 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .shared_act_bwd = v(p.shared_act_bwd, bf, {T, sF}),
       .shared_dx = v(p.shared_dx, bf, {T, H}),
       .shared_g = v(p.shared_g, bf, {T, sF}),
+      .dys_fp8 = v(p.dys_fp8, e4m3, {R, H}),
+      .dys_scales_rows = v(p.dys_scales_rows, f32, {R, gH}),
+      .dys_scales = v(p.dys_scales, f32, {gH, scale_cols}),
+      .dpre_fp8 = v(p.dpre_fp8, e4m3, {R, fc1}),
+      .dpre_scales_rows = v(p.dpre_scales_rows, f32, {R, gfc1}),
+      .dpre_scales = v(p.dpre_scales, f32, {gfc1, scale_cols}),
+      .dys_t = v(p.dys_t, e4m3, {H, cols_t}),
+      .dys_t_scales = v(p.dys_t_scales, f32, {G, H}),
+      .act_t = v(p.act_t, e4m3, {F, cols_t}),
+      .act_t_scales = v(p.act_t_scales, f32, {G, F}),
+      .dpre_t = v(p.dpre_t, e4m3, {fc1, cols_t}),
+      .dpre_t_scales = v(p.dpre_t_scales, f32, {G, fc1}),
+      .xs_t = v(p.xs_t, e4m3, {H, cols_t}),
+      .xs_t_scales = v(p.xs_t_scales, f32, {G, H}),
+      .xs_fp8_bwd = v(p.xs_fp8_bwd, e4m3, {R, H}),
+      .xs_scales_bwd = v(p.xs_scales_bwd, f32, {gH, scale_cols}),
   };
 }
 

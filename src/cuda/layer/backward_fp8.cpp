@@ -1,0 +1,87 @@
+#include "cuda/layer/backward_fp8.h"
+
+#include "cuda/layer/forward_fp8.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/grouped_gemm_fp8_dgrad.h"
+#include "moefuse/grouped_gemm_fp8_wgrad.h"
+
+// Designated initialisers leave the optional views (row_scale, bias, ...) empty on purpose.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace moefuse::layer {
+
+void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const Views& v,
+                       const TensorView& health, cudaStream_t stream) {
+  permute_quantize_fp8(x, v.row_of, v.token_of_row, v.xs_fp8_bwd, v.xs_scales_bwd, health,
+                       stream);
+  grouped_gemm_fp8({.a = v.xs_fp8_bwd,
+                    .a_scales = v.xs_scales_bwd,
+                    .b = v.w1_fp8,
+                    .b_scales = v.w1_scales,
+                    .offsets = v.offsets,
+                    .d = v.pre_bwd,
+                    .bias = w.b1},
+                   stream);
+}
+
+void fc2_dgrad_fp8(const MoeConfig& c, const MoeLayerWeights& w, const Views& v,
+                   cudaStream_t stream) {
+  quantize_rows_fp8(v.dys, v.dys_fp8, v.dys_scales_rows, v.dys_scales, stream);
+  grouped_gemm_fc2_dgrad_fp8({.dys = v.dys_fp8,
+                              .dys_scales = v.dys_scales,
+                              .w2t = v.w2t_fp8,
+                              .w2t_scales = v.w2t_scales,
+                              .offsets = v.offsets,
+                              .pre = v.pre_bwd,
+                              .d_pre = v.dpre,
+                              .activation = c.activation,
+                              .clamped_swiglu = c.clamped_swiglu,
+                              .row_scale = v.row_prob,
+                              .scaled_act = v.act_bwd,
+                              .d_row_scale = v.d_row_prob,
+                              .b2 = w.b2,
+                              // dp's bias term reads dys unquantised (it is not a GEMM)
+                              .dys_bf16 = c.expert_bias ? v.dys : TensorView{}},
+                             v.dp_partial, stream);
+}
+
+void fc1_dgrad_fp8(const Views& v, cudaStream_t stream) {
+  quantize_rows_fp8(v.dpre, v.dpre_fp8, v.dpre_scales_rows, v.dpre_scales, stream);
+  grouped_gemm_fp8({.a = v.dpre_fp8,
+                    .a_scales = v.dpre_scales,
+                    .b = v.w1t_fp8,
+                    .b_scales = v.w1t_scales,
+                    .offsets = v.offsets,
+                    .d = v.dxs},
+                   stream);
+}
+
+void fc2_wgrad_fp8(const MoeLayerGrads& g, const Views& v, cudaStream_t stream) {
+  quantize_fp8_colwise_grouped(v.dys, v.offsets, v.dys_t, v.dys_t_scales, stream);
+  quantize_fp8_colwise_grouped(v.act_bwd, v.offsets, v.act_t, v.act_t_scales, stream);
+  grouped_gemm_fp8_wgrad({.at = v.dys_t,
+                          .a_scales = v.dys_t_scales,
+                          .bt = v.act_t,
+                          .b_scales = v.act_t_scales,
+                          .offsets = v.offsets,
+                          .d = g.d_w2},
+                         stream);
+}
+
+void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
+                   const TensorView& health, cudaStream_t stream) {
+  // xs_bwd held the recompute's codes until the fork (plan.h); this stream runs after it.
+  permute(x, v.row_of, v.token_of_row, v.xs_bwd, health, stream);
+  quantize_fp8_colwise_grouped(v.xs_bwd, v.offsets, v.xs_t, v.xs_t_scales, stream);
+  quantize_fp8_colwise_grouped(v.dpre, v.offsets, v.dpre_t, v.dpre_t_scales, stream);
+  grouped_gemm_fp8_wgrad({.at = v.dpre_t,
+                          .a_scales = v.dpre_t_scales,
+                          .bt = v.xs_t,
+                          .b_scales = v.xs_t_scales,
+                          .offsets = v.offsets,
+                          .d = g.d_w1},
+                         stream);
+}
+
+}  // namespace moefuse::layer

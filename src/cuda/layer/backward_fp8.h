@@ -1,0 +1,45 @@
+// The routed experts' FP8 backward (config.precision kFP8Blockwise, DeepSeek-V3 recipe): the
+// bodies of the backward stages that differ from the bf16 ones. MoeLayer::backward
+// (backward.cpp) runs them inside its stages, forks and joins; combine_bwd, the bias gradients,
+// permute_bwd and the router backward are the bf16 path's. Arguments already validated by the
+// layer; buffers and their lifetimes in plan.h.
+//
+// Numerics: every GEMM of the backward runs in FP8 — the FC1 recompute (from x, re-quantised
+// exactly as the forward did: the same codes), both dgrads (1x128 row-wise activations × the
+// 128x128 transposed weights of prepare_fp8_weights) and both wgrads (128x1 column-wise
+// groups of one expert's rows on both operands). The tensors between them (pre, dys, d_pre,
+// p·act, dxs) stay bf16, as do the bias gradients' sums and everything of the router and the
+// shared expert.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/layer/views.h"
+#include "moefuse/config.h"
+#include "moefuse/layer.h"
+#include "moefuse/tensor.h"
+
+namespace moefuse::layer {
+
+// Stage recompute_fc1: x → xs e4m3 + K-major scales (permute_quantize_fp8, the forward's codes)
+// → FP8 FC1 GEMM, linear epilogue with b1 → pre_bwd bf16 [R, fc1].
+void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const Views& v,
+                       const TensorView& health, cudaStream_t stream);
+
+// Stage fc2_dgrad: dys → e4m3 row-wise → FP8 FC2 dgrad on W2ᵀ with the dGLU + dp epilogue →
+// d_pre, p·act (act_bwd), dp (d_row_prob; + ⟨dys, b2⟩ with expert bias).
+void fc2_dgrad_fp8(const MoeConfig& config, const MoeLayerWeights& w, const Views& v,
+                   cudaStream_t stream);
+
+// Stage fc1_dgrad: d_pre → e4m3 row-wise → FP8 GEMM on W1ᵀ → dxs bf16 [R, H].
+void fc1_dgrad_fp8(const Views& v, cudaStream_t stream);
+
+// Stage fc2_wgrad (second stream): dys and p·act column-wise → d_w2 = Σ dysᵀ·(p·act).
+void fc2_wgrad_fp8(const MoeLayerGrads& g, const Views& v, cudaStream_t stream);
+
+// Stage fc1_wgrad (second stream): x → xs bf16 (permute into xs_bwd), xs and d_pre column-wise
+// → d_w1 = Σ d_preᵀ·xs.
+void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
+                   const TensorView& health, cudaStream_t stream);
+
+}  // namespace moefuse::layer
