@@ -188,7 +188,7 @@ LayerMemoryPlan layer_memory_plan(const MoeConfig& config, const LayerOptions& o
 class MoeLayer {
  public:
   // Validates the config and options (InvalidArgument naming the field: precision kBF16 or
-  // kFP8Blockwise; FP8 needs kFused, no expert_bias, H and F multiples of 16), then creates
+  // kFP8Blockwise; FP8 needs kFused, H and F multiples of 16), then creates
   // the cuBLAS handle, the second stream and its fork/join events. Not capturable.
   explicit MoeLayer(const MoeConfig& config, const LayerOptions& options = {});
   ~MoeLayer();

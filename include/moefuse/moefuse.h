@@ -85,10 +85,10 @@ moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t*
  * shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16; score_bias [E], b1 [E, fc1],
  * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight.
  * NULL for a tensor the config does not have. `stream` is a cudaStream_t.
- * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, no expert bias, H and F multiples of
- * 16): the weights also carry fp8_weights, a 256-byte aligned device region of
- * moefuse_layer_fp8_weight_bytes that moefuse_layer_prepare_fp8_weights fills from w1 and w2 once
- * per optimiser step; forward reads it, backward (bf16 for now) does not. */
+ * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, H and F multiples of 16): the weights
+ * also carry fp8_weights, a 256-byte aligned device region of moefuse_layer_fp8_weight_bytes
+ * that moefuse_layer_prepare_fp8_weights fills from w1 and w2 once per optimiser step; forward
+ * and backward both read it (and check it). */
 typedef struct moefuse_layer moefuse_layer_t;
 
 typedef enum {

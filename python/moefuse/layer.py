@@ -152,6 +152,22 @@ def _bytes_tensor(n: int, device: torch.device) -> Tensor:
     return torch.empty(max(n, 1), dtype=torch.uint8, device=device)
 
 
+def _prepare_fp8_weights(handle: int, weights: _capi.LayerWeightsStruct, device: torch.device,
+                         stream: int) -> Optional[Tensor]:
+    """FP8 precision: points `weights` at a fresh FP8 weight region and enqueues its quantisation
+    from w1, w2 on `stream`; returns the region (None with bf16). Forward and backward both read
+    it (the recompute, the dgrads' transposed copies), and an op cannot know whether the weights
+    changed since the last call, so each op quantises again (deterministic: the same bytes); the
+    C++/C API lets a training loop do it once per step."""
+    fp8_bytes = _fp8_weight_bytes(handle)
+    if not fp8_bytes:
+        return None
+    fp8 = _bytes_tensor(fp8_bytes, device)
+    weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8_bytes
+    _capi.layer_prepare_fp8_weights(handle, weights, stream)
+    return fp8
+
+
 def _cache_fake_size(handle: int, tokens) -> object:
     if isinstance(tokens, int):
         return _sizes(handle, tokens)[0]
@@ -176,13 +192,7 @@ def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional
         workspace = _bytes_tensor(workspace_bytes, x.device)
         weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
         stream = torch.cuda.current_stream().cuda_stream
-        fp8_bytes = _fp8_weight_bytes(handle)
-        if fp8_bytes:
-            # FP8 precision: quantised in every forward here (the op cannot know whether the
-            # weights changed); the C++/C API lets a training loop do it once per step.
-            fp8 = _bytes_tensor(fp8_bytes, x.device)
-            weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8_bytes
-            _capi.layer_prepare_fp8_weights(handle, weights, stream)
+        fp8 = _prepare_fp8_weights(handle, weights, x.device, stream)  # noqa: F841 (kept alive)
         _capi.layer_forward(
             handle, tokens, x.data_ptr(), weights,
             y.data_ptr(), losses.data_ptr(), cache.data_ptr(), cache_bytes,
@@ -218,11 +228,13 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
                  _grad_like(b1, x), _grad_like(w2, x), _grad_like(b2, x),
                  _grad_like(shared_w1, x), _grad_like(shared_w2, x))
         workspace = _bytes_tensor(workspace_bytes, x.device)
+        weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
+        stream = torch.cuda.current_stream().cuda_stream
+        fp8 = _prepare_fp8_weights(handle, weights, x.device, stream)  # noqa: F841 (kept alive)
         _capi.layer_backward(
-            handle, tokens, x.data_ptr(), dy.data_ptr(),
-            _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2),
+            handle, tokens, x.data_ptr(), dy.data_ptr(), weights,
             _capi.LayerGradsStruct(*(_ptr(g) for g in grads)), cache.data_ptr(), cache_bytes,
-            workspace.data_ptr(), workspace_bytes, torch.cuda.current_stream().cuda_stream)
+            workspace.data_ptr(), workspace_bytes, stream)
     return grads
 
 

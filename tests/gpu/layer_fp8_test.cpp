@@ -240,7 +240,12 @@ double fp8_vs_bf16_tolerance(const std::string& name) {
 
 // One FP8 step, eager: prepare, forward, backward; y and every gradient against both references
 // (the FP8 recipe on the CPU, and bf16), the losses against the bf16 reference step.
-void check_step(const MoeConfig& c, int64_t T, const std::string& what) {
+// router_vs_bf16 false (a handful of tokens): d_w_router is then the outer product of a few
+// tokens' d_logits, each from k dp values, whose quantisation error does not average out (CPU,
+// deepseek at T = 1 on this test's data: above ref::fp8_layer_gradient_tolerance's 0.15 in ~12 %
+// of draws, up to 0.66), so only the FP8 reference judges it.
+void check_step(const MoeConfig& c, int64_t T, const std::string& what,
+                bool router_vs_bf16 = true) {
   SCOPED_TRACE(what + " T=" + std::to_string(T) + " seed=" + std::to_string(test::seed()));
   Stream stream;
   const LayerOptions o{.mode = LayerMode::kFused};
@@ -276,7 +281,10 @@ void check_step(const MoeConfig& c, int64_t T, const std::string& what) {
   test::expect_matches(got, losses);  // the router is bf16: its losses are the reference's
   expect_gradients(c, T, got, test::reference_step(data, &ref::layer_backward_fp8),
                    &bf16_tolerance, what + " vs the FP8 reference");
-  expect_gradients(c, T, got, bf16, &fp8_vs_bf16_tolerance, what + " vs the bf16 reference");
+  test::StepResult bf16_grads = bf16;
+  if (!router_vs_bf16)
+    std::erase_if(bf16_grads.tensors, [](const auto& t) { return t.first == "d_w_router"; });
+  expect_gradients(c, T, got, bf16_grads, &fp8_vs_bf16_tolerance, what + " vs the bf16 reference");
 }
 
 struct Case {
@@ -320,7 +328,7 @@ TEST(LayerFp8Edges, ExpertsWithoutTokensAndOneToken) {
   MoeConfig c = fp8_preset("qwen3-30b-a3b");
   c.top_k = 1;
   check_step(c, 5, "top1_empty_experts");
-  check_step(fp8_preset("deepseek-v3"), 1, "deepseek_one_token");
+  check_step(fp8_preset("deepseek-v3"), 1, "deepseek_one_token", /*router_vs_bf16=*/false);
 }
 
 // prepare + forward + backward as ONE CUDA graph, replayed on new inputs in the same buffers:

@@ -13,8 +13,8 @@ namespace moefuse::layer {
 
 // The config's own checks plus what the GPU path needs: bf16 or blockwise-FP8 precision, H, F
 // and the shared F multiples of 8 (16-byte rows), E and k within the router's and dispatch's
-// limits; FP8 also H and F multiples of 16 (16-byte e4m3 rows) and no expert bias (the FP8
-// GEMM has no bias epilogue).
+// limits; FP8 also H and F multiples of 16 (16-byte e4m3 rows; expert biases enter the FP8
+// epilogues).
 void check_layer_config(const MoeConfig& config);
 
 // options.mode a LayerMode; kFused with an FP8 recipe (the FP8 path is one fused pipeline).

@@ -65,7 +65,11 @@ struct Plan {
   // backward scratch, FP8: row-wise e4m3 operands of the dgrads (codes, the quantiser's
   // row-major scales, the GEMM's K-major scales); column-wise grouped operands of the wgrads
   // ([N, 128·G] codes, [G, N] scales, G = fp8_colwise_groups(R, E)); the recompute's xs codes
-  // and scales, sub-ranges of xs_bwd (not listed in `buffers`: xs_bwd is).
+  // and scales, sub-ranges of xs_bwd (not listed in `buffers`: xs_bwd is). xs_bwd's two
+  // lifetimes: main stream, recompute_fc1 (permute_quantize_fp8 writes the codes and scales, the
+  // FC1 GEMM reads them), then second stream, fc1_wgrad (permute writes the bf16 xs, the
+  // column-wise quantiser reads it). The fork after fc2_dgrad orders the first before the
+  // second, and no main-stream stage after recompute_fc1 touches these bytes.
   Slice dys_fp8, dys_scales_rows, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
   Slice dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
   Slice xs_fp8_bwd, xs_scales_bwd;

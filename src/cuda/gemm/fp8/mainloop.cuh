@@ -31,8 +31,10 @@
 //     arrive on empty[s] of CTA 0 and CTA 1; then promote: acc += block · (a_scale · b_scale).
 //     A phantom's consumers wait full[s] and release, without wgmma (the release must follow the
 //     wait, or the next round's copies could land in this round's phase).
-//   No waiter is lapped: every stage of every unit holds bytes from BOTH producers, so a CTA's
-//   round j + 1 of stage s needs the peer's empty[s] round j complete, and vice versa.
+//   No waiter is lapped: the empty barriers, not the bytes, keep the CTAs within one round of
+//   each other (a stage may hold bytes of one producer only, e.g. when the peer's half is past
+//   m_cap or N): a CTA's round j + 1 of stage s starts after its empty[s] round j, which needs
+//   the peer's consumers' release of round j, which follows the peer's full[s] round j.
 // The stage is released before the promotion, so the producers refill it while the FMAs run;
 // the two consumer warpgroups interleave, so one's wgmma overlaps the other's promotion
 // (DeepGEMM's scheme).
