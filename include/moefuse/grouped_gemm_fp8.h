@@ -28,9 +28,12 @@
 // by glu_interleaved_row: interleave the weight, then quantise it, so that the 128x128 blocks and
 // their scales are those of the interleaved rows). Optional per-expert fp32 bias [E, N], added to h
 // before the activation (in h's column order, so interleaved for GLU), as the BF16 kernel's.
-// Rows outside [offsets[0], offsets[E]) of D are never written; no per-expert padding is needed.
-// No pre-activation output here. With bf16 d, h (+ bias) is rounded to bf16 before the activation
+// Rows outside [offsets[0], offsets[E]) of D (and of pre_activation) are never written; no
+// per-expert padding is needed. With bf16 d, h (+ bias) is rounded to bf16 before the activation
 // and row scale (as in the BF16 grouped GEMM); with fp32 d it is not rounded.
+// Optional pre-activation output (kActivation with bf16 d, as grouped_gemm's pre_activation):
+// [M_cap, N] bf16 = bf16(h + bias) in h's column order (interleaved for GLU), exactly the values
+// the activation reads, written by the same epilogue; the layer caches it for the backward.
 //
 // Requirements (validated, InvalidArgument names the argument): K > 0 and K % 16 == 0 (TMA's
 // 16-byte row stride of e4m3); N > 0 and N % 8 == 0 (N % 16 == 0 for GLU); contiguous tensors,
@@ -74,6 +77,8 @@ struct GroupedGemmFp8Args {
 
   TensorView row_scale;  // optional [M_cap] fp32: multiplies the final output (routing prob.)
   TensorView bias;       // optional [E, N] fp32: added to h before the epilogue's activation
+  // optional [M_cap, N] bf16 (kActivation, bf16 d): bf16(h + bias), h's (interleaved) columns
+  TensorView pre_activation;
 };
 
 // The fused kernel: TMA + FP8 wgmma, persistent grid, promotion per 128 of K, epilogue in

@@ -48,8 +48,8 @@ std::string_view layer_mode_name(LayerMode m);
 struct LayerOptions {
   LayerMode mode = LayerMode::kFused;
   // Backward recomputes FC1's pre-activation (one more FC1 GEMM) instead of reading it from the
-  // cache: the cache shrinks to x-sized metadata. Always on with config.precision kFP8Blockwise
-  // (the FP8 GEMM has no pre-activation output), whatever this says.
+  // cache: the cache shrinks to x-sized metadata. With config.precision kFP8Blockwise the
+  // recompute is an FP8 FC1 GEMM from re-quantised x (the same codes: the same pre, bit for bit).
   bool recompute_pre = false;
 };
 
@@ -222,7 +222,8 @@ class MoeLayer {
 
   // Every gradient from dy [T, H] bf16, the same x and weights, and the cache the forward wrote.
   // The cache is only read. CUDA-graph safe: yes. kFP8Blockwise: the routed experts' backward
-  // in FP8 from weights.fp8 (FC1's pre-activation recomputed in FP8 from x, both dgrads on the
+  // in FP8 from weights.fp8 (FC1's pre-activation cached by the forward's FP8 GEMM, or with
+  // recompute_pre recomputed in FP8 from x; both dgrads on the
   // transposed FP8 weights, both wgrads on column-wise quantised operands); the router, the
   // shared expert and the bias gradients in bf16 (docs/layer.md).
   void backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& weights,

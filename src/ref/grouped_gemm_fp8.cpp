@@ -70,6 +70,10 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args) {
         for (int64_t j = 0; j < k; ++j) sum += a[j] * b[i * k + j];
         h[i] = is_absent(args.bias) ? sum : sum + double(args.bias.as<const float>()[e * n + i]);
       }
+      if (!is_absent(args.pre_activation)) {  // h + bias in the kernel's (interleaved) order
+        uint16_t* pre_out = args.pre_activation.as<uint16_t>() + r * n;
+        for (int64_t i = 0; i < n; ++i) pre_out[i] = bf16_bits(h[i]);
+      }
       if (activation) {
         // The kernel's interleaved columns back to the reference [gate; up] order.
         for (int64_t i = 0; i < n; ++i) pre[i] = glu ? h[glu_interleaved_row(i, n_out)] : h[i];

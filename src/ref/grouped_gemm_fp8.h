@@ -4,6 +4,7 @@
 // For every row r of expert e (offsets[e] <= r < offsets[e+1]):
 //   h[n] = sum_k deq(a)[r, k] · deq(b)[e, n, k] (+ bias[e, n])          fp64
 //   D[r] = epilogue(h) · row_scale[r]                                   rounded once to D's dtype
+//   pre_activation[r] = h                          (optional) rounded once to bf16, h's order
 // with the activations of expert_mlp.h (activation_forward) applied to h in the reference
 // [gate; up] order (the GLU columns of h are interleaved as glu_interleaved_row says, the
 // reference undoes that). Rows outside [offsets[0], offsets[E]) are not written.

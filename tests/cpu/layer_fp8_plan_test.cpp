@@ -1,6 +1,6 @@
-// The FP8-forward layer on the host (no GPU): its memory plan (the FP8 scratch of forward, the
-// weight region's exact sizes, no cached pre-activation), the config and argument checks, and
-// the C ABI's FP8 entry points.
+// The FP8 layer on the host (no GPU): its memory plan (the FP8 scratch of forward and backward,
+// the weight region's exact sizes, the pre-activation cached as in bf16 unless recompute_pre),
+// the config and argument checks, and the C ABI's FP8 entry points.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -92,47 +92,61 @@ TEST(LayerFp8Plan, ForwardScratchHoldsCodesAndKMajorScales) {
 // row-wise codes with row-major and K-major scales for dys (K = H) and d_pre (K = fc1);
 // column-wise copies of dys, p·act, d_pre and xs with G = (R + 127 E) / 128 groups of 128 rows
 // (every expert's last group may be short: at most E partial groups); the bf16 xs for dW1's
-// copy, whose bytes first hold the recompute's codes and K-major scales.
+// copy, whose bytes first hold the recompute's codes and K-major scales with recompute_pre.
 TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
   for (auto name : preset_names()) {
     MoeConfig bf = preset(name);
     bf.expert_bias = false;
     const MoeConfig c = fp8(bf);
     for (int64_t T : {1, 333, 16384}) {
-      SCOPED_TRACE(std::string(name) + " T=" + std::to_string(T));
-      const size_t E = c.num_experts, R = T * c.top_k, H = c.hidden, F = c.ffn,
-                   fc1 = c.fc1_width();
-      auto g = [](size_t n) { return (n + 127) / 128; };
-      const size_t cols = (R + 3) / 4 * 4, G = (R + 127 * E) / 128;
-      const LayerMemoryPlan p = layer_memory_plan(c, {}, T);
-      struct Want {
-        const char* prefix;
-        size_t bytes;
-      };
-      for (const Want& w :
-           {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [R,", R * g(H) * 4},
-            Want{"dys_scales [H/128,R]", g(H) * cols * 4}, Want{"d_pre [R,fc1] e4m3", R * fc1},
-            Want{"d_pre_scales [R,", R * g(fc1) * 4},
-            Want{"d_pre_scales [fc1/128,R]", g(fc1) * cols * 4},
-            Want{"dys_t [H,128G]", H * 128 * G}, Want{"dys_t_scales", G * H * 4},
-            Want{"scaled_act_t [F,128G]", F * 128 * G}, Want{"scaled_act_t_scales", G * F * 4},
-            Want{"d_pre_t [fc1,128G]", fc1 * 128 * G}, Want{"d_pre_t_scales", G * fc1 * 4},
-            Want{"xs_t [H,128G]", H * 128 * G}, Want{"xs_t_scales", G * H * 4},
-            Want{"xs [R,H] bf16", std::max(2 * R * H, align256(R * H) + g(H) * cols * 4)},
-            Want{"dp_partial", R * g(F) * 4}, Want{"pre [R,fc1] bf16 (recomputed)", R * fc1 * 2}}) {
-        const LayerBuffer* b = find(p, w.prefix);
-        ASSERT_NE(b, nullptr) << w.prefix;
-        EXPECT_EQ(b->region, LayerRegion::kWorkspaceBackward) << w.prefix;
-        EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
+      for (bool recompute : {false, true}) {
+        SCOPED_TRACE(std::string(name) + " T=" + std::to_string(T) +
+                     (recompute ? " recompute" : " cached"));
+        const size_t E = c.num_experts, R = T * c.top_k, H = c.hidden, F = c.ffn,
+                     fc1 = c.fc1_width();
+        auto g = [](size_t n) { return (n + 127) / 128; };
+        const size_t cols = (R + 3) / 4 * 4, G = (R + 127 * E) / 128;
+        const LayerOptions o{.recompute_pre = recompute};
+        const LayerMemoryPlan p = layer_memory_plan(c, o, T);
+        struct Want {
+          const char* prefix;
+          size_t bytes;
+        };
+        for (const Want& w :
+             {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [R,", R * g(H) * 4},
+              Want{"dys_scales [H/128,R]", g(H) * cols * 4}, Want{"d_pre [R,fc1] e4m3", R * fc1},
+              Want{"d_pre_scales [R,", R * g(fc1) * 4},
+              Want{"d_pre_scales [fc1/128,R]", g(fc1) * cols * 4},
+              Want{"dys_t [H,128G]", H * 128 * G}, Want{"dys_t_scales", G * H * 4},
+              Want{"scaled_act_t [F,128G]", F * 128 * G}, Want{"scaled_act_t_scales", G * F * 4},
+              Want{"d_pre_t [fc1,128G]", fc1 * 128 * G}, Want{"d_pre_t_scales", G * fc1 * 4},
+              Want{"xs_t [H,128G]", H * 128 * G}, Want{"xs_t_scales", G * H * 4},
+              Want{"xs [R,H] bf16",
+                   recompute ? std::max(2 * R * H, align256(R * H) + g(H) * cols * 4) : 2 * R * H},
+              Want{"dp_partial", R * g(F) * 4}}) {
+          const LayerBuffer* b = find(p, w.prefix);
+          ASSERT_NE(b, nullptr) << w.prefix;
+          EXPECT_EQ(b->region, LayerRegion::kWorkspaceBackward) << w.prefix;
+          EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
+        }
+        const layer::Plan lp = layer::make_plan(c, o, T);
+        if (!recompute) {
+          EXPECT_EQ(find(p, "pre [R,fc1] bf16 (recomputed)"), nullptr);
+          EXPECT_FALSE(lp.xs_fp8_bwd.present());
+          EXPECT_FALSE(lp.xs_scales_bwd.present());
+          continue;
+        }
+        const LayerBuffer* pre = find(p, "pre [R,fc1] bf16 (recomputed)");
+        ASSERT_NE(pre, nullptr);
+        EXPECT_EQ(pre->bytes, R * fc1 * 2);
+        // The recompute's codes and scales: inside xs_bwd, disjoint, the scales 256-byte aligned.
+        EXPECT_EQ(lp.xs_fp8_bwd.offset, lp.xs_bwd.offset);
+        EXPECT_EQ(lp.xs_fp8_bwd.bytes, R * H);
+        EXPECT_EQ(lp.xs_scales_bwd.offset, lp.xs_bwd.offset + align256(R * H));
+        EXPECT_EQ(lp.xs_scales_bwd.bytes, g(H) * cols * 4);
+        EXPECT_LE(lp.xs_scales_bwd.offset + lp.xs_scales_bwd.bytes,
+                  lp.xs_bwd.offset + lp.xs_bwd.bytes);
       }
-      // The recompute's codes and scales: inside xs_bwd, disjoint, the scales 256-byte aligned.
-      const layer::Plan lp = layer::make_plan(c, {}, T);
-      EXPECT_EQ(lp.xs_fp8_bwd.offset, lp.xs_bwd.offset);
-      EXPECT_EQ(lp.xs_fp8_bwd.bytes, R * H);
-      EXPECT_EQ(lp.xs_scales_bwd.offset, lp.xs_bwd.offset + align256(R * H));
-      EXPECT_EQ(lp.xs_scales_bwd.bytes, g(H) * cols * 4);
-      EXPECT_LE(lp.xs_scales_bwd.offset + lp.xs_scales_bwd.bytes,
-                lp.xs_bwd.offset + lp.xs_bwd.bytes);
       // The bf16 plan has none of it.
       const LayerMemoryPlan b = layer_memory_plan(bf, {.recompute_pre = true}, T);
       EXPECT_EQ(find(b, "dys [R,H] e4m3"), nullptr);
@@ -141,27 +155,46 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
   }
 }
 
-// The FP8 GEMM cannot write the pre-activation: none is cached, backward recomputes it, and the
-// plan is the bf16 recompute plan plus the FP8 scratch.
-TEST(LayerFp8Plan, PreActivationIsRecomputedWhateverTheOption) {
+// The FP8 FC1 GEMM writes the pre-activation from its epilogue: by default the cache holds it
+// (R·fc1 bf16, plus the bf16 shared expert's [T, shared_fc1]) exactly as the bf16 plan's, and the
+// backward reads it from there; with recompute_pre the cache is the bf16 recompute cache
+// (metadata only) and the backward recomputes pre into its scratch.
+TEST(LayerFp8Plan, PreActivationIsCachedUnlessRecomputeIsAsked) {
   for (auto name : preset_names()) {
     SCOPED_TRACE(std::string(name));
     MoeConfig bf = preset(name);
     bf.expert_bias = false;
     const MoeConfig c = fp8(bf);
     const int64_t T = 1000;
-    for (bool recompute : {false, true}) {
-      const LayerMemoryPlan p = layer_memory_plan(c, {.recompute_pre = recompute}, T);
-      const LayerMemoryPlan b = layer_memory_plan(bf, {.recompute_pre = true}, T);
-      EXPECT_EQ(p.cache_bytes, b.cache_bytes);
-      for (const auto& buf : p.buffers)
-        EXPECT_FALSE(buf.region == LayerRegion::kCache && buf.name.rfind("pre", 0) == 0)
-            << buf.name;
-      ASSERT_NE(find(p, "pre [R,fc1] bf16 (recomputed)"), nullptr);
-      EXPECT_GE(p.workspace_bytes, b.workspace_bytes);
-    }
-    EXPECT_TRUE(layer::recomputes_pre(c, {.recompute_pre = false}));
-    EXPECT_FALSE(layer::recomputes_pre(bf, {.recompute_pre = false}));
+    const size_t R = T * c.top_k, fc1 = c.fc1_width();
+    const size_t shared_pre =
+        c.shared_expert_ffn > 0 ? align256(T * shared_expert_config(c).fc1_width() * 2) : 0;
+
+    const LayerMemoryPlan cached = layer_memory_plan(c, {}, T);
+    const LayerMemoryPlan recomputed = layer_memory_plan(c, {.recompute_pre = true}, T);
+    EXPECT_EQ(cached.cache_bytes, layer_memory_plan(bf, {}, T).cache_bytes);
+    EXPECT_EQ(recomputed.cache_bytes, layer_memory_plan(bf, {.recompute_pre = true}, T).cache_bytes);
+    EXPECT_EQ(cached.cache_bytes, recomputed.cache_bytes + align256(R * fc1 * 2) + shared_pre)
+        << "the cache grows by the pre-activation (and the shared expert's)";
+    const LayerBuffer* pre = find(cached, "pre [R,fc1] bf16");
+    ASSERT_NE(pre, nullptr);
+    EXPECT_EQ(pre->region, LayerRegion::kCache);
+    EXPECT_EQ(pre->bytes, R * fc1 * 2);
+    EXPECT_EQ(find(cached, "pre [R,fc1] bf16 (recomputed)"), nullptr);
+    for (const auto& buf : recomputed.buffers)
+      EXPECT_FALSE(buf.region == LayerRegion::kCache && buf.name.rfind("pre", 0) == 0)
+          << buf.name;
+    ASSERT_NE(find(recomputed, "pre [R,fc1] bf16 (recomputed)"), nullptr);
+    // The backward scratch loses the recomputed pre and the recompute's codes.
+    EXPECT_LE(cached.workspace_bytes, recomputed.workspace_bytes);
+
+    // The views the layer hands the kernels: FC1 writes v.pre, the FC2 dgrad reads pre_bwd.
+    const layer::Plan lp = layer::make_plan(c, {}, T);
+    EXPECT_EQ(lp.pre.region, layer::Region::kCache);
+    EXPECT_EQ(lp.pre_bwd.offset, lp.pre.offset);
+    EXPECT_EQ(lp.pre_bwd.region, layer::Region::kCache);
+    EXPECT_FALSE(layer::recomputes_pre(c, {.recompute_pre = false}));
+    EXPECT_TRUE(layer::recomputes_pre(c, {.recompute_pre = true}));
   }
 }
 

@@ -36,7 +36,9 @@ std::vector<Variant> variants() {
     for (LayerMode mode : {LayerMode::kFused, LayerMode::kUnfused})
       for (bool recompute : {false, true})
         out.push_back({std::string(name), {.mode = mode, .recompute_pre = recompute}});
-    out.push_back({std::string(name), {.mode = LayerMode::kFused}, true});
+    for (bool recompute : {false, true})  // FP8: fused only
+      out.push_back({std::string(name), {.mode = LayerMode::kFused, .recompute_pre = recompute},
+                     true});
   }
   return out;
 }
@@ -95,7 +97,7 @@ TEST(LayerPlan, CacheHoldsRoutingMetadataAndPreActivationOnly) {
     size_t metadata = align256(T * E * 4) + 5 * align256(T * k * 4) + align256(E * 4) +
                       align256((E + 1) * 4) + (c.shared_expert_ffn > 0 ? 256 : 0);
     size_t pre = 0;
-    if (!v.options.recompute_pre && !v.fp8) {
+    if (!v.options.recompute_pre) {  // either precision: the FP8 FC1 writes pre too
       pre = align256(T * k * c.fc1_width() * 2);
       if (c.shared_expert_ffn > 0) pre += align256(T * sc.fc1_width() * 2);
     }

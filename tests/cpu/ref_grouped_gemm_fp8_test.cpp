@@ -36,6 +36,7 @@ struct Case {
   bool activation = false;
   Activation act = Activation::kSwiGLU;
   bool row_scale = false, fp32_out = true;
+  bool pre = false;  // the optional pre-activation output (kActivation, bf16 d)
 };
 
 // Quantised operands for a case, built from fresh random fp32 data with the quant reference.
@@ -87,6 +88,7 @@ class Fixture {
     scale_ = test::random_uniform(m_cap_, 0.1f, 1.0f);
     const size_t d_bytes = m_cap_ * n_out_ * (c.fp32_out ? 4 : 2);
     d_.assign(d_bytes, 0xFF);  // NaN in bf16 and fp32
+    if (c.pre) pre_.assign(m_cap_ * n * 2, 0xFF);
   }
 
   GroupedGemmFp8Args args() {
@@ -102,7 +104,37 @@ class Fixture {
         .epilogue = c_.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
         .activation = c_.act};
     if (c_.row_scale) g.row_scale = test::f32(scale_, {m_cap_});
+    if (c_.pre)
+      g.pre_activation = TensorView::contiguous(pre_.data(), DType::kBFloat16, {m_cap_, c_.n});
     return g;
+  }
+
+  // h [M_cap, N] from the dequantised operands in the kernel's column order (GLU interleaved:
+  // reference column j sits at glu_interleaved_row(j, N / 2)); NaN outside the experts.
+  std::vector<double> expected_h() const {
+    std::vector<double> h(m_cap_ * c_.n, std::numeric_limits<double>::quiet_NaN());
+    for (int64_t e = 0; e < experts_; ++e) {
+      const int64_t r0 = offsets_[e], rows = offsets_[e + 1] - offsets_[e];
+      std::vector<double> ref_h(rows * c_.n);
+      ref::matmul(rows, c_.n, c_.k, ref::rows_of(a_deq_.data() + r0 * c_.k, c_.k),
+                  ref::rows_of(w_deq_.data() + e * c_.n * c_.k, c_.k).transposed(),
+                  ref_h.data(), false);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < c_.n; ++j)
+          h[(r0 + r) * c_.n + (glu_ ? glu_interleaved_row(j, c_.n / 2) : j)] =
+              ref_h[r * c_.n + j];
+    }
+    return h;
+  }
+
+  std::vector<float> got_pre() const {
+    std::vector<float> v(pre_.size() / 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, &pre_[2 * i], 2);
+      v[i] = bf16_to_float(h);
+    }
+    return v;
   }
 
   // D from the dequantised fp32 operands: fp64 matmul per expert, activation, row scale.
@@ -154,7 +186,7 @@ class Fixture {
   int64_t experts_ = 0, m_cap_ = 0, n_out_ = 0;
   bool glu_ = false;
   std::vector<int32_t> offsets_;
-  std::vector<uint8_t> a_, b_, d_;
+  std::vector<uint8_t> a_, b_, d_, pre_;
   std::vector<float> a_scales_, b_scales_, a_deq_, w_deq_, scale_;
 };
 
@@ -176,6 +208,26 @@ void check_case(const Case& c, const std::string& name) {
   // fp32: only the fp32 rounding of the dequantised operands (2^-24) and of D differ. bf16: D's
   // rounding, 2^-9 relative at most per element.
   EXPECT_LE(test::rel_norm_error(g, w), c.fp32_out ? 1e-6 : 4e-3);
+  if (!c.pre) return;
+  // pre = h rounded once to bf16 (fp64 → fp32 → bf16: within 2^-9 relative of h), against this
+  // path's h, which differs by the fp32 rounding of its dequantised operands: up to ~2^-20 of the
+  // row's largest |h| where an element cancels (rows span 10^±3). Rows outside keep their poison.
+  const std::vector<float> pre = f.got_pre();
+  const std::vector<double> h = f.expected_h();
+  for (int64_t row = 0; row < f.m_cap(); ++row) {
+    const double* hr = &h[row * c.n];
+    const float* pr = &pre[row * c.n];
+    if (row < first || row >= end) {
+      for (int64_t j = 0; j < c.n; ++j)
+        ASSERT_TRUE(std::isnan(pr[j])) << "pre row " << row << " outside the experts written";
+      continue;
+    }
+    double row_max = 0;
+    for (int64_t j = 0; j < c.n; ++j) row_max = std::max(row_max, std::abs(hr[j]));
+    for (int64_t j = 0; j < c.n; ++j)
+      ASSERT_LE(std::abs(pr[j] - hr[j]), std::ldexp(std::abs(hr[j]), -8) + std::ldexp(row_max, -16))
+          << "pre row " << row << " column " << j << ": got " << pr[j] << ", h " << hr[j];
+  }
 }
 
 // Ragged experts including empty ones; K and N not multiples of 128; M_cap not a multiple of 4.
@@ -197,6 +249,15 @@ TEST(RefGroupedGemmFp8, EveryActivationMatchesDequantisedProduct) {
                   .activation = true, .act = act, .row_scale = true, .fp32_out = fp32},
                  std::string(activation_name(act)) + (fp32 ? " fp32" : " bf16"));
   }
+}
+
+// The optional pre-activation: bf16(h) in the kernel's interleaved GLU column order.
+TEST(RefGroupedGemmFp8, PreActivationIsHRoundedToBf16InKernelOrder) {
+  for (Activation act : {Activation::kSwiGLU, Activation::kSquaredReLU})
+    check_case({.counts = kRagged, .row_base = 1, .spare_rows = 2, .n = 272, .k = 176,
+                .activation = true, .act = act, .row_scale = true, .fp32_out = false,
+                .pre = true},
+               std::string(activation_name(act)) + " pre");
 }
 
 TEST(RefGroupedGemmFp8, OneExpertWithAllRowsAndNoRowsAtAll) {
@@ -298,6 +359,25 @@ TEST(RefGroupedGemmFp8, ValidationNamesTheBadArgument) {
   with([&](auto& g) { g.d.dtype = DType::kFloat16; }, "d");
   with([&](auto& g) { g.row_scale = test::f32(v.row_scale, {kM - 1}); }, "row_scale");
   with([&](auto& g) { g.a.device = Device::kCuda; }, "a");
+  // The pre-activation: bf16 d only (fp32 d does not stage bf16 h), kActivation only, [M_cap, N].
+  std::vector<uint16_t> pre(kM * kN), d_bf16(kM * kN / 2);
+  auto bf16_view = [](std::vector<uint16_t>& v, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(v.data(), DType::kBFloat16, shape);
+  };
+  auto with_pre = [&](GroupedGemmFp8Args g) {
+    g.d = bf16_view(d_bf16, {kM, kN / 2});
+    g.pre_activation = bf16_view(pre, {kM, kN});
+    return g;
+  };
+  EXPECT_NO_THROW(ref::grouped_gemm_fp8(with_pre(v.fc1())));
+  with([&](auto& g) { g = with_pre(g), g.d = test::f32(v.d, {kM, kN / 2}); }, "pre_activation");
+  with([&](auto& g) {
+    g = with_pre(g), g.epilogue = GemmEpilogue::kLinear, g.d = bf16_view(pre, {kM, kN});
+  }, "pre_activation");
+  with([&](auto& g) { g = with_pre(g), g.pre_activation = bf16_view(pre, {kM, kN / 2}); },
+       "pre_activation");
+  with([&](auto& g) { g = with_pre(g), g.pre_activation.dtype = DType::kFloat16; },
+       "pre_activation");
   // The GPU entry point's rules reject host views, naming the first one checked.
   test::expect_invalid([&] { validate_grouped_gemm_fp8(v.fc1()); }, "b");
 }

@@ -11,6 +11,10 @@
 // bf16 output: its rounding, about 2^-9 per element, so 5e-3 as in the BF16 kernel's test.
 // Rows outside [offsets[0], offsets[E]) must keep their poison bit for bit; every row inside
 // must be written (no NaN left).
+// The optional pre-activation (bf16(h + bias), interleaved GLU columns): bit for bit the bf16 D of
+// the same GEMM with the linear epilogue (the same accumulation and rounding: what makes the
+// layer's cached pre and its recompute agree), and against the reference's bf16(h + bias) within
+// one bf16 step plus the fp32 accumulation's slack.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -61,6 +65,7 @@ struct Case {
   Activation act = Activation::kSwiGLU;
   bool row_scale = false, fp32_out = true;
   bool bias = false;  // per-expert fp32 bias [E, N] before the activation
+  bool pre = false;   // the pre-activation output [M_cap, N] bf16 (activation, bf16 d)
 };
 
 // Host operands (quantised), their device copies, the kernel run and the comparison.
@@ -107,6 +112,7 @@ class Runner {
     scale_dev_ = std::make_unique<DeviceBuffer<float>>(scale_);
     bias_dev_ = std::make_unique<DeviceBuffer<float>>(bias_);
     d_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(m_cap_ * n_out_ * out_bytes());
+    if (c.pre) pre_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(m_cap_ * n * 2);
   }
 
   int out_bytes() const { return c_.fp32_out ? 4 : 2; }
@@ -124,13 +130,76 @@ class Runner {
         .activation = c_.act};
     if (c_.row_scale) g.row_scale = scale_dev_->view(DType::kFloat32, {m_cap_});
     if (c_.bias) g.bias = bias_dev_->view(DType::kFloat32, {experts_, c_.n});
+    if (c_.pre) g.pre_activation = pre_dev_->view(DType::kBFloat16, {m_cap_, c_.n});
     return g;
   }
 
   void run() {
     d_dev_->poison();
+    if (pre_dev_) pre_dev_->poison();
     grouped_gemm_fp8(args(), nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+
+  // The pre-activation (c.pre): poison outside the experts, written inside, bit for bit the
+  // linear epilogue's bf16 D of the same operands and bias, and within a bf16 step of the
+  // reference's bf16(h + bias).
+  void check_pre() const {
+    const std::vector<uint8_t> raw = pre_dev_->download();
+    const int64_t n = c_.n, row_bytes = n * 2;
+    const int first = offsets_.front(), end = offsets_.back();
+    for (int64_t r = 0; r < m_cap_; ++r) {
+      if (r >= first && r < end) continue;
+      ASSERT_TRUE(std::all_of(raw.begin() + r * row_bytes, raw.begin() + (r + 1) * row_bytes,
+                              [](uint8_t b) { return b == 0xFF; }))
+          << "pre row " << r << " outside the experts was written";
+    }
+    std::vector<float> pre(m_cap_ * n);
+    for (size_t i = 0; i < pre.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, &raw[2 * i], 2);
+      pre[i] = bf16_to_float(h);
+    }
+    for (int64_t r = first; r < end; ++r)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_FALSE(std::isnan(pre[r * n + j]))
+            << "pre row " << r << " (expert " << expert_of(r) << ") column " << j
+            << " not written";
+
+    // The same GEMM with the linear epilogue and bf16 D [M_cap, N]: D = bf16(h + bias).
+    DeviceBuffer<uint8_t> linear(m_cap_ * n * 2);
+    linear.poison();
+    GroupedGemmFp8Args lin = args();
+    lin.epilogue = GemmEpilogue::kLinear;
+    lin.d = linear.view(DType::kBFloat16, {m_cap_, n});
+    lin.pre_activation = TensorView{};
+    lin.row_scale = TensorView{};
+    grouped_gemm_fp8(lin, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> lin_raw = linear.download();
+    for (size_t i = 0; i < raw.size(); i += 2)
+      ASSERT_TRUE(raw[i] == lin_raw[i] && raw[i + 1] == lin_raw[i + 1])
+          << "pre differs from the linear GEMM's bf16 D at row " << i / row_bytes << " (expert "
+          << expert_of(i / row_bytes) << ") column " << i % row_bytes / 2;
+
+    const std::vector<int> rows = rows_to_check();
+    const std::vector<float> want = reference_pre(rows);
+    std::vector<float> got;
+    for (int r : rows) got.insert(got.end(), pre.begin() + r * n, pre.begin() + (r + 1) * n);
+    double rms = 0;
+    for (float w : want) rms += double(w) * w;
+    rms = std::sqrt(rms / std::max<size_t>(want.size(), 1));
+    size_t bad = 0, worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double diff = std::abs(double(got[i]) - want[i]);
+      // one bf16 step of the value, plus the fp32 accumulation's difference from fp64
+      if (diff > std::ldexp(std::abs(double(want[i])), -8) + std::ldexp(rms, -8)) ++bad;
+      if (!(diff <= std::abs(double(got[worst]) - want[worst]))) worst = i;
+    }
+    const double error = test::rel_norm_error(got, want);
+    EXPECT_EQ(bad, 0u) << bad << " pre elements beyond a bf16 step of the reference; "
+                       << worst_pre(rows, got, want, worst);
+    EXPECT_LE(error, 5e-3) << "pre rel-norm error; " << worst_pre(rows, got, want, worst);
   }
 
   std::vector<uint8_t> raw_d() const { return d_dev_->download(); }
@@ -199,37 +268,78 @@ class Runner {
     return rows;
   }
 
-  // The reference on the rows `rows` only: a compact problem holding those rows of A, their
-  // scales and row scales, with the same weights and offsets recounted.
-  std::vector<float> reference(const std::vector<int>& rows) const {
+  // A compact host problem holding only the rows `rows` of A, their scales and row scales, with
+  // the same weights and offsets recounted; args() leaves d and pre_activation to the caller.
+  struct Compact {
+    int64_t s;
+    std::vector<uint8_t> a;
+    std::vector<float> a_scales, scale;
+    std::vector<int32_t> offsets;
+  };
+  Compact compact(const std::vector<int>& rows) const {
     const int64_t s = static_cast<int64_t>(rows.size()), k = c_.k, pitch = fp8_scale_rows(s);
-    std::vector<uint8_t> a(s * k);
-    std::vector<float> a_scales(kg_ * pitch, 1.0f), scale(s), d(s * n_out_);
-    std::vector<int32_t> offsets(experts_ + 1, 0);
+    Compact p{.s = s, .a = std::vector<uint8_t>(s * k),
+              .a_scales = std::vector<float>(kg_ * pitch, 1.0f), .scale = std::vector<float>(s),
+              .offsets = std::vector<int32_t>(experts_ + 1, 0)};
     for (int64_t i = 0; i < s; ++i) {
       const int r = rows[i];
-      std::copy(a_.begin() + r * k, a_.begin() + (r + 1) * k, a.begin() + i * k);
+      std::copy(a_.begin() + r * k, a_.begin() + (r + 1) * k, p.a.begin() + i * k);
       for (int64_t g = 0; g < kg_; ++g)
-        a_scales[g * pitch + i] = a_scales_[g * fp8_scale_rows(m_cap_) + r];
-      scale[i] = scale_[r];
-      ++offsets[expert_of(r) + 1];
+        p.a_scales[g * pitch + i] = a_scales_[g * fp8_scale_rows(m_cap_) + r];
+      p.scale[i] = scale_[r];
+      ++p.offsets[expert_of(r) + 1];
     }
-    std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+    std::partial_sum(p.offsets.begin(), p.offsets.end(), p.offsets.begin());
+    return p;
+  }
+  GroupedGemmFp8Args compact_args(Compact& p) const {
     auto b = const_cast<uint8_t*>(b_.data());
     auto b_scales = const_cast<float*>(b_scales_.data());
     GroupedGemmFp8Args g{
-        .a = host(a.data(), DType::kFloat8E4M3, {s, k}),
-        .a_scales = host(a_scales.data(), DType::kFloat32, {kg_, pitch}),
-        .b = host(b, DType::kFloat8E4M3, {experts_, c_.n, k}),
+        .a = host(p.a.data(), DType::kFloat8E4M3, {p.s, c_.k}),
+        .a_scales = host(p.a_scales.data(), DType::kFloat32, {kg_, fp8_scale_rows(p.s)}),
+        .b = host(b, DType::kFloat8E4M3, {experts_, c_.n, c_.k}),
         .b_scales = host(b_scales, DType::kFloat32, {experts_, fp8_scale_groups(c_.n), kg_}),
-        .offsets = host(offsets.data(), DType::kInt32, {experts_ + 1}),
-        .d = host(d.data(), DType::kFloat32, {s, n_out_}),
+        .offsets = host(p.offsets.data(), DType::kInt32, {experts_ + 1}),
         .epilogue = c_.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
         .activation = c_.act};
-    if (c_.row_scale) g.row_scale = host(scale.data(), DType::kFloat32, {s});
+    if (c_.row_scale) g.row_scale = host(p.scale.data(), DType::kFloat32, {p.s});
     if (c_.bias) g.bias = host(const_cast<float*>(bias_.data()), DType::kFloat32, {experts_, c_.n});
+    return g;
+  }
+
+  // The reference's D (fp32, unrounded) on the rows `rows`.
+  std::vector<float> reference(const std::vector<int>& rows) const {
+    Compact p = compact(rows);
+    std::vector<float> d(p.s * n_out_);
+    GroupedGemmFp8Args g = compact_args(p);
+    g.d = host(d.data(), DType::kFloat32, {p.s, n_out_});
     ref::grouped_gemm_fp8(g);
     return d;
+  }
+
+  // The reference's pre-activation bf16(h + bias) on the rows `rows`, as floats (the reference
+  // writes pre only next to a bf16 D, which is discarded here).
+  std::vector<float> reference_pre(const std::vector<int>& rows) const {
+    Compact p = compact(rows);
+    std::vector<uint16_t> d(p.s * n_out_), pre(p.s * c_.n);
+    GroupedGemmFp8Args g = compact_args(p);
+    g.d = host(d.data(), DType::kBFloat16, {p.s, n_out_});
+    g.pre_activation = host(pre.data(), DType::kBFloat16, {p.s, c_.n});
+    ref::grouped_gemm_fp8(g);
+    std::vector<float> out(pre.size());
+    for (size_t i = 0; i < pre.size(); ++i) out[i] = bf16_to_float(pre[i]);
+    return out;
+  }
+
+  std::string worst_pre(const std::vector<int>& rows, const std::vector<float>& got,
+                        const std::vector<float>& want, size_t at) const {
+    if (got.empty()) return "no rows";
+    const int r = rows[at / c_.n];
+    return "worst at row " + std::to_string(r) + " (expert " + std::to_string(expert_of(r)) +
+           ") h column " + std::to_string(at % c_.n) + " (n-block " +
+           std::to_string(at % c_.n / 128) + "): got " + std::to_string(got[at]) + ", want " +
+           std::to_string(want[at]);
   }
 
   // Where the largest difference is, for the failure message.
@@ -255,7 +365,7 @@ class Runner {
   std::vector<int32_t> offsets_;
   std::vector<uint8_t> a_, b_;
   std::vector<float> a_scales_, b_scales_, scale_, bias_;
-  std::unique_ptr<DeviceBuffer<uint8_t>> a_dev_, b_dev_, d_dev_;
+  std::unique_ptr<DeviceBuffer<uint8_t>> a_dev_, b_dev_, d_dev_, pre_dev_;
   std::unique_ptr<DeviceBuffer<float>> a_scales_dev_, b_scales_dev_, scale_dev_, bias_dev_;
   std::unique_ptr<DeviceBuffer<int32_t>> offsets_dev_;
 };
@@ -265,6 +375,7 @@ void run_case(const Case& c, const std::string& name) {
   Runner runner(c);
   runner.run();
   runner.check(c.fp32_out ? 1e-3 : 5e-3);
+  if (c.pre) runner.check_pre();
 }
 
 TEST(GroupedGemmFp8, Fc1EveryActivation) {
@@ -294,6 +405,26 @@ TEST(GroupedGemmFp8, BiasBeforeTheEpilogue) {
   run_case({.counts = uniform_counts(16, 1500), .spare_rows = 33, .n = 520, .k = 336,
             .row_scale = true, .fp32_out = true, .bias = true},
            "linear + bias + row scale");
+}
+
+// The pre-activation output (what the FP8 layer caches for the backward): every activation, with
+// and without bias, ragged experts with empty ones, N with a 16-column tail, a short K group,
+// rows before and after the experts; and the cluster shapes (phantom partners, odd m-blocks).
+TEST(GroupedGemmFp8, PreActivationIsTheLinearGemmsBf16Output) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
+                         Activation::kClampedSwiGLU, Activation::kSquaredReLU}) {
+    for (bool bias : {false, true}) {
+      run_case({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
+                .n = 400, .k = 208, .activation = true, .act = act, .row_scale = true,
+                .fp32_out = false, .bias = bias, .pre = true},
+               std::string(activation_name(act)) + (bias ? " + bias" : "") + " pre");
+    }
+  }
+  run_case({.counts = {129, 1, 0, 300, 640, 0, 385, 129}, .spare_rows = 5, .n = 336, .k = 272,
+            .activation = true, .act = Activation::kSwiGLU, .fp32_out = false, .bias = true,
+            .pre = true},
+           "swiglu pre, cluster phantoms, N 336");
 }
 
 TEST(GroupedGemmFp8, Fc2RowScaleBf16AndFp32) {
@@ -331,8 +462,8 @@ TEST(GroupedGemmFp8, DeepSeekFc1Preset) {
   std::vector<int> counts = uniform_counts(4, 1200);
   counts[1] += 700;
   run_case({.counts = counts, .spare_rows = 9, .n = 4096, .k = 7168, .activation = true,
-            .row_scale = true, .fp32_out = false},
-           "deepseek fc1 swiglu");
+            .row_scale = true, .fp32_out = false, .pre = true},
+           "deepseek fc1 swiglu (+ pre)");
 }
 
 // The 2-CTA clusters (src/cuda/gemm/fp8/cluster_scheduler.h): experts with odd m-block counts
@@ -364,8 +495,8 @@ TEST(GroupedGemmFp8, SeveralUnitsPerClusterWithPhantoms) {
   counts[7] = 1;
   for (Activation act : {Activation::kSwiGLU, Activation::kSquaredReLU})
     run_case({.counts = counts, .row_base = 2, .spare_rows = 40, .n = 1040, .k = 768,
-              .activation = true, .act = act, .row_scale = true, .fp32_out = false},
-             std::string(activation_name(act)) + ", 9 n-blocks");
+              .activation = true, .act = act, .row_scale = true, .fp32_out = false, .pre = true},
+             std::string(activation_name(act)) + ", 9 n-blocks (+ pre)");
 }
 
 TEST(GroupedGemmFp8, BitwiseRepeatable) {

@@ -13,6 +13,9 @@
 //   and against the bf16 reference step within the FP8 backward's measured quantisation error
 //   (ref::fp8_layer_gradient_tolerance); each error printed, the worst element named by its
 //   indices (expert, row, column); the losses against the bf16 reference (router is bf16);
+// - every case with FC1's pre-activation cached (the default) and recomputed (recompute_pre);
+//   the cached pre (cache) against the recomputed one (backward scratch) bit for bit, named by
+//   row and column, and the two steps' y and gradients bit for bit;
 // - experts without tokens (T < E with top-1), T = 1;
 // - prepare + forward + backward captured as one CUDA graph, replayed on new inputs;
 // - the layer's scale transpose (act's 1x128 scales to K-major) against the host one, alone, so
@@ -245,10 +248,11 @@ double fp8_vs_bf16_tolerance(const std::string& name) {
 // deepseek at T = 1 on this test's data: above ref::fp8_layer_gradient_tolerance's 0.15 in ~12 %
 // of draws, up to 0.66), so only the FP8 reference judges it.
 void check_step(const MoeConfig& c, int64_t T, const std::string& what,
-                bool router_vs_bf16 = true) {
-  SCOPED_TRACE(what + " T=" + std::to_string(T) + " seed=" + std::to_string(test::seed()));
+                bool router_vs_bf16 = true, bool recompute = false) {
+  SCOPED_TRACE(what + " T=" + std::to_string(T) + (recompute ? " recompute_pre" : " cached pre") +
+               " seed=" + std::to_string(test::seed()));
   Stream stream;
-  const LayerOptions o{.mode = LayerMode::kFused};
+  const LayerOptions o{.mode = LayerMode::kFused, .recompute_pre = recompute};
   MoeLayer layer(c, o);
   test::DeviceLayer d(c, o, T);
   test::DeviceBuffer<int32_t> health(1);
@@ -317,6 +321,11 @@ TEST_P(LayerFp8, ForwardAndBackwardMatchFp8AndBf16References) {
   check_step(GetParam().config, 200, GetParam().name);
 }
 
+TEST_P(LayerFp8, ForwardAndBackwardWithRecomputePre) {
+  MOEFUSE_REQUIRE_HOPPER();
+  check_step(GetParam().config, 200, GetParam().name, true, /*recompute=*/true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Layer, LayerFp8, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 
@@ -329,6 +338,54 @@ TEST(LayerFp8Edges, ExpertsWithoutTokensAndOneToken) {
   c.top_k = 1;
   check_step(c, 5, "top1_empty_experts");
   check_step(fp8_preset("deepseek-v3"), 1, "deepseek_one_token", /*router_vs_bf16=*/false);
+}
+
+// The same inputs through two layers, FC1's pre-activation cached (forward's FP8 FC1 epilogue)
+// and recomputed (the backward's linear FP8 GEMM on re-quantised x): the same codes, the same
+// accumulation and rounding, so the cached pre equals the recomputed one bit for bit (compared
+// first, by row and column: a mismatch there is the epilogue's pre output), and y and every
+// gradient of the two steps are bitwise equal. GLU with bias (gpt-oss) and squared ReLU.
+TEST(LayerFp8Recompute, CachedPreEqualsRecomputedPreBitForBit) {
+  MOEFUSE_REQUIRE_HOPPER();
+  MoeConfig relu = fp8_preset("qwen3-30b-a3b");
+  relu.activation = Activation::kSquaredReLU;
+  for (const auto& [name, c] : {std::pair{std::string("gptoss"), bias_fp8_preset("gpt-oss-120b")},
+                                std::pair{std::string("squared_relu"), relu}}) {
+    const int64_t T = 200;
+    SCOPED_TRACE(name + " seed=" + std::to_string(test::seed()));
+    const test::LayerData data = test::LayerData::random(c, T);
+    Stream stream;
+    test::StepResult results[2];
+    std::vector<uint16_t> pre[2];
+    for (bool recompute : {false, true}) {
+      const LayerOptions o{.mode = LayerMode::kFused, .recompute_pre = recompute};
+      MoeLayer layer(c, o);
+      test::DeviceLayer d(c, o, T);
+      d.upload(data);
+      d.poison();
+      d.forward(layer, stream);  // prepare_fp8_weights + forward
+      d.backward(layer, stream);
+      MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      results[recompute] = test::download(d);
+      // Where the backward read pre: the cache (cached) or its scratch (recomputed).
+      const layer::Slice s = layer::make_plan(c, o, T).pre_bwd;
+      ASSERT_TRUE(s.present());
+      const auto& region = s.region == layer::Region::kCache ? d.cache : d.workspace;
+      pre[recompute].resize(s.bytes / 2);
+      MOEFUSE_CUDA_CHECK(cudaMemcpy(pre[recompute].data(), region.data() + s.offset, s.bytes,
+                                    cudaMemcpyDeviceToHost));
+    }
+    ASSERT_EQ(pre[0].size(), pre[1].size());
+    const int64_t fc1 = c.fc1_width();
+    size_t bad = 0, first = pre[0].size();
+    for (size_t i = 0; i < pre[0].size(); ++i)
+      if (pre[0][i] != pre[1][i] && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0u) << bad << " of " << pre[0].size()
+                       << " pre elements differ (cached vs recomputed); first at row "
+                       << first / fc1 << " interleaved column " << first % fc1 << " (n-block "
+                       << first % fc1 / 128 << ")";
+    test::expect_same_bits(results[0], results[1], "cached vs recomputed pre:");
+  }
 }
 
 // prepare + forward + backward as ONE CUDA graph, replayed on new inputs in the same buffers:

@@ -9,9 +9,9 @@
 // k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·x[token_of_row] (gather-fused) and the
 // bias gradients. The main stream joins it at the end.
 // FP8 layers (config.precision kFP8Blockwise): the same stages, streams and joins; the routed
-// experts' GEMMs run in FP8 (backward_fp8.h): FC1 recomputed in FP8 from x, dys and d_pre
-// quantised row-wise for the dgrads (on W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for
-// the wgrads. Bias gradients, the router and the shared expert are the bf16 path's.
+// experts' GEMMs run in FP8 (backward_fp8.h): pre cached by the forward's FP8 FC1 (with
+// recompute_pre: recomputed in FP8 from x), dys and d_pre quantised row-wise for the dgrads (on
+// W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for the wgrads. Bias gradients, the router and the shared expert are the bf16 path's.
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"

@@ -4,8 +4,9 @@
 // permute_bwd and the router backward are the bf16 path's. Arguments already validated by the
 // layer; buffers and their lifetimes in plan.h.
 //
-// Numerics: every GEMM of the backward runs in FP8 — the FC1 recompute (from x, re-quantised
-// exactly as the forward did: the same codes), both dgrads (1x128 row-wise activations × the
+// Numerics: every GEMM of the backward runs in FP8 — the FC1 recompute with recompute_pre (from
+// x, re-quantised exactly as the forward did: the same codes, so the same pre as the cached one
+// the forward's FC1 writes by default), both dgrads (1x128 row-wise activations × the
 // 128x128 transposed weights of prepare_fp8_weights) and both wgrads (128x1 column-wise
 // groups of one expert's rows on both operands). The tensors between them (pre, dys, d_pre,
 // p·act, dxs) stay bf16, as do the bias gradients' sums and everything of the router and the
@@ -21,7 +22,7 @@
 
 namespace moefuse::layer {
 
-// Stage recompute_fc1: x → xs e4m3 + K-major scales (permute_quantize_fp8, the forward's codes)
+// Stage recompute_fc1 (recompute_pre only): x → xs e4m3 + K-major scales (permute_quantize_fp8, the forward's codes)
 // → FP8 FC1 GEMM, linear epilogue with b1 → pre_bwd bf16 [R, fc1].
 void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const Views& v,
                        const TensorView& health, cudaStream_t stream);

@@ -34,7 +34,8 @@ void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const MoeLayerW
                       .epilogue = GemmEpilogue::kActivation,
                       .activation = c.activation,
                       .clamped_swiglu = c.clamped_swiglu,
-                      .bias = w.b1},
+                      .bias = w.b1,
+                      .pre_activation = v.pre},  // cached for backward unless recompute_pre
                      stream);
     quantize_rows_fp8(v.act, v.act_fp8, v.act_scales_rows, v.act_scales, stream);  // FC2's A
   });

@@ -8,7 +8,7 @@
 // Unfused mode: permute → FC1 plain GEMM → activation kernel → FC2 plain GEMM → bias kernel →
 // combine weighted by the probs (the scaling pass). Second stream: the shared expert's MLP.
 // FP8 (config.precision kFP8Blockwise, fused only): permute_quantize_fp8 (x → E4M3 xs + K-major
-// 1x128 scales) → FC1 FP8 GEMM (GLU epilogue, bf16 act) → act quantised 1x128, its scales
+// 1x128 scales) → FC1 FP8 GEMM (GLU epilogue, bf16 act, saves pre) → act quantised 1x128, its scales
 // transposed to K-major → FC2 FP8 GEMM (row scale = routing prob) → combine. Weights from
 // weights.fp8 (prepare_fp8_weights). Router and shared expert stay bf16.
 #include <string>

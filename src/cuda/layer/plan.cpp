@@ -130,7 +130,10 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);
   // The unfused wgrad gathers xs itself, and unfused recompute permutes x before FC1.
   if (unfused) p.xs_bwd = bwd.add("xs [R,H] bf16 (unfused dW1 gather)", R * H * bf);
-  if (fp8) {
+  if (fp8 && cache_pre) {
+    p.xs_bwd = bwd.add("xs [R,H] bf16 (fp8: dW1's column-wise copy is quantised from it)",
+                       R * H * bf);
+  } else if (fp8) {
     // Two lifetimes, ordered by the fork (plan.h): the recompute's codes + K-major scales, then
     // the bf16 xs that dW1's column-wise copy is quantised from.
     const size_t codes = align_up(R * H * e4m3), scales = groups(H) * scale_cols * f32;
@@ -139,6 +142,8 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
     p.xs_fp8_bwd = {.region = Region::kWorkspace, .offset = p.xs_bwd.offset, .bytes = R * H};
     p.xs_scales_bwd = {.region = Region::kWorkspace, .offset = p.xs_bwd.offset + codes,
                        .bytes = scales};
+  }
+  if (fp8) {
     // Row-wise operands of the dgrads (K = H for FC2's, K = fc1 for FC1's).
     p.dys_fp8 = bwd.add("dys [R,H] e4m3", R * H * e4m3);
     p.dys_scales_rows = bwd.add("dys_scales [R,H/128] fp32 (row-major)", R * groups(H) * f32);

@@ -25,10 +25,11 @@ namespace moefuse::layer {
 
 enum class Region : uint8_t { kNone, kCache, kWorkspace, kFp8Weights };
 
-// FP8 recipes: FC1's pre-activation is never cached (the FP8 GEMM cannot write it), so the
-// backward always recomputes it.
-inline bool recomputes_pre(const MoeConfig& config, const LayerOptions& options) {
-  return options.recompute_pre || config.precision != PrecisionRecipe::kBF16;
+// Every precision caches FC1's pre-activation unless asked not to (the FP8 GEMM writes it from
+// its epilogue like the BF16 one); recomputing trades R·fc1·2 bytes of cache per layer for one
+// FC1 GEMM in the backward (FP8: re-quantise x, then the FP8 GEMM).
+inline bool recomputes_pre(const MoeConfig&, const LayerOptions& options) {
+  return options.recompute_pre;
 }
 
 // A byte range in one region; kNone (bytes 0) means "this configuration has no such buffer".
@@ -64,9 +65,9 @@ struct Plan {
   Slice dys, dpre, act_bwd, d_row_prob, d_probs, dxs, d_logits, xs_bwd;
   // backward scratch, FP8: row-wise e4m3 operands of the dgrads (codes, the quantiser's
   // row-major scales, the GEMM's K-major scales); column-wise grouped operands of the wgrads
-  // ([N, 128·G] codes, [G, N] scales, G = fp8_colwise_groups(R, E)); the recompute's xs codes
-  // and scales, sub-ranges of xs_bwd (not listed in `buffers`: xs_bwd is). xs_bwd's two
-  // lifetimes: main stream, recompute_fc1 (permute_quantize_fp8 writes the codes and scales, the
+  // ([N, 128·G] codes, [G, N] scales, G = fp8_colwise_groups(R, E)); with recompute_pre, the
+  // recompute's xs codes and scales, sub-ranges of xs_bwd (not listed in `buffers`: xs_bwd is;
+  // absent when pre is cached). xs_bwd's two lifetimes then: main stream, recompute_fc1 (permute_quantize_fp8 writes the codes and scales, the
   // FC1 GEMM reads them), then second stream, fc1_wgrad (permute writes the bf16 xs, the
   // column-wise quantiser reads it). The fork after fc2_dgrad orders the first before the
   // second, and no main-stream stage after recompute_fc1 touches these bytes.

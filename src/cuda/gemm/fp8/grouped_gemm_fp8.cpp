@@ -23,7 +23,10 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream) {
                    .clamp_limit = args.clamped_swiglu.limit,
                    .bias = is_absent(args.bias) ? nullptr : args.bias.as<const float>(),
                    .row_scale = is_absent(args.row_scale) ? nullptr
-                                                          : args.row_scale.as<const float>()},
+                                                          : args.row_scale.as<const float>(),
+                   .pre = is_absent(args.pre_activation)
+                              ? nullptr
+                              : args.pre_activation.as<__nv_bfloat16>()},
       .dglu = {},
       .a = args.a.data,
       .a_scales = args.a_scales.data,

@@ -12,7 +12,7 @@ namespace moefuse::gemm::fp8 {
 
 struct Fp8GemmLaunch {
   Fp8GemmProblem problem;
-  EpilogueParams epilogue;  // forward kinds; pre unused (null)
+  EpilogueParams epilogue;  // forward kinds; pre only with bf16 output (the staged tile)
   bwd::DGluEpilogue dglu;   // the dGLU kind only
   const void* a = nullptr;         // [m_cap, k] e4m3
   const void* a_scales = nullptr;  // [ceil(k/128), fp8_scale_rows(m_cap)] fp32

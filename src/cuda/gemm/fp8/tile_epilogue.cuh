@@ -9,9 +9,12 @@
 //     272-byte pitch: config.h].
 //   epilogue warps (96 threads): activation and row scale, 8 outputs a step, 16-byte stores,
 //     masked by rows (< the expert's end) and columns (< N; N % 8 == 0, N % 16 == 0 for GLU, so
-//     an 8-column chunk or a 16-column GLU pair is entirely in or out).
-// The activation thus reads h rounded to bf16, as in the BF16 kernel (what an unfused bf16 path
-// and the backward's recomputation from a saved pre-activation see).
+//     an 8-column chunk or a 16-column GLU pair is entirely in or out); with ep.pre, the staged
+//     chunks they just read also go to the pre-activation (16-byte copies, the same masks), so
+//     the tile is read from shared memory once.
+// The activation thus reads h rounded to bf16, as in the BF16 kernel: exactly the saved
+// pre-activation, so the backward from the cached pre and a recompute by the linear FP8 GEMM
+// (the same accumulation, the same rounding) agree bit for bit.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -59,9 +62,16 @@ __device__ __forceinline__ void drain_tile(const uint8_t* tile, const Fp8GemmPro
       const int r = item / kPairs, q = item % kPairs;
       const int row = row_first + r;
       if (row >= row_end || n0 + 16 * q >= p.n) continue;
+      const uint4 gate = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32);
+      const uint4 up = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32 + 16);
+      if (ep.pre) {
+        uint4* pre = reinterpret_cast<uint4*>(ep.pre + int64_t{row} * p.n + n0 + 16 * q);
+        pre[0] = gate;
+        pre[1] = up;
+      }
       float g[8], u[8], out[8];
-      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32), g);
-      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + q * 32 + 16), u);
+      cuda::unpack_bf16x8(gate, g);
+      cuda::unpack_bf16x8(up, u);
       const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = apply_op<kOp>(ep, g[i], u[i]) * scale;
@@ -73,8 +83,10 @@ __device__ __forceinline__ void drain_tile(const uint8_t* tile, const Fp8GemmPro
       const int r = item / kChunks, c = item % kChunks;
       const int row = row_first + r, col = n0 + 8 * c;
       if (row >= row_end || col >= p.n) continue;
+      const uint4 staged = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 16);
+      if (ep.pre) *reinterpret_cast<uint4*>(ep.pre + int64_t{row} * p.n + col) = staged;
       float v[8];
-      cuda::unpack_bf16x8(*reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 16), v);
+      cuda::unpack_bf16x8(staged, v);
       const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = apply_op<kOp>(ep, v[i], 0.0f) * scale;

@@ -68,6 +68,17 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
     expect_tensor(args.bias, "bias", DType::kFloat32, device, {num_experts, n});
     expect_aligned(args.bias, "bias", 8);  // the epilogue loads column pairs
   }
+  if (!is_absent(args.pre_activation)) {
+    // The epilogue warps copy the staged bf16 tile, which only the bf16-output kernel has (the
+    // fp32 one must not round h, docs/fp8.md); without an activation h is D itself.
+    MOEFUSE_EXPECT(args.epilogue == GemmEpilogue::kActivation, "pre_activation",
+                   "absent with GemmEpilogue::kLinear (h is D itself)", "a tensor");
+    MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16, "pre_activation",
+                   "absent with fp32 d (only the bf16-output epilogue stages bf16 h)",
+                   "a tensor with d " + std::string(dtype_name(args.d.dtype)));
+    expect_tensor(args.pre_activation, "pre_activation", DType::kBFloat16, device, {m_cap, n});
+    expect_aligned(args.pre_activation, "pre_activation", 16);  // 16-byte stores
+  }
 }
 
 }  // namespace moefuse
