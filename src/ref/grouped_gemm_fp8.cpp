@@ -2,25 +2,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "formats/fp8.h"
+#include "ref/bf16_bits.h"
 #include "ref/check.h"
 #include "ref/expert_mlp.h"
 
 namespace moefuse::ref {
 namespace {
-
-// fp32 → bf16 bits, round to nearest even (NaN stays a quiet NaN).
-uint16_t bf16_bits(double v) {
-  const float f = static_cast<float>(v);
-  if (std::isnan(f)) return 0x7FC0;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // The dequantised operands of one expert: b as [N, K] and a as [rows, K], fp64.
 std::vector<double> dequantize_b(const GroupedGemmFp8Args& args, int64_t e) {

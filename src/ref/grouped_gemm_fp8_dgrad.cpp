@@ -2,35 +2,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "moefuse/grouped_gemm.h"
+#include "ref/bf16_bits.h"
 #include "ref/check.h"
 #include "ref/expert_mlp.h"
 #include "ref/grouped_gemm_fp8.h"
 
 namespace moefuse::ref {
-namespace {
-
-uint16_t bf16_bits(double v) {
-  const float f = static_cast<float>(v);
-  if (std::isnan(f)) return 0x7FC0;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-double bf16_value(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-}  // namespace
-
 void transpose_fp8_blockwise_weights(const TensorView& w, const TensorView& w_scales,
                                      const TensorView& wt, const TensorView& wt_scales) {
   validate_transpose_fp8_blockwise_weights(w, w_scales, wt, wt_scales, Device::kCpu);

@@ -9,6 +9,7 @@
 #include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/grouped_gemm_fp8_dgrad.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
+#include "ref/bf16_bits.h"
 #include "ref/check.h"
 #include "ref/dispatch.h"
 #include "ref/expert_mlp.h"
@@ -24,29 +25,15 @@ TensorView host(void* p, DType dtype, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(p, dtype, shape);
 }
 
-float from_bf16_bits(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// fp32 → bf16 bits, round to nearest even (the values here are finite).
-uint16_t to_bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = to_bf16_bits(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_bits(v[i]);
   return out;
 }
 
 std::vector<float> widen(const std::vector<uint16_t>& v) {
   std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = from_bf16_bits(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_value(v[i]);
   return out;
 }
 

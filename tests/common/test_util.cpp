@@ -61,4 +61,13 @@ double rel_norm_error(std::span<const float> a, std::span<const float> b) { retu
 
 bool hopper_present(std::string* why) { return cuda::hopper_available(why); }
 
+MaxDiff max_abs_diff(std::span<const float> got, std::span<const float> want) {
+  MaxDiff m;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(double(got[i]) - double(want[i]));
+    if (!(diff <= m.diff)) m = {.at = i, .diff = diff};
+  }
+  return m;
+}
+
 }  // namespace moefuse::test

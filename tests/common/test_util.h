@@ -47,4 +47,12 @@ double rel_norm_error(std::span<const float> a, std::span<const float> b);
 
 bool hopper_present(std::string* why);
 
+// The largest |got[i] - want[i]| and its first index (a NaN counts as the largest), for failure
+// messages that name where two results differ most. {0, -1} when both are empty.
+struct MaxDiff {
+  size_t at = 0;
+  double diff = -1;
+};
+MaxDiff max_abs_diff(std::span<const float> got, std::span<const float> want);
+
 }  // namespace moefuse::test

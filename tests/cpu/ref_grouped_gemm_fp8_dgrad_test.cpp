@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "cuda/gemm/backward/activation_backward.h"
 #include "formats/fp8.h"
@@ -31,67 +32,18 @@
 namespace moefuse {
 namespace {
 
-TensorView host(void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(p, dtype, shape);
-}
-
-float bf16_to_float(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-// A weight [E, N, K] quantised 128x128.
-struct QuantWeight {
-  int64_t e, n, k;
-  std::vector<uint8_t> q;
-  std::vector<float> s;
-  QuantWeight(std::vector<float> w, int64_t e_, int64_t n_, int64_t k_)
-      : e(e_), n(n_), k(k_), q(e * n * k), s(e * fp8_scale_groups(n) * fp8_scale_groups(k)) {
-    ref::quantize_fp8_blockwise_128x128(host(w.data(), DType::kFloat32, {e, n, k}), codes(),
-                                        scales());
-  }
-  TensorView codes() { return host(q.data(), DType::kFloat8E4M3, {e, n, k}); }
-  TensorView scales() {
-    return host(s.data(), DType::kFloat32, {e, fp8_scale_groups(n), fp8_scale_groups(k)});
-  }
-};
-
-// Rows [M, K] quantised 1x128 with K-major scales.
-struct QuantRows {
-  int64_t m, k;
-  std::vector<uint8_t> q;
-  std::vector<float> s;
-  QuantRows(std::vector<float> x, int64_t m_, int64_t k_)
-      : m(m_), k(k_), q(m * k), s(fp8_scale_groups(k) * fp8_scale_rows(m)) {
-    std::vector<float> rows(m * fp8_scale_groups(k));
-    ref::quantize_fp8_blockwise_1x128(host(x.data(), DType::kFloat32, {m, k}), codes(),
-                                      host(rows.data(), DType::kFloat32, {m, fp8_scale_groups(k)}));
-    transpose_fp8_activation_scales(host(rows.data(), DType::kFloat32, {m, fp8_scale_groups(k)}),
-                                    scales());
-  }
-  TensorView codes() { return host(q.data(), DType::kFloat8E4M3, {m, k}); }
-  TensorView scales() {
-    return host(s.data(), DType::kFloat32, {fp8_scale_groups(k), fp8_scale_rows(m)});
-  }
-  double deq(int64_t r, int64_t j) const {
-    return double(formats::e4m3_to_float(q[r * k + j])) *
-           s[(j / kFp8ScaleGroup) * fp8_scale_rows(m) + r];
-  }
-};
+using test::bf16_to_float;
+using test::Fp8Rows;
+using test::Fp8Weight;
+using test::float_to_bf16;
+using test::host;
+using test::widen;
 
 TEST(RefFp8WeightTranspose, IsTheByteTransposeAndEqualsQuantisingTheTranspose) {
   SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   const int64_t E = 3, N = 400, K = 208;  // partial last blocks both ways
   std::vector<float> w = test::random_normal(E * N * K);
-  QuantWeight qw(w, E, N, K);
+  Fp8Weight qw(w, E, N, K);
   std::vector<uint8_t> wt(E * K * N, 0xAB);
   std::vector<float> st(E * fp8_scale_groups(K) * fp8_scale_groups(N), -1.0f);
   ref::transpose_fp8_blockwise_weights(
@@ -104,7 +56,7 @@ TEST(RefFp8WeightTranspose, IsTheByteTransposeAndEqualsQuantisingTheTranspose) {
         ASSERT_EQ(wt[(e * K + j) * N + i], qw.q[(e * N + i) * K + j]) << e << " " << i << " " << j;
         w_t[(e * K + j) * N + i] = w[(e * N + i) * K + j];
       }
-  QuantWeight direct(w_t, E, K, N);
+  Fp8Weight direct(w_t, E, K, N);
   EXPECT_TRUE(direct.q == wt);
   EXPECT_TRUE(direct.s == st);
 }
@@ -116,8 +68,8 @@ struct Fc2Problem {
   std::vector<int32_t> offsets;
   std::vector<float> dys_f, w2_f, p, b2;
   std::vector<uint16_t> pre, dys_bf16;
-  QuantRows dys;
-  QuantWeight w2t;
+  Fp8Rows dys;
+  Fp8Weight w2t;
   std::vector<uint16_t> d_pre, scaled_act;
   std::vector<float> dp;
 
@@ -131,8 +83,7 @@ struct Fc2Problem {
     for (float v : dys_f) dys_bf16.push_back(float_to_bf16(v));
   }
   std::vector<int32_t> make_offsets(const std::vector<int>& counts, int spare) {
-    std::vector<int32_t> o(counts.size() + 1, 2);  // two rows before the experts
-    for (size_t i = 0; i < counts.size(); ++i) o[i + 1] = o[i] + counts[i];
+    std::vector<int32_t> o = test::offsets_of(counts, 2);  // two rows before the experts
     m = o.back() + spare;
     return o;
   }
@@ -204,12 +155,6 @@ Expected kernel_math(const Fc2Problem& pb, bool quantised) {
   return x;
 }
 
-std::vector<float> widen(const std::vector<uint16_t>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_float(v[i]);
-  return out;
-}
-
 // Rows [first, end) of a [m, cols] tensor.
 std::vector<float> rows_of(const std::vector<float>& v, int64_t cols, int64_t first, int64_t end) {
   return std::vector<float>(v.begin() + first * cols, v.begin() + end * cols);
@@ -263,8 +208,8 @@ TEST(RefFc2DgradFp8, QuantisationErrorAgainstUnquantisedOperands) {
 TEST(RefGroupedGemmFp8, BiasIsAddedBeforeTheEpilogue) {
   SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   const int64_t E = 2, M = 20, N = 272, K = 160;
-  QuantRows a(test::random_normal(M * K), M, K);
-  QuantWeight b(test::random_normal(E * N * K), E, N, K);
+  Fp8Rows a(test::random_normal(M * K), M, K);
+  Fp8Weight b(test::random_normal(E * N * K), E, N, K);
   std::vector<int32_t> offsets = {1, 9, 19};
   std::vector<float> bias = test::random_normal(E * N), zero(E * N, 0.0f);
   std::vector<float> with(M * N / 2), without(M * N / 2);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "moefuse/grouped_gemm_fp8.h"
 #include "ref/expert_mlp.h"
@@ -22,12 +23,7 @@
 namespace moefuse {
 namespace {
 
-float bf16_to_float(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using test::bf16_to_float;
 
 struct Case {
   std::vector<int> counts;
@@ -44,8 +40,7 @@ class Fixture {
  public:
   explicit Fixture(const Case& c) : c_(c) {
     experts_ = static_cast<int64_t>(c.counts.size());
-    offsets_.assign(experts_ + 1, c.row_base);
-    for (int64_t e = 0; e < experts_; ++e) offsets_[e + 1] = offsets_[e] + c.counts[e];
+    offsets_ = test::offsets_of(c.counts, c.row_base);
     m_cap_ = offsets_[experts_] + c.spare_rows;
     glu_ = c.activation && is_glu(c.act);
     n_out_ = glu_ ? c.n / 2 : c.n;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "cuda/gemm/fp8/colwise_groups.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
@@ -33,11 +34,7 @@ TensorView e4m3(std::vector<uint8_t>& v, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(v.data(), DType::kFloat8E4M3, shape);
 }
 
-std::vector<int32_t> offsets_of(const std::vector<int>& counts, int row_base) {
-  std::vector<int32_t> off(counts.size() + 1, row_base);
-  for (size_t e = 0; e < counts.size(); ++e) off[e + 1] = off[e] + counts[e];
-  return off;
-}
+using test::offsets_of;
 
 std::vector<int> random_counts(int experts, int max_rows) {
   std::uniform_int_distribution<int> pick(0, max_rows), zero(0, 3);

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
@@ -107,20 +108,11 @@ struct Buffer {
 using BufferPtr = std::unique_ptr<Buffer>;
 BufferPtr buffer(int64_t elems, DType t) { return std::make_unique<Buffer>(size_t(elems), t); }
 
-std::vector<int> offsets_of(const std::vector<int>& counts, int base) {
-  std::vector<int> o(counts.size() + 1, base);
-  for (size_t e = 0; e < counts.size(); ++e) o[e + 1] = o[e] + counts[e];
-  return o;
-}
+using test::offsets_of;
 int expert_of(const std::vector<int>& off, int row) {
   return static_cast<int>(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
 }
-std::vector<int> uniform_counts(int experts, int total) {
-  std::vector<int> c(experts, 0);
-  std::uniform_int_distribution<int> pick(0, experts - 1);
-  for (int i = 0; i < total; ++i) ++c[pick(test::rng())];
-  return c;
-}
+using test::uniform_counts;
 
 // Rows [lo, hi) of a row-major byte image that must still be all 0xFF.
 std::string untouched(const std::vector<uint8_t>& raw, int64_t row_bytes, int64_t rows,

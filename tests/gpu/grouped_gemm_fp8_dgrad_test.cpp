@@ -14,9 +14,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "dispatch_test_util.h"
 #include "moefuse/grouped_gemm.h"
@@ -31,80 +33,31 @@ namespace {
 
 using test::DeviceBuffer;
 
-TensorView host(void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(p, dtype, shape);
-}
-
-float bf16_to_float(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-std::vector<float> widen(const std::vector<uint16_t>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_float(v[i]);
-  return out;
-}
-
-std::vector<int32_t> offsets_of(const std::vector<int>& counts, int base) {
-  std::vector<int32_t> o(counts.size() + 1, base);
-  for (size_t i = 0; i < counts.size(); ++i) o[i + 1] = o[i] + counts[i];
-  return o;
-}
+using test::bf16_to_float;
+using test::float_to_bf16;
+using test::Fp8Rows;
+using test::Fp8Weight;
+using test::host;
+using test::offsets_of;
+using test::widen;
 
 int expert_of(const std::vector<int32_t>& offsets, int64_t r) {
   return int(std::upper_bound(offsets.begin(), offsets.end(), r) - offsets.begin()) - 1;
 }
 
-// Weight [E, N, K] quantised 128x128 (host), and rows [M, K] quantised 1x128, K-major scales.
-struct Weight {
-  int64_t e, n, k;
-  std::vector<uint8_t> q;
-  std::vector<float> s;
-  Weight(int64_t e_, int64_t n_, int64_t k_)
-      : e(e_), n(n_), k(k_), q(e * n * k), s(e * fp8_scale_groups(n) * fp8_scale_groups(k)) {
-    std::vector<float> w = test::random_normal(e * n * k, 1.0f / std::sqrt(float(k)));
-    ref::quantize_fp8_blockwise_128x128(host(w.data(), DType::kFloat32, {e, n, k}),
-                                        host(q.data(), DType::kFloat8E4M3, {e, n, k}), scales());
-  }
-  TensorView scales() {
-    return host(s.data(), DType::kFloat32, {e, fp8_scale_groups(n), fp8_scale_groups(k)});
-  }
-};
-
-struct Rows {
-  int64_t m, k;
-  std::vector<uint8_t> q;
-  std::vector<float> s;
-  Rows(const std::vector<float>& x, int64_t m_, int64_t k_)
-      : m(m_), k(k_), q(m * k), s(fp8_scale_groups(k) * fp8_scale_rows(m)) {
-    std::vector<float> xs = x, rows(m * fp8_scale_groups(k));
-    ref::quantize_fp8_blockwise_1x128(host(xs.data(), DType::kFloat32, {m, k}),
-                                      host(q.data(), DType::kFloat8E4M3, {m, k}),
-                                      host(rows.data(), DType::kFloat32, {m, fp8_scale_groups(k)}));
-    transpose_fp8_activation_scales(host(rows.data(), DType::kFloat32, {m, fp8_scale_groups(k)}),
-                                    host(s.data(), DType::kFloat32,
-                                         {fp8_scale_groups(k), fp8_scale_rows(m)}));
-  }
-};
+// A random weight [E, N, K] (entries ~ N(0, 1/K)) quantised 128x128.
+Fp8Weight random_weight(int64_t e, int64_t n, int64_t k) {
+  return Fp8Weight(test::random_normal(e * n * k, 1.0f / std::sqrt(float(k))), e, n, k);
+}
 
 // Max |got - want| over rows [first, end) of [*, cols], named by expert, row and column.
 std::string worst(const std::vector<float>& got, const std::vector<float>& want, int64_t cols,
                   const std::vector<int32_t>& offsets) {
-  double max_diff = -1;
-  int64_t at = 0;
-  for (int64_t i = offsets.front() * cols; i < offsets.back() * cols; ++i) {
-    const double d = std::abs(double(got[i]) - double(want[i]));
-    if (!(d <= max_diff)) max_diff = d, at = i;
-  }
+  const size_t first = offsets.front() * cols, count = offsets.back() * cols - first;
+  const test::MaxDiff m = test::max_abs_diff(std::span(got).subspan(first, count),
+                                             std::span(want).subspan(first, count));
+  const int64_t at = int64_t(first + m.at);
+  const double max_diff = m.diff;
   const int64_t r = at / cols;
   return "max |diff| " + std::to_string(max_diff) + " at row " + std::to_string(r) + " (expert " +
          std::to_string(expert_of(offsets, r)) + ") column " + std::to_string(at % cols) +
@@ -133,11 +86,11 @@ void check_rows(const std::vector<float>& got, const std::vector<float>& want, i
 void expect_transpose_bit_exact(int64_t e, int64_t n, int64_t k) {
   SCOPED_TRACE("E " + std::to_string(e) + " N " + std::to_string(n) + " K " + std::to_string(k) +
                " (seed " + std::to_string(test::seed()) + ")");
-  Weight w(e, n, k);
+  Fp8Weight w = random_weight(e, n, k);
   const int64_t ng = fp8_scale_groups(n), kg = fp8_scale_groups(k);
   std::vector<uint8_t> wt(e * k * n);
   std::vector<float> st(e * kg * ng);
-  ref::transpose_fp8_blockwise_weights(host(w.q.data(), DType::kFloat8E4M3, {e, n, k}), w.scales(),
+  ref::transpose_fp8_blockwise_weights(w.codes(), w.scales(),
                                        host(wt.data(), DType::kFloat8E4M3, {e, k, n}),
                                        host(st.data(), DType::kFloat32, {e, kg, ng}));
   DeviceBuffer<uint8_t> dw(w.q), dwt(wt.size());
@@ -171,19 +124,18 @@ TEST(Fp8Dgrad, Fc1DgradOnTransposedWeights) {
   const std::vector<int> counts = {0, 130, 1, 257, 0, 77};
   const std::vector<int32_t> offsets = offsets_of(counts, 5);
   const int64_t E = counts.size(), H = 272, FC1 = 400, M = offsets.back() + 9;
-  Weight w1(E, FC1, H);  // [E, fc1, H]
-  Rows dpre(test::random_normal(M * FC1), M, FC1);
+  Fp8Weight w1 = random_weight(E, FC1, H);  // [E, fc1, H]
+  Fp8Rows dpre(test::random_normal(M * FC1), M, FC1);
   const int64_t hg = fp8_scale_groups(H), fg = fp8_scale_groups(FC1);
   std::vector<uint8_t> w1t(E * H * FC1);
   std::vector<float> w1t_s(E * hg * fg);
-  ref::transpose_fp8_blockwise_weights(host(w1.q.data(), DType::kFloat8E4M3, {E, FC1, H}),
-                                       w1.scales(),
+  ref::transpose_fp8_blockwise_weights(w1.codes(), w1.scales(),
                                        host(w1t.data(), DType::kFloat8E4M3, {E, H, FC1}),
                                        host(w1t_s.data(), DType::kFloat32, {E, hg, fg}));
   std::vector<int32_t> off = offsets;
   std::vector<float> want(M * H, std::nanf(""));
-  ref::grouped_gemm_fp8({.a = host(dpre.q.data(), DType::kFloat8E4M3, {M, FC1}),
-                         .a_scales = host(dpre.s.data(), DType::kFloat32, {fg, fp8_scale_rows(M)}),
+  ref::grouped_gemm_fp8({.a = dpre.codes(),
+                         .a_scales = dpre.scales(),
                          .b = host(w1t.data(), DType::kFloat8E4M3, {E, H, FC1}),
                          .b_scales = host(w1t_s.data(), DType::kFloat32, {E, hg, fg}),
                          .offsets = host(off.data(), DType::kInt32, {E + 1}),
@@ -229,8 +181,8 @@ void run_fc2(const Fc2Case& c, const std::string& name) {
     const std::vector<float> values = test::random_normal(M * fc1, 1.5f);
     for (int64_t i = 0; i < M * fc1; ++i) pre[i] = float_to_bf16(values[i]);
   }
-  Rows dys(dys_f, M, H);
-  Weight w2t(E, F, H);
+  Fp8Rows dys(dys_f, M, H);
+  Fp8Weight w2t = random_weight(E, F, H);
   std::vector<float> p = test::random_uniform(M, 0.1f, 1.0f), b2 = test::random_normal(E * H);
   std::vector<int32_t> off = offsets;
   const int64_t hg = fp8_scale_groups(H), fg = fp8_scale_groups(F);
@@ -240,9 +192,9 @@ void run_fc2(const Fc2Case& c, const std::string& name) {
   std::vector<float> want_dp(M, std::nanf(""));
   const ClampedSwiGLUParams clamp{.alpha = 1.702f, .limit = 7.0f};
   Fc2DgradFp8Args ref_args{
-      .dys = host(dys.q.data(), DType::kFloat8E4M3, {M, H}),
-      .dys_scales = host(dys.s.data(), DType::kFloat32, {hg, fp8_scale_rows(M)}),
-      .w2t = host(w2t.q.data(), DType::kFloat8E4M3, {E, F, H}),
+      .dys = dys.codes(),
+      .dys_scales = dys.scales(),
+      .w2t = w2t.codes(),
       .w2t_scales = w2t.scales(),
       .offsets = host(off.data(), DType::kInt32, {E + 1}),
       .pre = host(pre.data(), DType::kBFloat16, {M, fc1}),

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "dispatch_test_util.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -39,23 +40,9 @@ namespace {
 
 using test::DeviceBuffer;
 
-float bf16_to_float(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-TensorView host(void* data, DType dtype, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(data, dtype, shape);
-}
-
-std::vector<int> uniform_counts(int experts, int total) {
-  std::vector<int> c(experts, 0);
-  std::uniform_int_distribution<int> pick(0, experts - 1);
-  for (int i = 0; i < total; ++i) ++c[pick(test::rng())];
-  return c;
-}
+using test::bf16_to_float;
+using test::host;
+using test::uniform_counts;
 
 struct Case {
   std::vector<int> counts;
@@ -73,8 +60,7 @@ class Runner {
  public:
   explicit Runner(const Case& c) : c_(c) {
     experts_ = static_cast<int64_t>(c.counts.size());
-    offsets_.assign(experts_ + 1, c.row_base);
-    for (int64_t e = 0; e < experts_; ++e) offsets_[e + 1] = offsets_[e] + c.counts[e];
+    offsets_ = test::offsets_of(c.counts, c.row_base);
     m_cap_ = offsets_[experts_] + c.spare_rows;
     glu_ = c.activation && is_glu(c.act);
     n_out_ = glu_ ? c.n / 2 : c.n;
@@ -345,12 +331,7 @@ class Runner {
   // Where the largest difference is, for the failure message.
   std::string worst(const std::vector<int>& rows, const std::vector<float>& got,
                     const std::vector<float>& want) const {
-    size_t at = 0;
-    double max_diff = -1;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double diff = std::abs(double(got[i]) - double(want[i]));
-      if (!(diff <= max_diff)) max_diff = diff, at = i;
-    }
+    const auto [at, max_diff] = test::max_abs_diff(got, want);
     if (got.empty()) return "no rows";
     const int r = rows[at / n_out_];
     return "max |diff| " + std::to_string(max_diff) + " at row " + std::to_string(r) +

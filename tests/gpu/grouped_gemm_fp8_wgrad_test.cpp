@@ -227,12 +227,7 @@ class Runner {
 
   std::string worst(const std::vector<int>& rows, const std::vector<float>& got,
                     const std::vector<float>& want) const {
-    size_t at = 0;
-    double max_diff = -1;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double diff = std::abs(double(got[i]) - double(want[i]));
-      if (!(diff <= max_diff)) max_diff = diff, at = i;
-    }
+    const auto [at, max_diff] = test::max_abs_diff(got, want);
     if (got.empty()) return "nothing compared";
     return "max |diff| " + std::to_string(max_diff) + " at D[" + std::to_string(rows[at / c_.n_b]) +
            ", " + std::to_string(at % c_.n_b) + "]: got " + std::to_string(got[at]) + ", want " +

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "moefuse/grouped_gemm.h"
 #include "ref/expert_mlp.h"
@@ -72,12 +73,7 @@ struct DeviceBuffer {
 };
 
 // Row counts per expert.
-std::vector<int> uniform_counts(int experts, int total) {
-  std::vector<int> c(experts, 0);
-  std::uniform_int_distribution<int> pick(0, experts - 1);
-  for (int i = 0; i < total; ++i) ++c[pick(test::rng())];
-  return c;
-}
+using test::uniform_counts;
 std::vector<int> zipf_counts(int experts, int total) {
   std::vector<double> w(experts);
   for (int e = 0; e < experts; ++e) w[e] = 1.0 / std::pow(e + 1.0, 1.2);

@@ -1,0 +1,73 @@
+#include "common/fp8_operands.h"
+
+#include <cstring>
+#include <random>
+
+#include "common/test_util.h"
+#include "formats/fp8.h"
+#include "moefuse/grouped_gemm_fp8.h"
+#include "ref/quant.h"
+
+namespace moefuse::test {
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+std::vector<float> widen(const std::vector<uint16_t>& bf16) {
+  std::vector<float> out(bf16.size());
+  for (size_t i = 0; i < bf16.size(); ++i) out[i] = bf16_to_float(bf16[i]);
+  return out;
+}
+
+std::vector<int32_t> offsets_of(const std::vector<int>& counts, int base) {
+  std::vector<int32_t> o(counts.size() + 1, base);
+  for (size_t i = 0; i < counts.size(); ++i) o[i + 1] = o[i] + counts[i];
+  return o;
+}
+
+std::vector<int> uniform_counts(int experts, int total) {
+  std::vector<int> c(experts, 0);
+  std::uniform_int_distribution<int> pick(0, experts - 1);
+  for (int i = 0; i < total; ++i) ++c[pick(rng())];
+  return c;
+}
+
+Fp8Weight::Fp8Weight(std::vector<float> w, int64_t e_, int64_t n_, int64_t k_)
+    : e(e_), n(n_), k(k_), q(e * n * k), s(e * fp8_scale_groups(n) * fp8_scale_groups(k)) {
+  ref::quantize_fp8_blockwise_128x128(host(w.data(), DType::kFloat32, {e, n, k}), codes(),
+                                      scales());
+}
+
+TensorView Fp8Weight::scales() {
+  return host(s.data(), DType::kFloat32, {e, fp8_scale_groups(n), fp8_scale_groups(k)});
+}
+
+Fp8Rows::Fp8Rows(std::vector<float> x, int64_t m_, int64_t k_)
+    : m(m_), k(k_), q(m * k), s(fp8_scale_groups(k) * fp8_scale_rows(m)) {
+  std::vector<float> rows(m * fp8_scale_groups(k));
+  ref::quantize_fp8_blockwise_1x128(host(x.data(), DType::kFloat32, {m, k}), codes(),
+                                    host(rows.data(), DType::kFloat32, {m, fp8_scale_groups(k)}));
+  transpose_fp8_activation_scales(host(rows.data(), DType::kFloat32, {m, fp8_scale_groups(k)}),
+                                  scales());
+}
+
+TensorView Fp8Rows::scales() {
+  return host(s.data(), DType::kFloat32, {fp8_scale_groups(k), fp8_scale_rows(m)});
+}
+
+double Fp8Rows::deq(int64_t r, int64_t j) const {
+  return double(formats::e4m3_to_float(q[r * k + j])) *
+         s[(j / kFp8ScaleGroup) * fp8_scale_rows(m) + r];
+}
+
+}  // namespace moefuse::test

@@ -1,0 +1,49 @@
+// Host-side pieces shared by the FP8 GEMM tests (CPU reference tests and GPU kernel tests):
+// views over host memory, bf16 bit conversions, expert offsets, and operands quantised by the
+// quant reference (bit-identical to the GPU quantisers) in the layouts the FP8 GEMMs read.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "moefuse/tensor.h"
+
+namespace moefuse::test {
+
+inline TensorView host(void* p, DType dtype, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(p, dtype, shape);
+}
+
+float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);  // round to nearest even; inputs are finite
+std::vector<float> widen(const std::vector<uint16_t>& bf16);
+
+// offsets[0] = base, offsets[e + 1] = offsets[e] + counts[e].
+std::vector<int32_t> offsets_of(const std::vector<int>& counts, int base);
+// `total` rows spread over `experts` uniformly at random.
+std::vector<int> uniform_counts(int experts, int total);
+
+// A weight [E, N, K] quantised 128x128 (scales [E, ceil(N/128), ceil(K/128)]).
+struct Fp8Weight {
+  int64_t e, n, k;
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+  Fp8Weight(std::vector<float> w, int64_t e, int64_t n, int64_t k);
+  TensorView codes() { return host(q.data(), DType::kFloat8E4M3, {e, n, k}); }
+  TensorView scales();
+};
+
+// Rows [M, K] quantised 1x128, scales transposed to the K-major layout the kernels read
+// ([ceil(K/128), fp8_scale_rows(M)]).
+struct Fp8Rows {
+  int64_t m, k;
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+  Fp8Rows(std::vector<float> x, int64_t m, int64_t k);
+  TensorView codes() { return host(q.data(), DType::kFloat8E4M3, {m, k}); }
+  TensorView scales();
+  double deq(int64_t r, int64_t j) const;  // the dequantised value of row r, column j
+};
+
+}  // namespace moefuse::test
