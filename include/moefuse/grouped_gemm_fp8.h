@@ -39,6 +39,21 @@
 // 16-byte row stride of e4m3); N > 0 and N % 8 == 0 (N % 16 == 0 for GLU); contiguous tensors,
 // a, a_scales, b and d 16-byte aligned; 1 <= E <= kGroupedGemmMaxExperts.
 //
+// MXFP8 recipe (recipe = Fp8Recipe::kMxfp8; OCP MX: E4M3 values, one UE8M0 power-of-two scale
+// per 32 consecutive elements along K for both operands). Only the scale tensors change:
+//   a_scales  [K/32, mxfp8_scale_rows(M_cap)]  e8m0  K-major: entry [g, r] scales a[r, 32g .. 32g+31]
+//   b_scales  [E, K/32, N]                     e8m0  K-major per expert: entry [e, g, n] scales
+//                                                    b[e, n, 32g .. 32g+31]
+// deq(a)[r, k] = a[r, k] · 2^(a_scales[k/32, r] - 127), deq(b)[e, n, k] = b[e, n, k] ·
+// 2^(b_scales[e, k/32, n] - 127), and D as above. quantize_mxfp8 writes row-major scales
+// ([rows, K/32]); transpose_mxfp8_activation_scales / transpose_mxfp8_weight_scales convert.
+// Why K-major: a stage (128 rows × 128 of K) needs its 4 × 128 scales of A and of B as single TMA
+// boxes [4, 128] of bytes; the row stride of a TMA tensor must be a multiple of 16 bytes, hence
+// M_cap rounded up to 16 for A (padding never read) and N % 16 == 0 for B.
+// Extra requirements (InvalidArgument names "b"): K % 32 == 0 (whole MX blocks), N % 16 == 0.
+// The GPU kernel for this recipe is not built yet: grouped_gemm_fp8 throws NotSupported for it;
+// the CPU reference (src/ref/grouped_gemm_fp8.h) computes it.
+//
 // grouped_gemm_fp8 is asynchronous on `stream`, allocates nothing, never synchronises and reads
 // no device memory on the host: CUDA-graph safe, like grouped_gemm.
 #pragma once
@@ -63,6 +78,17 @@ constexpr int64_t fp8_scale_groups(int64_t extent) {
   return (extent + kFp8ScaleGroup - 1) / kFp8ScaleGroup;
 }
 
+// Which block-scaling recipe the operands carry (the header comment describes both).
+enum class Fp8Recipe : uint8_t {
+  kDeepSeek,  // 1x128 activation groups, 128x128 weight blocks, fp32 scales
+  kMxfp8,     // 1x32 blocks along K for both operands, UE8M0 scales
+};
+
+inline constexpr int64_t kMxfp8ScaleGroup = 32;  // elements of K per MXFP8 scale
+
+// Columns of the K-major MXFP8 activation-scale tensor for M_cap rows: a multiple of 16 (bytes).
+constexpr int64_t mxfp8_scale_rows(int64_t m_cap) { return (m_cap + 15) / 16 * 16; }
+
 struct GroupedGemmFp8Args {
   TensorView a;         // [M_cap, K] e4m3
   TensorView a_scales;  // [ceil(K/128), fp8_scale_rows(M_cap)] fp32, K-major
@@ -79,6 +105,9 @@ struct GroupedGemmFp8Args {
   TensorView bias;       // optional [E, N] fp32: added to h before the epilogue's activation
   // optional [M_cap, N] bf16 (kActivation, bf16 d): bf16(h + bias), h's (interleaved) columns
   TensorView pre_activation;
+
+  // kMxfp8: a_scales and b_scales are the e8m0 tensors described in the header comment.
+  Fp8Recipe recipe = Fp8Recipe::kDeepSeek;
 };
 
 // The fused kernel: TMA + FP8 wgmma, persistent grid, promotion per 128 of K, epilogue in
@@ -93,5 +122,11 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device = D
 // the K-major layout [ceil(K/128), fp8_scale_rows(M)]; the padding columns are set to 1. Host
 // tensors (Device::kCpu) only; src and dst must not alias.
 void transpose_fp8_activation_scales(const TensorView& src, const TensorView& dst);
+
+// MXFP8 scales from quantize_mxfp8's row-major layout to the GEMM's K-major ones (host tensors,
+// e8m0, not aliasing): activations [M, K/32] -> [K/32, mxfp8_scale_rows(M)], padding columns
+// set to 2^0; weights [E, N, K/32] -> [E, K/32, N].
+void transpose_mxfp8_activation_scales(const TensorView& src, const TensorView& dst);
+void transpose_mxfp8_weight_scales(const TensorView& src, const TensorView& dst);
 
 }  // namespace moefuse

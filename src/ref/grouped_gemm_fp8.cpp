@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "formats/fp8.h"
+#include "formats/ue8m0.h"
 #include "ref/bf16_bits.h"
 #include "ref/check.h"
 #include "ref/expert_mlp.h"
@@ -15,10 +16,18 @@ namespace {
 // The dequantised operands of one expert: b as [N, K] and a as [rows, K], fp64.
 std::vector<double> dequantize_b(const GroupedGemmFp8Args& args, int64_t e) {
   const int64_t n = args.b.size(1), k = args.b.size(2);
-  const int64_t ng = fp8_scale_groups(n), kg = fp8_scale_groups(k);
   const uint8_t* q = args.b.as<const uint8_t>() + e * n * k;
-  const float* s = args.b_scales.as<const float>() + e * ng * kg;
   std::vector<double> out(n * k);
+  if (args.recipe == Fp8Recipe::kMxfp8) {  // [E, K/32, N] e8m0
+    const uint8_t* s = args.b_scales.as<const uint8_t>() + e * (k / kMxfp8ScaleGroup) * n;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j)
+        out[i * k + j] = double(formats::e4m3_to_float(q[i * k + j])) *
+                         double(formats::ue8m0_to_float(s[(j / kMxfp8ScaleGroup) * n + i]));
+    return out;
+  }
+  const int64_t ng = fp8_scale_groups(n), kg = fp8_scale_groups(k);
+  const float* s = args.b_scales.as<const float>() + e * ng * kg;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < k; ++j)
       out[i * k + j] = double(formats::e4m3_to_float(q[i * k + j])) *
@@ -29,8 +38,15 @@ std::vector<double> dequantize_b(const GroupedGemmFp8Args& args, int64_t e) {
 std::vector<double> dequantize_a_row(const GroupedGemmFp8Args& args, int64_t r) {
   const int64_t k = args.a.size(1), pitch = args.a_scales.size(1);
   const uint8_t* q = args.a.as<const uint8_t>() + r * k;
-  const float* s = args.a_scales.as<const float>();
   std::vector<double> out(k);
+  if (args.recipe == Fp8Recipe::kMxfp8) {  // [K/32, mxfp8_scale_rows(M_cap)] e8m0
+    const uint8_t* s = args.a_scales.as<const uint8_t>();
+    for (int64_t j = 0; j < k; ++j)
+      out[j] = double(formats::e4m3_to_float(q[j])) *
+               double(formats::ue8m0_to_float(s[(j / kMxfp8ScaleGroup) * pitch + r]));
+    return out;
+  }
+  const float* s = args.a_scales.as<const float>();
   for (int64_t j = 0; j < k; ++j)
     out[j] = double(formats::e4m3_to_float(q[j])) * double(s[(j / kFp8ScaleGroup) * pitch + r]);
   return out;

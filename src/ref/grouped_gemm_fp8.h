@@ -1,5 +1,5 @@
 // CPU reference of the FP8 grouped GEMM (moefuse/grouped_gemm_fp8.h): the same arguments, as host
-// tensors, computed in fp64 from the dequantised operands.
+// tensors, computed in fp64 from the dequantised operands, for either recipe (args.recipe).
 //
 // For every row r of expert e (offsets[e] <= r < offsets[e+1]):
 //   h[n] = sum_k deq(a)[r, k] · deq(b)[e, n, k] (+ bias[e, n])          fp64

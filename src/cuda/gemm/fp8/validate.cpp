@@ -44,8 +44,23 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
   expect_int32_extent(n, "b", "N");
   expect_int32_extent(k, "b", "K");
   expect_aligned(args.b, "b", 16);
-  expect_tensor(args.b_scales, "b_scales", DType::kFloat32, device,
-                {num_experts, fp8_scale_groups(n), fp8_scale_groups(k)});
+  MOEFUSE_EXPECT(args.recipe == Fp8Recipe::kDeepSeek || args.recipe == Fp8Recipe::kMxfp8,
+                 "recipe", "Fp8Recipe::kDeepSeek or kMxfp8",
+                 std::to_string(static_cast<int>(args.recipe)));
+  const bool mx = args.recipe == Fp8Recipe::kMxfp8;
+  if (mx) {
+    MOEFUSE_EXPECT(k % kMxfp8ScaleGroup == 0, "b", "K (dim 2) a multiple of 32 (whole MXFP8 blocks)",
+                   "K = " + std::to_string(k));
+    MOEFUSE_EXPECT(n % 16 == 0, "b",
+                   "N (dim 1) a multiple of 16 (TMA row stride of the MXFP8 weight scales)",
+                   "N = " + std::to_string(n));
+    expect_tensor(args.b_scales, "b_scales", DType::kFloat8E8M0, device,
+                  {num_experts, k / kMxfp8ScaleGroup, n});
+    expect_aligned(args.b_scales, "b_scales", 16);
+  } else {
+    expect_tensor(args.b_scales, "b_scales", DType::kFloat32, device,
+                  {num_experts, fp8_scale_groups(n), fp8_scale_groups(k)});
+  }
 
   expect_tensor(args.offsets, "offsets", DType::kInt32, device, {num_experts + 1});
 
@@ -53,8 +68,12 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
   expect_aligned(args.a, "a", 16);
   const int64_t m_cap = args.a.size(0);
   expect_int32_extent(m_cap, "a", "rows");
-  expect_tensor(args.a_scales, "a_scales", DType::kFloat32, device,
-                {fp8_scale_groups(k), fp8_scale_rows(m_cap)});
+  if (mx)
+    expect_tensor(args.a_scales, "a_scales", DType::kFloat8E8M0, device,
+                  {k / kMxfp8ScaleGroup, mxfp8_scale_rows(m_cap)});
+  else
+    expect_tensor(args.a_scales, "a_scales", DType::kFloat32, device,
+                  {fp8_scale_groups(k), fp8_scale_rows(m_cap)});
   expect_aligned(args.a_scales, "a_scales", 16);
 
   MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16 || args.d.dtype == DType::kFloat32, "d",
