@@ -388,7 +388,7 @@ TEST(GroupedGemm, GatherFusedFc1) {
            "gather swiglu");
 }
 
-// Row-wise TMA gather with the overlapped epilogue: about three tiles per CTA (N = 2048 gives 8
+// cp.async gather with the in-consumer epilogue: about three tiles per CTA (N = 2048 gives 8
 // n-blocks, ~48 m-blocks on a 132-SM H200), K = 328 (6 K blocks, more than the 3 stages, with a
 // K tail), an empty expert and experts whose row counts are not multiples of 128.
 TEST(GroupedGemm, GatherFusedSeveralTilesPerCta) {
@@ -401,7 +401,7 @@ TEST(GroupedGemm, GatherFusedSeveralTilesPerCta) {
 }
 
 // Rows whose index is outside [0, T) must read zeros (h = bias): most rows, then every row
-// (whole tiles with no row loaded: the stage's expected bytes are B's alone). Non-GLU and linear
+// (whole tiles with no row loaded: every cp.async of the tile has src-size 0). Non-GLU and linear
 // epilogues of the gather instantiation.
 TEST(GroupedGemm, GatherFusedOutOfRangeIndicesReadZeros) {
   MOEFUSE_REQUIRE_HOPPER();

@@ -18,13 +18,13 @@ inline constexpr int kStages = 3;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
 
-// Warp roles (common/warp_roles.h): in warpgroup 0, warp 0 produces (one thread issues TMA, or
-// all 32 lanes issue the gather variant's row-wise TMA) and, with bf16 output, warps 1-3 run the
-// epilogue; warpgroups 1 and 2 consume.
+// Warp roles (common/warp_roles.h): warpgroup 0 produces (one thread issues TMA, or all 128
+// threads issue the gather variant's cp.async row copies) and, in the overlapped variant (bf16
+// output, not gathered), warps 1-3 of it run the epilogue; warpgroups 1 and 2 consume.
 //
-// setmaxnreg budgets: the producer warpgroup runs the producer warp (the gather producer holds 4
-// row tokens) and the epilogue warps' 8-wide row pieces; the consumers hold 128 fp32
-// accumulators each.
+// setmaxnreg budgets: the producer warpgroup runs the TMA producer and the epilogue warps' 8-wide
+// row pieces, or the gather producer (8 row tokens and their addresses per thread); the
+// consumers hold 128 fp32 accumulators each.
 inline constexpr int kProducerRegs = 72;
 inline constexpr int kConsumerRegs = 216;
 static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
@@ -37,10 +37,9 @@ static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomB
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kBlockN <= 256 && kBlockM <= 256, "TMA box extents are at most 256");
 
-// The epilogue's staging region: the overlapped (bf16 output) variant's tile buffer (128 rows of
-// 256 columns, padded to a 528-byte pitch: epilogues/tile_epilogue.cuh); the fp32 variant's
-// in-consumer epilogue uses its start as two 64-row × 144-byte chunk buffers
-// (epilogues/staged_store.cuh).
+// The epilogue's staging region: the overlapped variant's bf16 tile buffer (128 rows of 256
+// columns, padded to a 528-byte pitch: epilogues/tile_epilogue.cuh); the in-consumer variant uses
+// its start as two 64-row × 144-byte chunk buffers (epilogues/staged_store.cuh).
 inline constexpr int kTileStageBytes = kBlockM * (kBlockN * 2 + 16);
 inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileStageBytes);

@@ -3,26 +3,27 @@
 // Timeline of a CTA:
 //   all:        warp 0 computes tile_start[] from the offsets; thread 0 initialises the
 //               mbarriers; __syncthreads (the only CTA-wide barrier).
-//   warpgroup 0 (setmaxnreg down): warp 0 produces, walking tiles blockIdx.x, +gridDim.x, ... and
+//   warpgroup 0 (setmaxnreg down): produces, walking tiles blockIdx.x, +gridDim.x, ... and
 //               filling stages ahead of the consumers (mainloop.cuh has the protocol; thread 0
-//               alone in the plain variant, all 32 lanes with row-wise TMA in the gather
-//               variant); with bf16 output warps 1-3 are the epilogue warps, draining each
-//               finished tile from shared memory to global memory (epilogues/tile_epilogue.cuh).
+//               alone issues TMA in the plain variant, all 128 threads issue cp.async in the
+//               gather variant); in the overlapped variant warps 1-3 are the epilogue warps,
+//               draining each finished tile from shared memory to global memory
+//               (epilogues/tile_epilogue.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
 //               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
-//               to the epilogue warps (bf16 output, gathered or not: the next tile's MMAs overlap
-//               this tile's stores) or the in-consumer epilogue (fp32 output, which must not
-//               round h to bf16).
+//               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
+//               stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
+//               and the gather variant, whose producer needs all of warpgroup 0).
 //
 // Barriers (all mbarriers, initialised once; parity waits; phase bits start at 0):
-//   full[s]    count 1 + tx bytes   producer -> consumers   (mainloop.cuh)
+//   full[s]    count 1 + tx bytes   producer -> consumers   (mainloop.cuh; gather: 1 + 128)
 //   empty[s]   count 256            consumers -> producer
-//   tile_full  count 256            consumers -> epilogue warps (bf16 output only;
+//   tile_full  count 256            consumers -> epilogue warps (overlapped variant only;
 //   tile_empty count 96             epilogue warps -> consumers  common/tile_handoff.cuh)
 // Each role keeps its own (stage, phase) or tile phase and every role walks the same tile list
 // t = blockIdx.x, +gridDim.x, ... < total_tiles with the same k_blocks per tile.
 //
-// Walked by hand (bf16 output; K = k_blocks K blocks per tile, S = kStages):
+// Walked by hand (overlapped variant; K = k_blocks K blocks per tile, S = kStages):
 //   0 tiles (blockIdx.x >= total_tiles, e.g. every expert empty): no role enters its loop; no
 //     barrier is waited on or arrived at, no copy is in flight; every thread returns.
 //   1 tile: the producer waits empty[s] with parity 1 for its first S stages (fresh barriers pass
@@ -40,9 +41,12 @@
 //     the epilogue warps wait tile_full with parity 1 for tile 2. Each barrier's phase advances
 //     at most once per tile and each waiter waits on every phase in order, so no waiter can be
 //     lapped (a parity wait would then pass spuriously).
-//   A tile whose rows all lie past the expert's end (only bad offsets make one; the scheduler
-//     gives every tile at least one row): the gather producer loads no A row, zeroes all 128
-//     rows and expects only kBBytes, which the B box delivers; the epilogue writes no row.
+// The in-consumer variants (fp32 output, gather) walk the same stage ring without the hand-off.
+// In the gather variant a full[s] phase also needs the 128 producer threads' cp.async arrivals,
+// each made once that thread's copies into the stage have landed; a row past the expert's end
+// or with an index outside [0, T) is copied with src-size 0 (zeros), so every stage gets all
+// 128 arrivals even for a tile with no valid row, and the producer waits for its last copies
+// before it returns.
 #pragma once
 
 #include <cuda.h>
@@ -78,33 +82,30 @@ __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const E
   }
 }
 
-// tmap_a: A [m_cap, K] in 128-row boxes, or with kGather x [T, K] in 1-row boxes.
 template <class OutT, bool kGather>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                         const __grid_constant__ CUtensorMap tmap_b, const GemmProblem p,
                         const EpilogueParams ep) {
-  constexpr bool kOverlap = std::is_same_v<OutT, __nv_bfloat16>;
+  constexpr bool kOverlap = std::is_same_v<OutT, __nv_bfloat16> && !kGather;
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, kBlockN)};
 
   if (threadIdx.x < 32) warp_tile_starts(p.offsets, p.num_experts, shape, smem.tile_start);
-  if (threadIdx.x == 0) smem.init_barriers(1);
+  if (threadIdx.x == 0) smem.init_barriers(kGather ? 1 + kWarpgroupThreads : 1);
   __syncthreads();
   const int total_tiles = smem.tile_start[p.num_experts];
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-    if (threadIdx.x < 32) {
-      if constexpr (kGather) {
-        produce_gather(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
-      } else if (threadIdx.x == 0) {
-        produce_tma(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
-      }
-    } else if (kOverlap) {
+    if constexpr (kGather) {
+      produce_gather(&tmap_b, p, smem, shape, total_tiles);
+    } else if (threadIdx.x == 0) {
+      produce_tma(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
+    } else if (kOverlap && threadIdx.x >= 32) {
       run_epilogue_warps(p, ep, smem, shape, total_tiles);
     }
   } else {
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
       const TileRows rows = tile_rows<kBlockM>(p, c);
-      consume_tile(acc, p, smem, pipe, slab);
+      consume_tile<kGather>(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
         handoff.acquire();
         stage_accumulators(acc, handoff.tile, slab,

@@ -15,13 +15,11 @@ template <class OutT, bool kGather>
 void launch_grouped_gemm(const GemmLaunch& launch, cudaStream_t stream) {
   const GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
-  // Gather: x [T, K] in boxes of one row (mainloop.cuh, produce_gather). With T = 0 every index is
-  // out of range and no row is ever loaded, but the kernel still takes a valid descriptor: one
-  // over B's memory stands in.
+  // The A map is unused by the gather variant but still a valid descriptor (over B's memory) so
+  // that the kernel signature stays one.
   const CUtensorMap tmap_a =
-      !kGather            ? make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, kBlockK)
-      : p.gather_rows > 0 ? make_tma_2d(kTmaBf16, p.gather_x, p.gather_rows, p.k, 1, kBlockK)
-                          : make_tma_2d(kTmaBf16, launch.b, 1, p.k, 1, kBlockK);
+      kGather ? make_tma_2d(kTmaBf16, launch.b, int64_t{p.num_experts} * p.n, p.k, kBlockM, kBlockK)
+              : make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, kBlockK);
   const CUtensorMap tmap_b =
       make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.n, p.k, kBlockN, kBlockK);
 

@@ -1,4 +1,4 @@
-// Instantiation: bf16 output, A rows gathered by row-wise TMA through the row → token index.
+// Instantiation: bf16 output, A rows gathered by cp.async through the row → token index.
 #include "cuda/gemm/launch.cuh"
 
 namespace moefuse::gemm {

@@ -36,6 +36,7 @@
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/staged_store.cuh"
 #include "cuda/gemm/backward/tile_handoff.cuh"
+#include "cuda/gemm/common/cp_async.cuh"
 #include "cuda/gemm/tile_scheduler.h"
 
 namespace moefuse::gemm::bwd {
@@ -60,13 +61,6 @@ struct WgradTiles {
     return c;
   }
 };
-
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
 
 // TMA producer (one thread): 2 boxes of A (128 m) and 4 of B (256 n) per 64-row K block.
 __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,

@@ -1,7 +1,5 @@
-// The in-consumer epilogue of the fp32-output kernel (fp32 output must not round h to bf16, so it
-// cannot use the overlapped bf16 tile hand-off): bias, activation and row scale applied to the
-// wgmma accumulators in registers, results written through the staging buffer (staged_store.cuh)
-// as full row segments.
+// The fused epilogue: bias, activation and row scale applied to the wgmma accumulators in
+// registers, results written through the staging buffer (staged_store.cuh) as full row segments.
 //
 // Accumulator layout of wgmma m64nNk16 (f32), thread t of the warpgroup, warp w = t / 32,
 // lane l = t % 32: acc[4j + 2h + i] holds row 16w + l/4 + 8h, column 8j + 2(l % 4) + i
