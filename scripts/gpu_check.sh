@@ -6,7 +6,8 @@
 #
 #   scripts/gpu_check.sh [tests] [python] [example] [gaps] [sanitize] [sass] [bench] [profile]
 #   (default: tests python sass bench)
-# Environment: GTEST_FILTER narrows the GPU tests; BENCH_MODES lists the bench modes to run;
+# Environment: GTEST_FILTER narrows the GPU tests; TEST_TIMEOUT bounds each test and
+# BENCH_TIMEOUT each bench mode (seconds); BENCH_MODES lists the bench modes to run;
 # EXAMPLE_ARGS are extra arguments of examples/train_moe_lm.py (e.g. --steps 50).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,24 +25,31 @@ export PATH=/usr/local/cuda/bin:$PATH
 
 status=0
 if [[ " $stages " == *" tests "* ]]; then
-  # The CPU references inside the GPU tests are single-threaded: run gtest shards side by side
-  # (the GPU has room for all of them) so the suite takes minutes, not tens of minutes.
-  shards=${GTEST_SHARDS:-8}
-  echo "== GPU tests ($shards shards)"
-  pids=()
-  for i in $(seq 0 $((shards - 1))); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout 600 "$BUILD/moefuse_gpu_tests" \
-      --gtest_brief=1 --gtest_filter="${GTEST_FILTER:-*}" > "$OUT/shard$i.tmp" 2>&1 &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-  cat "$OUT"/shard*.tmp > "$OUT/tests.log"
-  rm -f "$OUT"/shard*.tmp
-  grep -vE '^(\[ +OK|\[==========\]|\[  PASSED  \]|Running main)' "$OUT/tests.log"
-  awk '/^\[  PASSED  \]/ {p += $4} /^\[  SKIPPED \] [0-9]/ {s += $4} /^\[  FAILED  \] [0-9]/ {f += $4}
-       END {printf "GPU tests: %d passed, %d failed, %d skipped\n", p, f, s}' "$OUT/tests.log"
+  # One process per test, 16 side by side: a CUDA fault is sticky for its process, so isolated
+  # tests fail alone (and name themselves), and the single-threaded CPU references run in parallel.
+  # A test stopped by TEST_TIMEOUT is reported as TIMEOUT (a hang, or a reference too slow).
+  echo "== GPU tests (one process each, ${TEST_JOBS:-16} at a time)"
+  run_one() {
+    local log
+    log=$(timeout "${TEST_TIMEOUT:-300}" "$BUILD/moefuse_gpu_tests" --gtest_filter="$1" 2>&1)
+    case $? in
+      0) grep -q '^\[  SKIPPED \] 1 test' <<< "$log" && echo "SKIPPED $1" || echo "PASSED $1" ;;
+      124) echo "TIMEOUT $1" ;;
+      *) echo "FAILED $1"
+         grep -vE '^(\[ +(RUN|OK) +\]|\[[-=]+\]|Note: |Running main|$)' <<< "$log" | head -n 60 ;;
+    esac
+  }
+  export -f run_one
+  export BUILD
+  "$BUILD/moefuse_gpu_tests" --gtest_list_tests --gtest_filter="${GTEST_FILTER:-*}" |
+    awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}' |
+    xargs -P "${TEST_JOBS:-16}" -I{} bash -c 'run_one "$1"' _ {} > "$OUT/tests.log"
+  grep -vE '^(PASSED|SKIPPED) ' "$OUT/tests.log"
+  awk '$1 == "PASSED" {p++} $1 == "SKIPPED" {s++} $1 == "FAILED" {f++} $1 == "TIMEOUT" {t++}
+       END {printf "GPU tests: %d passed, %d failed, %d timed out, %d skipped\n", p, f, t, s}
+       END {exit (f + t > 0)}' "$OUT/tests.log" || status=1
   echo "== CPU tests"
-  "$BUILD/moefuse_cpu_tests" --gtest_brief=1 2>&1 | tail -n 3 | tee -a "$OUT/tests.log" || status=1
+  env -u GTEST_FILTER "$BUILD/moefuse_cpu_tests" --gtest_brief=1 2>&1 | tail -n 3 | tee -a "$OUT/tests.log" || status=1
 fi
 
 # The Python package against the library built here: pip install as the README says (no build
@@ -107,7 +115,7 @@ if [[ " $stages " == *" bench "* ]]; then
   for mode in ${BENCH_MODES:-$($bench help | awk '/^  [a-z]/ {print $1}')}; do
     [[ $mode == reference ]] && continue
     echo "-- moefuse-bench $mode"
-    timeout 900 $bench "$mode" --json "$OUT/bench_$mode.json" 2>&1 | tee -a "$OUT/bench.log" ||
+    timeout "${BENCH_TIMEOUT:-900}" $bench "$mode" --json "$OUT/bench_$mode.json" 2>&1 | tee -a "$OUT/bench.log" ||
       status=1
   done
 fi

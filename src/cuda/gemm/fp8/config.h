@@ -35,8 +35,18 @@ static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
 inline constexpr int kAccumulators = kBlockN / 2;      // fp32 per thread for m64n128
 inline constexpr int kABytes = kBlockM * kBlockK;      // one stage of A, e4m3
 inline constexpr int kBBytes = kBlockN * kBlockK;      // one stage of B
-inline constexpr int kScaleBytes = kBlockM * 4;        // the tile rows' scales of one K group
-inline constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes;
+// The tile rows' activation scales of one K group arrive as one TMA box over the K-major scale
+// tensor, whose innermost coordinate is the row. TMA faults (illegal instruction, measured on the
+// H200) unless that coordinate starts on 16 bytes, and an expert's rows start anywhere: the box
+// starts at the tile's first row rounded down to a multiple of 4 and is 4 rows longer.
+inline constexpr int kScaleAlignRows = 4;
+inline constexpr int kScaleBoxRows = kBlockM + kScaleAlignRows;
+inline constexpr int kScaleBytes = kScaleBoxRows * 4;  // what the box delivers
+inline constexpr int kScaleSlotBytes = 640;            // kScaleBytes rounded up to 128
+inline constexpr int kStageBytes = kABytes + kBBytes + kScaleSlotBytes;
+// The box's first row for a tile whose first row is `first`; row r of the tile is then entry
+// r + first - scale_box_row(first) of the box.
+MOEFUSE_HOST_DEVICE constexpr int scale_box_row(int first) { return first & -kScaleAlignRows; }
 // A and B stages are loaded in halves of 64 rows (8 KB, 8 swizzle atoms): one half per CTA of the
 // cluster for the shared operand (multicast), both halves for the CTA's own one.
 inline constexpr int kHalfRows = kBlockM / kClusterSize;
@@ -48,7 +58,9 @@ static_assert(kBlockN == 128, "one tile spans exactly one 128-row weight-scale b
 static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
 static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomBytes == 0,
               "each consumer's A slab must start on a swizzle atom");
-static_assert(kScaleBytes % 128 == 0, "TMA destinations need 128-byte alignment");
+static_assert(kScaleSlotBytes % 128 == 0 && kScaleSlotBytes >= kScaleBytes,
+              "TMA destinations need 128-byte alignment");
+static_assert(kScaleBytes % 16 == 0, "a TMA box's inner extent is a multiple of 16 bytes");
 
 // The hand-off's tile buffer (bf16 forward output; tile_epilogue.cuh): 128 rows of 128 bf16,
 // padded to a 272-byte pitch so that a warp's column-pair stores (8 rows × 4 lanes) hit all 32

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileRows rows = tile_rows<kBlockM>(p, c);
       const float* b_scale =
           p.b_scales + (static_cast<int64_t>(c.expert) * n_groups + c.n_block) * k_groups;
-      consume_tile(acc, p, smem, pipe, slab, b_scale);
+      consume_tile(acc, p, smem, pipe, slab, rows.first, b_scale);
       const int n0 = c.n_block * kBlockN;
       if constexpr (kOverlap) {
         handoff.acquire();

@@ -41,9 +41,10 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   const CUtensorMap tmap_a = make_tma_2d(kTmaE4m3, launch.a, p.m_cap, p.k, kHalfRows, kBlockK);
   const CUtensorMap tmap_b =
       make_tma_3d(kTmaE4m3, launch.b, p.num_experts, p.n, p.k, kHalfRows, kBlockK);
-  // The activation scales, K-major [K groups, M_cap padded to 4]: one row of 128 per box.
+  // The activation scales, K-major [K groups, M_cap padded to 4]: one row of kScaleBoxRows per
+  // box (config.h).
   const CUtensorMap tmap_scales = make_tma_2d(kTmaF32Rows, launch.a_scales, fp8_scale_groups(p.k),
-                                              fp8_scale_rows(p.m_cap), 1, kBlockM);
+                                              fp8_scale_rows(p.m_cap), 1, kScaleBoxRows);
 
   // The host cannot know the unit count; this bound (each expert adds at most one partial
   // m-block and one odd unit) only trims the grid for tiny problems.

@@ -15,7 +15,8 @@
 //       the shared operand: its half (rows 64·rank ..) multicast (mask 0b11) to the same offset
 //         of both CTAs, signalling full[s] at the same offset in each;
 //       its own operand: both 64-row halves, to itself;
-//       its tile rows' activation scales (one 512-byte box), to itself.
+//       its tile rows' activation scales (one box from the row rounded down to 4; config.h),
+//       to itself.
 //     A half whose first row lies past the tensor (rows past m_cap, or columns past N for B) is
 //     not loaded and not counted: the stale bytes feed only rows or columns that are never
 //     written (wgmma keeps rows of A and rows of B apart). Both CTAs make the same decision for
@@ -87,8 +88,8 @@ __device__ __forceinline__ StageLoads stage_loads(const Fp8GemmProblem& p, const
 // A through a 2D map over [m_cap, K] and B through a 3D map over [E, N, K], both in boxes of 64
 // rows × 128 bytes (rows of the next expert loaded and masked in the epilogue; n past N
 // zero-filled, never another expert); the scales through a 2D map over
-// [ceil(K/128), fp8_scale_rows(m_cap)] in boxes of 128. K past the end is zero-filled in A and B,
-// so a short last K block adds nothing extra.
+// [ceil(K/128), fp8_scale_rows(m_cap)] in boxes of kScaleBoxRows. K past the end is zero-filled
+// in A and B, so a short last K block adds nothing extra.
 __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                         const CUtensorMap* tmap_scales, const Fp8GemmProblem& p,
                                         const SharedLayout& smem, const TileShape& shape,
@@ -134,7 +135,8 @@ __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtenso
       }
       if (loads.scales)
         cute::SM90_TMA_LOAD_2D::copy(tmap_scales, full, kCacheHintNormal,
-                                     smem.scale_stage(pipe.stage), rows.first, kb);
+                                     smem.scale_stage(pipe.stage),
+                                     scale_box_row(rows.first), kb);
       pipe.advance();
     }
   }
@@ -168,18 +170,20 @@ __device__ __forceinline__ void wgmma_m64n128k32(uint64_t desc_a, uint64_t desc_
 }
 
 // One tile's K loop for consumer warpgroup `slab` (rows 64·slab .. 64·slab + 63 of the tile).
-// b_scale: the tile's row of weight scales, [ceil(K/128)] (expert, n-block fixed).
+// first_row: the tile's first row (where its scales sit in the scale box); b_scale: the tile's row
+// of weight scales, [ceil(K/128)] (expert, n-block fixed).
 // Accumulator layout (m64nN f32): acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the slab,
 // column 8j + 2·(lane % 4) + i, so h picks the row and with it the activation scale.
 __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const Fp8GemmProblem& p,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
-                                             int slab, const float* b_scale) {
+                                             int slab, int first_row, const float* b_scale) {
   using cute::SM90::GMMA::ScaleOut;
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   float block[kAccumulators];
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const int row = slab * (kBlockM / 2) + 16 * warp + lane / 4;
+  const int row =
+      first_row - scale_box_row(first_row) + slab * (kBlockM / 2) + 16 * warp + lane / 4;
   const int k_blocks = ceil_div(p.k, kBlockK);
   for (int kb = 0; kb < k_blocks; ++kb) {
     const float sb = __ldg(b_scale + kb);

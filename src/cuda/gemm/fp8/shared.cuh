@@ -18,7 +18,7 @@ namespace moefuse::gemm::fp8 {
 struct SharedLayout {
   uint8_t* a;            // kStages × [kBlockM rows × 128 B], 128B-swizzled
   uint8_t* b;            // kStages × [kBlockN rows × 128 B], 128B-swizzled
-  float* a_scale;        // kStages × [kBlockM]: the tile rows' activation scales of a K group
+  float* a_scale;        // kStages × [kScaleSlotBytes]: activation scales of a K group (config.h)
   uint8_t* tile;         // kTileBytes: the hand-off's tile buffer (bf16 forward output only)
   uint64_t* full;        // [kStages] producers → consumers: the stage holds data
   uint64_t* empty;       // [kStages] consumers of both CTAs → producer: may be overwritten
@@ -31,7 +31,7 @@ struct SharedLayout {
     s.a = align_to_swizzle_atom(raw);
     s.b = s.a + kStages * kABytes;
     s.a_scale = reinterpret_cast<float*>(s.b + kStages * kBBytes);
-    s.tile = reinterpret_cast<uint8_t*>(s.a_scale + kStages * kBlockM);
+    s.tile = reinterpret_cast<uint8_t*>(s.a_scale) + kStages * kScaleSlotBytes;
     s.full = reinterpret_cast<uint64_t*>(s.tile + kTileBytes);
     s.empty = s.full + kStages;
     s.tile_full = s.empty + kStages;
@@ -41,7 +41,9 @@ struct SharedLayout {
   }
   __device__ uint8_t* a_stage(int stage) const { return a + stage * kABytes; }
   __device__ uint8_t* b_stage(int stage) const { return b + stage * kBBytes; }
-  __device__ float* scale_stage(int stage) const { return a_scale + stage * kBlockM; }
+  __device__ float* scale_stage(int stage) const {
+    return a_scale + stage * (kScaleSlotBytes / 4);
+  }
 
   // Every barrier, by one thread, before the cluster-wide barrier that precedes any use.
   __device__ void init_barriers() const {
