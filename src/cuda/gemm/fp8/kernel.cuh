@@ -11,7 +11,8 @@
 //               from the tile buffer (tile_epilogue.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile: the K loop
 //               with per-block promotion into 64 fp32 registers each (rows 0-63 and 64-127 of
-//               the tile), then, by instantiation:
+//               the tile), the two warpgroups issuing their K blocks in turns (issue_turns.cuh),
+//               then, by instantiation:
 //                 bf16 forward: the hand-off to the epilogue warps (the next tile's wgmma
 //                   overlap this tile's activation and stores);
 //                 fp32 forward (epilogue.cuh) and the FC2 dgrad's dGLU (dglu_epilogue.cuh): the
@@ -139,6 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[kAccumulators];
     PipelineState<kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);
+    IssueTurns turns(slab);
     for (int u = cluster; u < total_units; u += clusters) {
       const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
       if (!w.live) {
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileRows rows = tile_rows<kBlockM>(p, c);
       const float* b_scale =
           p.b_scales + (static_cast<int64_t>(c.expert) * n_groups + c.n_block) * k_groups;
-      consume_tile(acc, p, smem, pipe, slab, rows.first, b_scale);
+      consume_tile(acc, p, smem, pipe, slab, rows.first, b_scale, turns);
       const int n0 = c.n_block * kBlockN;
       if constexpr (kOverlap) {
         handoff.acquire();
@@ -162,6 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         else epilogue_tile<OutT>(acc, p, ep, c.expert, slab_first, rows.end, n0);
       }
     }
+    turns.finish();
   }
   cluster_sync_all();
 }

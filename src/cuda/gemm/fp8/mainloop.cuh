@@ -37,8 +37,8 @@
 //   m_cap or N): a CTA's round j + 1 of stage s starts after its empty[s] round j, which needs
 //   the peer's consumers' release of round j, which follows the peer's full[s] round j.
 // The stage is released before the promotion, so the producers refill it while the FMAs run;
-// the two consumer warpgroups interleave, so one's wgmma overlaps the other's promotion
-// (DeepGEMM's scheme).
+// the two consumer warpgroups issue their K blocks in turns (issue_turns.cuh), so one's wgmma
+// overlaps the other's promotion.
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -52,6 +52,7 @@
 #include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/fp8/cluster_scheduler.h"
 #include "cuda/gemm/fp8/config.h"
+#include "cuda/gemm/fp8/issue_turns.cuh"
 #include "cuda/gemm/fp8/params.h"
 #include "cuda/gemm/fp8/shared.cuh"
 
@@ -176,7 +177,8 @@ __device__ __forceinline__ void wgmma_m64n128k32(uint64_t desc_a, uint64_t desc_
 // column 8j + 2·(lane % 4) + i, so h picks the row and with it the activation scale.
 __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const Fp8GemmProblem& p,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
-                                             int slab, int first_row, const float* b_scale) {
+                                             int slab, int first_row, const float* b_scale,
+                                             IssueTurns& turns) {
   using cute::SM90::GMMA::ScaleOut;
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
@@ -193,6 +195,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const 
     const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + slab * (kBlockM / 2) * 128);
     const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage));
     fence_accumulators(block);
+    turns.wait();
     cute::warpgroup_arrive();
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
@@ -201,6 +204,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const 
                        std::make_index_sequence<kAccumulators>{});
     }
     cute::warpgroup_commit_batch();
+    turns.pass();
     cute::warpgroup_wait<0>();
     fence_accumulators(block);
     release_stage(smem, pipe.stage);
