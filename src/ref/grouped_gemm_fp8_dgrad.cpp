@@ -46,7 +46,8 @@ void fc2_dgrad_fp8(const Fc2DgradFp8Args& args) {
                     .d = TensorView::contiguous(g.data(), DType::kFloat32, {m, f}),
                     .epilogue = GemmEpilogue::kLinear,
                     .row_scale = {},
-                    .bias = {}});
+                    .bias = {},
+                    .pre_activation = {}});
 
   const MoeConfig config{.hidden = h, .ffn = f, .num_experts = num_experts, .top_k = 1,
                          .activation = args.activation, .clamped_swiglu = args.clamped_swiglu};

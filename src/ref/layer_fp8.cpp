@@ -164,7 +164,8 @@ std::vector<float> fp8_gemm(const Fp8Rows& a, const Fp8Weight& b, std::vector<in
       .activation = c.activation,
       .clamped_swiglu = c.clamped_swiglu,
       .row_scale = row_scale ? host(row_scale->data(), DType::kFloat32, {rows}) : TensorView{},
-      .bias = bias ? host(bias->data(), DType::kFloat32, {e, n}) : TensorView{}});
+      .bias = bias ? host(bias->data(), DType::kFloat32, {e, n}) : TensorView{},
+      .pre_activation = {}});
   return widen(d);
 }
 
