@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -63,5 +64,22 @@ inline bool is_absent(const TensorView& t) {
 // Throws InvalidArgument (named `name`) unless t.data is a multiple of `bytes` (TMA descriptors and
 // 16-byte vector accesses need 16).
 void expect_aligned(const TensorView& t, std::string_view name, size_t bytes = 16);
+
+// Bytes from t.data to one past t's last element (strides included); 0 when t is empty or null.
+int64_t byte_span(const TensorView& t);
+
+// Throws InvalidArgument (named `name_a`, naming `name_b` in the expectation) when the byte ranges
+// of `a` and `b` overlap. An empty view overlaps nothing. Kernels read inputs and write outputs
+// from different CTAs in no fixed order, so an output aliasing another argument is undefined.
+void expect_disjoint(const TensorView& a, std::string_view name_a, const TensorView& b,
+                     std::string_view name_b);
+
+struct NamedView {
+  TensorView view;
+  std::string_view name;
+};
+
+// expect_disjoint for each output against every later output and every input.
+void expect_outputs_disjoint(std::span<const NamedView> outputs, std::span<const NamedView> inputs);
 
 }  // namespace moefuse

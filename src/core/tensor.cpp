@@ -81,4 +81,32 @@ void expect_aligned(const TensorView& t, std::string_view name, size_t bytes) {
                  "a pointer misaligned by " + std::to_string(misaligned) + " bytes");
 }
 
+int64_t byte_span(const TensorView& t) {
+  if (t.data == nullptr || t.numel() == 0) return 0;
+  int64_t last = 0;  // offset of the last element, in elements
+  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.strides[d];
+  return ((last + 1) * dtype_bits(t.dtype) + 7) / 8;
+}
+
+void expect_disjoint(const TensorView& a, std::string_view name_a, const TensorView& b,
+                     std::string_view name_b) {
+  const int64_t a_bytes = byte_span(a), b_bytes = byte_span(b);
+  const auto pa = reinterpret_cast<uintptr_t>(a.data), pb = reinterpret_cast<uintptr_t>(b.data);
+  const bool overlap = a_bytes > 0 && b_bytes > 0 && pa < pb + static_cast<uintptr_t>(b_bytes) &&
+                       pb < pa + static_cast<uintptr_t>(a_bytes);
+  MOEFUSE_EXPECT(!overlap, name_a, "memory not overlapping " + std::string(name_b),
+                 std::to_string(a_bytes) + " bytes at offset " +
+                     std::to_string(static_cast<int64_t>(pa - pb)) + " from " +
+                     std::string(name_b) + "'s " + std::to_string(b_bytes));
+}
+
+void expect_outputs_disjoint(std::span<const NamedView> outputs, std::span<const NamedView> inputs) {
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    for (size_t p = o + 1; p < outputs.size(); ++p)
+      expect_disjoint(outputs[o].view, outputs[o].name, outputs[p].view, outputs[p].name);
+    for (const NamedView& i : inputs)
+      expect_disjoint(outputs[o].view, outputs[o].name, i.view, i.name);
+  }
+}
+
 }  // namespace moefuse

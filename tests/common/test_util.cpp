@@ -26,9 +26,13 @@ std::mt19937_64& rng() {
 }
 
 std::vector<float> random_normal(size_t n, float stddev, float mean) {
+  return random_normal(rng(), n, stddev, mean);
+}
+
+std::vector<float> random_normal(std::mt19937_64& gen, size_t n, float stddev, float mean) {
   std::normal_distribution<float> dist(mean, stddev);
   std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng());
+  for (auto& x : v) x = dist(gen);
   return v;
 }
 

@@ -31,6 +31,9 @@ std::mt19937_64& rng();
 uint64_t seed();
 
 std::vector<float> random_normal(size_t n, float stddev = 1.0f, float mean = 0.0f);
+// The same from a given generator (deterministic draws: the fuzz harness's cases).
+std::vector<float> random_normal(std::mt19937_64& gen, size_t n, float stddev = 1.0f,
+                                 float mean = 0.0f);
 std::vector<float> random_uniform(size_t n, float lo, float hi);
 
 // ||a - b|| / ||b|| in fp64. Returns +inf if either holds a NaN or an infinity.

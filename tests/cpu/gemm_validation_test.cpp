@@ -13,8 +13,12 @@
 namespace moefuse {
 namespace {
 
-// Views over a fake, 256-byte aligned device address: validation never dereferences them.
-void* fake_ptr() { return reinterpret_cast<void*>(uintptr_t{1} << 40); }
+// Views over fake, 256-byte aligned device addresses, a fresh one per call 2^40 bytes apart
+// (validation rejects overlapping views); validation never dereferences them.
+void* fake_ptr() {
+  static uintptr_t next = uintptr_t{1} << 40;
+  return reinterpret_cast<void*>(next += uintptr_t{1} << 40);
+}
 
 TensorView dev(DType dtype, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(fake_ptr(), dtype, shape, Device::kCuda);
@@ -86,6 +90,14 @@ TEST(GemmValidation, RejectsEachBadArgumentByName) {
       {"d", [](auto& a) {  // gather exists only with bf16 output
          a.gather_index = dev(DType::kInt32, {kM});
          a.d = dev(DType::kFloat32, {kM, kN / 2});
+       }},
+      // Outputs aliasing another argument (hostile input, docs/RELIABILITY.md).
+      {"d", [](auto& a) { a.d.data = a.a.data; }},
+      {"d", [](auto& a) { a.d.data = static_cast<char*>(a.b.data) + 64; }},
+      {"d", [](auto& a) { a.d.data = a.row_scale.data; }},
+      {"pre_activation", [](auto& a) { a.pre_activation.data = a.bias.data; }},
+      {"d", [](auto& a) {  // d's last row is pre_activation's first
+         a.d.data = static_cast<char*>(a.pre_activation.data) - (kM - 1) * (kN / 2) * 2;
        }},
       {"activation", [](auto& a) { a.activation = static_cast<Activation>(99); }},
       {"epilogue", [](auto& a) { a.epilogue = static_cast<GemmEpilogue>(7); }},

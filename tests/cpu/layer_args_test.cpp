@@ -32,7 +32,7 @@ struct FakeLayer {
   Workspace cache, workspace;
 
   TensorView dev(DType dtype, std::initializer_list<int64_t> shape) {
-    next += uintptr_t{1} << 28;
+    next += uintptr_t{1} << 40;  // beyond the largest view: validation rejects overlaps
     return TensorView::contiguous(reinterpret_cast<void*>(next), dtype, shape, Device::kCuda);
   }
 
@@ -118,6 +118,20 @@ TEST(LayerArgs, EveryBadArgumentIsNamed) {
       {"qwen3-30b-a3b", "workspace", [&](FakeLayer& f) { f.workspace.bytes /= 2; }},
       {"qwen3-30b-a3b", "health", [&](FakeLayer& f) { f.health = f.dev(f32, {1}); }},
       {"qwen3-30b-a3b", "dy", [&](FakeLayer& f) { f.dy = f.dev(bf, {f.T, 16}); }, false, true},
+      // Outputs aliasing another argument (hostile input, docs/RELIABILITY.md).
+      {"qwen3-30b-a3b", "out.y", [&](FakeLayer& f) { f.out.y.data = f.x.data; }, true, false},
+      {"qwen3-30b-a3b", "out.losses",
+       [&](FakeLayer& f) { f.out.losses.data = static_cast<char*>(f.w.w1.data) + 256; }, true, false},
+      {"qwen3-30b-a3b", "cache", [&](FakeLayer& f) { f.cache.data = f.x.data; }, true, false},
+      {"qwen3-30b-a3b", "workspace", [&](FakeLayer& f) { f.workspace.data = f.w.w_router.data; }},
+      {"qwen3-30b-a3b", "workspace", [&](FakeLayer& f) { f.workspace.data = f.cache.data; },
+       false, true},
+      {"qwen3-30b-a3b", "health", [&](FakeLayer& f) { f.health.data = f.w.w2.data; }},
+      {"qwen3-30b-a3b", "grads.dx", [&](FakeLayer& f) { f.g.dx.data = f.dy.data; }, false, true},
+      {"qwen3-30b-a3b", "grads.d_w1", [&](FakeLayer& f) { f.g.d_w1.data = f.w.w1.data; }, false, true},
+      {"qwen3-30b-a3b", "grads.d_w1", [&](FakeLayer& f) { f.g.d_w2.data = f.g.d_w1.data; }, false, true},
+      {"deepseek-v3", "grads.d_shared_w2",
+       [&](FakeLayer& f) { f.g.d_shared_w2.data = f.cache.data; }, false, true},
       {"qwen3-30b-a3b", "grads.dx", [&](FakeLayer& f) { f.g.dx = f.dev(f32, {f.T, 2048}); }, false, true},
       {"qwen3-30b-a3b", "grads.d_w_router",
        [&](FakeLayer& f) { f.g.d_w_router = f.dev(bf, {128, 2048}); }, false, true},

@@ -235,6 +235,9 @@ TEST(LayerFp8Args, WeightRegionIsChecked) {
   w.w2 = dev(uintptr_t{1} << 34, DType::kBFloat16, {E, H, F + 16});
   expect_invalid([&] { layer::check_fp8_weights(c, w); }, "weights.w2");
   w.w2 = dev(uintptr_t{1} << 34, DType::kBFloat16, {E, H, F});
+  w.fp8.data = static_cast<char*>(w.w2.data) + 256;  // the FP8 copy over its bf16 source
+  expect_invalid([&] { layer::check_fp8_weights(c, w); }, "weights.fp8");
+  w.fp8.data = reinterpret_cast<void*>(uintptr_t{1} << 35);
   w.w1 = dev(uintptr_t{1} << 33, DType::kFloat32, {E, fc1, H});
   expect_invalid([&] { layer::check_fp8_weights(c, w); }, "weights.w1");
   MoeConfig bf = c;

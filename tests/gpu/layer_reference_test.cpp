@@ -58,19 +58,9 @@ TEST_P(LayerReference, ForwardAndBackwardMatchReference) {
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   MoeLayer layer(tc.config, tc.options);
   test::DeviceLayer d(tc.config, tc.options, T);
-  test::DeviceBuffer<int32_t> health(1);
   const test::LayerData data = test::LayerData::random(tc.config, T);
   d.upload(data);
-  d.poison();
-  const LayerRun run{.health = health.view(DType::kInt32, {1})};
-  reset_health_flags(run.health, stream);
-  layer.forward(d.x_view(), d.weights(), d.outputs(), d.cache_region(), d.workspace_region(),
-                stream, run);
-  d.poison_workspace();  // backward must not read the forward's scratch
-  layer.backward(d.x_view(), d.dy_view(), d.weights(), d.grads(), d.cache_region(),
-                 d.workspace_region(), stream, run);
-  EXPECT_EQ(read_health_flags(run.health, stream), 0);
-  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_EQ(test::run_poisoned_step(layer, d, stream), 0);
   test::expect_matches(test::download(d), test::reference_step(data));
   cudaStreamDestroy(stream);
 }

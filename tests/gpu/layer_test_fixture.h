@@ -1,24 +1,20 @@
-// Shared pieces of the layer GPU tests: scaled-down preset configs, fresh random layer data in the
-// reference layout, its device copy in the GPU layout (bf16, GLU rows interleaved), the reference
-// forward + backward, and the comparison of every output and gradient.
-//
-// The router sees x and w_router drawn from small dyadic grids (x = i/8, w = j/64 with |i|,|j|
-// <= 16): every product is a multiple of 2^-9 and every partial sum stays below 2^24·2^-9, so
-// the GPU's fp32 logits equal the reference's fp64 logits exactly and both pick the same experts
-// (near-ties would otherwise move a whole row). Everything else is Gaussian.
+// Shared pieces of the layer GPU tests: scaled-down preset configs, the device copy of a layer's
+// data (common/layer_step.h: fresh random inputs, the reference step, the comparison) in the GPU
+// layout (bf16, GLU rows interleaved), and its results downloaded back to the reference layout.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "common/layer_step.h"
 #include "common/test_util.h"
 #include "gpu/dispatch_test_util.h"
 #include "moefuse/grouped_gemm.h"
+#include "moefuse/health.h"
 #include "moefuse/layer.h"
 #include "ref/layer.h"
 
@@ -41,40 +37,6 @@ inline MoeConfig scaled_preset(const std::string& name) {
   c.router.z_loss_coeff = 0.001f;
   return c;
 }
-
-// Values on the grid {i / scale : |i| <= 16}, exact in bf16.
-inline std::vector<float> dyadic(size_t n, float scale) {
-  std::uniform_int_distribution<int> d(-16, 16);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(d(rng())) / scale;
-  return v;
-}
-
-// One layer's inputs in the reference layout ([gate; up] GLU rows), fp32 holding bf16 values
-// wherever the GPU reads bf16.
-struct LayerData {
-  MoeConfig c;
-  int64_t T = 0;
-  std::vector<float> x, w_router, score_bias, w1, b1, w2, b2, sw1, sw2, dy;
-
-  static LayerData random(const MoeConfig& c, int64_t T) {
-    LayerData d{.c = c, .T = T};
-    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_expert_config(c);
-    d.x = dyadic(T * H, 8);
-    d.w_router = dyadic(E * H, 64);
-    if (c.router.use_score_bias) d.score_bias = random_normal(E, 0.05f);
-    d.w1 = bf16_rounded(random_normal(E * fc1 * H, 1.0f / std::sqrt(float(H))));
-    d.w2 = bf16_rounded(random_normal(E * H * F, 1.0f / std::sqrt(float(F))));
-    if (c.expert_bias) d.b1 = random_normal(E * fc1, 0.1f), d.b2 = random_normal(E * H, 0.1f);
-    if (c.shared_expert_ffn > 0) {
-      d.sw1 = bf16_rounded(random_normal(s.fc1_width() * H, 1.0f / std::sqrt(float(H))));
-      d.sw2 = bf16_rounded(random_normal(H * s.ffn, 1.0f / std::sqrt(float(s.ffn))));
-    }
-    d.dy = bf16_rounded(random_normal(T * H));
-    return d;
-  }
-};
 
 // [gate; up] → interleaved rows on the host (GLU only; identity otherwise).
 inline std::vector<float> interleaved(const MoeConfig& c, const std::vector<float>& v,
@@ -211,17 +173,23 @@ struct DeviceLayer {
   }
 };
 
-// Named results of one layer step, host fp32, in the reference layout.
-struct StepResult {
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;
-
-  const std::vector<float>& at(const std::string& name) const {
-    for (const auto& [n, v] : tensors)
-      if (n == name) return v;
-    static const std::vector<float> none;
-    return none;
-  }
-};
+// One step of `layer` on d's uploaded inputs: every output poisoned first and the workspace again
+// between forward and backward (backward must not read the forward's scratch). Returns the health
+// flags the step raised; the stream is synchronised.
+inline int run_poisoned_step(MoeLayer& layer, DeviceLayer& d, cudaStream_t stream) {
+  DeviceBuffer<int32_t> health(1);
+  d.poison();
+  const LayerRun run{.health = health.view(DType::kInt32, {1})};
+  reset_health_flags(run.health, stream);
+  layer.forward(d.x_view(), d.weights(), d.outputs(), d.cache_region(), d.workspace_region(),
+                stream, run);
+  d.poison_workspace();
+  layer.backward(d.x_view(), d.dy_view(), d.weights(), d.grads(), d.cache_region(),
+                 d.workspace_region(), stream, run);
+  const int flags = read_health_flags(run.health, stream);
+  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return flags;
+}
 
 inline StepResult download(const DeviceLayer& d) {
   const MoeConfig& c = d.c;
@@ -245,77 +213,9 @@ inline StepResult download(const DeviceLayer& d) {
   return r;
 }
 
-// The reference backward reference_step runs: ref::layer_backward, or the FP8 recipe's
-// ref::layer_backward_fp8 (same signature).
-using ReferenceBackward = void (*)(const MoeConfig&, const ref::LayerWeights&, const TensorView&,
-                                   const ref::LayerForward&, const TensorView&,
-                                   const ref::LayerGrads&);
-
-inline StepResult reference_step(const LayerData& d,
-                                 ReferenceBackward backward = &ref::layer_backward) {
-  const MoeConfig& c = d.c;
-  const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-  const MoeConfig s = shared_expert_config(c);
-  const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
-  LayerData in = d;  // the reference takes mutable views
-  auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
-    return v.empty() ? TensorView{} : TensorView::contiguous(v.data(), DType::kFloat32, shape);
-  };
-  const ref::LayerWeights w{
-      .w_router = f32(in.w_router, {E, H}),
-      .score_bias = f32(in.score_bias, {E}),
-      .experts = {.w1 = f32(in.w1, {E, fc1, H}), .b1 = f32(in.b1, {E, fc1}),
-                  .w2 = f32(in.w2, {E, H, F}), .b2 = f32(in.b2, {E, H})},
-      .shared_w1 = f32(in.sw1, {s.fc1_width(), H}),
-      .shared_w2 = f32(in.sw2, {H, s.ffn})};
-  const TensorView x = f32(in.x, {T, H});
-  const ref::LayerForward fwd = ref::layer_forward(c, w, x);
-  std::vector<float> dx(T * H), dwr(E * H), dw1(E * fc1 * H), dw2(E * H * F),
-      db1(bias ? E * fc1 : 0), db2(bias ? E * H : 0), dsw1(shared ? s.fc1_width() * H : 0),
-      dsw2(shared ? H * s.ffn : 0);
-  const ref::LayerGrads g{.dx = f32(dx, {T, H}),
-                          .d_w_router = f32(dwr, {E, H}),
-                          .experts = {.w1 = f32(dw1, {E, fc1, H}), .b1 = f32(db1, {E, fc1}),
-                                      .w2 = f32(dw2, {E, H, F}), .b2 = f32(db2, {E, H})},
-                          .d_shared_w1 = f32(dsw1, {s.fc1_width(), H}),
-                          .d_shared_w2 = f32(dsw2, {H, s.ffn})};
-  backward(c, w, x, fwd, f32(in.dy, {T, H}), g);
-  StepResult r;
-  r.tensors = {{"y", fwd.y},
-               {"losses", {static_cast<float>(fwd.aux_loss), static_cast<float>(fwd.z_loss)}},
-               {"dx", dx},
-               {"d_w_router", dwr},
-               {"d_w1", dw1},
-               {"d_w2", dw2}};
-  if (bias) r.tensors.push_back({"d_b1", db1}), r.tensors.push_back({"d_b2", db2});
-  if (shared) r.tensors.push_back({"d_shared_w1", dsw1}), r.tensors.push_back({"d_shared_w2", dsw2});
-  return r;
-}
-
-// Relative-norm tolerances. Every tensor on the expert path passes through two or three bf16
-// roundings (pre/act, ys or d_pre, the bf16 output), each ≈ 2^-9 relative; the router gradient
-// runs its GEMMs on bf16 d_logits. 2e-2 is about 4× the expected error. The losses are fp32
-// reductions of exact logits: 1e-4.
-inline double tolerance(const std::string& name) { return name == "losses" ? 1e-4 : 2e-2; }
-
+// Every output and gradient within its tolerance (common/layer_step.h), each miss a failure.
 inline void expect_matches(const StepResult& got, const StepResult& want) {
-  for (const auto& [name, w] : want.tensors) {
-    const std::vector<float>& g = got.at(name);
-    ASSERT_EQ(g.size(), w.size()) << name;
-    if (name == "losses") {
-      // Either loss may be 0 in the reference only when its coefficient is; compare each.
-      for (size_t i = 0; i < 2; ++i)
-        EXPECT_NEAR(g[i], w[i], 1e-4 * std::max(1.0f, std::fabs(w[i])))
-            << (i == 0 ? "aux_loss" : "z_loss");
-      continue;
-    }
-    const double err = rel_norm_error(g, w);
-    size_t worst = 0;
-    for (size_t i = 0; i < g.size(); ++i)
-      if (!(std::fabs(g[i] - w[i]) <= std::fabs(g[worst] - w[worst]))) worst = i;
-    EXPECT_LE(err, tolerance(name)) << name << ": rel-norm error " << err << "; worst element ["
-                                    << worst << "] got " << g[worst] << " want " << w[worst];
-  }
+  for (const std::string& miss : step_mismatches(got, want)) ADD_FAILURE() << miss;
 }
 
 // Bitwise equality of two steps' results, naming the first differing element.

@@ -122,6 +122,11 @@ void validate_grouped_gemm(const GroupedGemmArgs& args) {
     expect_aligned(args.pre_activation, "pre_activation", 16);
   }
   if (gather) expect_tensor(args.gather_index, "gather_index", DType::kInt32, cuda, {rows});
+  const NamedView outputs[] = {{args.d, "d"}, {args.pre_activation, "pre_activation"}};
+  const NamedView inputs[] = {{args.a, "a"},           {args.b, "b"},
+                              {args.offsets, "offsets"}, {args.bias, "bias"},
+                              {args.row_scale, "row_scale"}, {args.gather_index, "gather_index"}};
+  expect_outputs_disjoint(outputs, inputs);
 }
 
 void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
@@ -193,12 +198,11 @@ void permute_glu_rows(const TensorView& src, const TensorView& dst, bool to_inte
     expect_tensor(src, "src", src.dtype, src.device, {outer, rows});
     expect_tensor(dst, "dst", src.dtype, src.device, {outer, rows});
   }
+  expect_disjoint(dst, "dst", src, "src");
   const int64_t row_bytes = inner * dtype_bits(src.dtype) / 8;
   const int64_t total_bytes = outer * rows * row_bytes;
   const auto* s = static_cast<const uint8_t*>(src.data);
   auto* d = static_cast<uint8_t*>(dst.data);
-  MOEFUSE_EXPECT(total_bytes == 0 || d + total_bytes <= s || s + total_bytes <= d, "dst",
-                 "memory that does not overlap src", "overlapping buffers");
   if (total_bytes == 0) return;
   const int64_t ffn = rows / 2;
   if (src.device == Device::kCpu) {

@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <string>
+#include <vector>
 
 #include "cuda/layer/ops.h"
 #include "cuda/layer/plan.h"
@@ -40,6 +41,23 @@ void expect_region(const Workspace& w, std::string_view name, size_t needed) {
   MOEFUSE_EXPECT(needed == 0 || (w.data != nullptr && aligned), name,
                  "a non-null, 256-byte aligned pointer",
                  w.data ? "a misaligned pointer" : "nullptr");
+}
+
+// A workspace region as a byte view, for expect_disjoint.
+TensorView region_view(const Workspace& w) {
+  return TensorView::contiguous(w.data, DType::kFloat8E8M0, {static_cast<int64_t>(w.bytes)},
+                                Device::kCuda);
+}
+
+// The inputs of a layer call: `extra` and the weights every forward and backward reads.
+std::vector<NamedView> layer_inputs(std::initializer_list<NamedView> extra, const MoeLayerWeights& w) {
+  std::vector<NamedView> in(extra);
+  in.insert(in.end(), {{w.w_router, "weights.w_router"},   {w.score_bias, "weights.score_bias"},
+                       {w.w1, "weights.w1"},               {w.b1, "weights.b1"},
+                       {w.w2, "weights.w2"},               {w.b2, "weights.b2"},
+                       {w.shared_w1, "weights.shared_w1"}, {w.shared_w2, "weights.shared_w2"},
+                       {region_view(w.fp8), "weights.fp8"}});
+  return in;
 }
 
 void expect_multiple_of_8(int64_t v, std::string_view name) {
@@ -121,6 +139,8 @@ void check_fp8_weights(const MoeConfig& c, const MoeLayerWeights& w) {
   expect_device_aligned(w.w1, "weights.w1", DType::kBFloat16, {E, fc1, H});
   expect_device_aligned(w.w2, "weights.w2", DType::kBFloat16, {E, H, F});
   expect_region(w.fp8, "weights.fp8", make_plan(c, {}, 1).fp8_weight_bytes);
+  expect_disjoint(region_view(w.fp8), "weights.fp8", w.w1, "weights.w1");
+  expect_disjoint(region_view(w.fp8), "weights.fp8", w.w2, "weights.w2");
 }
 
 int64_t check_layer_forward(const MoeConfig& c, const LayerOptions& o, const TensorView& x,
@@ -136,6 +156,13 @@ int64_t check_layer_forward(const MoeConfig& c, const LayerOptions& o, const Ten
   expect_region(cache, "cache", p.cache_bytes);
   expect_region(workspace, "workspace", p.workspace_bytes);
   cuda::expect_health(health);
+  // The stages write outputs while other CTAs and the side stream still read the inputs.
+  const NamedView outputs[] = {{out.y, "out.y"},
+                               {out.losses, "out.losses"},
+                               {region_view(cache), "cache"},
+                               {region_view(workspace), "workspace"},
+                               {health, "health"}};
+  expect_outputs_disjoint(outputs, layer_inputs({{x, "x"}}, w));
   return T;
 }
 
@@ -167,6 +194,18 @@ int64_t check_layer_backward(const MoeConfig& c, const LayerOptions& o, const Te
   expect_region(cache, "cache", p.cache_bytes);
   expect_region(workspace, "workspace", p.workspace_bytes);
   cuda::expect_health(health);
+  const NamedView outputs[] = {{g.dx, "grads.dx"},
+                               {g.d_w_router, "grads.d_w_router"},
+                               {g.d_w1, "grads.d_w1"},
+                               {g.d_b1, "grads.d_b1"},
+                               {g.d_w2, "grads.d_w2"},
+                               {g.d_b2, "grads.d_b2"},
+                               {g.d_shared_w1, "grads.d_shared_w1"},
+                               {g.d_shared_w2, "grads.d_shared_w2"},
+                               {region_view(workspace), "workspace"},
+                               {health, "health"}};
+  expect_outputs_disjoint(outputs,
+                          layer_inputs({{x, "x"}, {dy, "dy"}, {region_view(cache), "cache"}}, w));
   return T;
 }
 

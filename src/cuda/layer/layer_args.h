@@ -20,18 +20,20 @@ void check_layer_config(const MoeConfig& config);
 // options.mode a LayerMode; kFused with an FP8 recipe (the FP8 path is one fused pipeline).
 void check_layer_options(const MoeConfig& config, const LayerOptions& options);
 
-// kFP8Blockwise: weights.w1 and weights.w2 (bf16) and the region weights.fp8. Names:
+// kFP8Blockwise: weights.w1 and weights.w2 (bf16) and the region weights.fp8, which must not
+// overlap them. Names:
 // config.precision, weights.w1, weights.w2, weights.fp8.
 void check_fp8_weights(const MoeConfig& config, const MoeLayerWeights& weights);
 
 // Returns T. Names: x, weights.* (weights.fp8 with FP8), out.y, out.losses, cache, workspace,
-// health.
+// health. Each output (out.*, cache, workspace, health) must not overlap another argument.
 int64_t check_layer_forward(const MoeConfig& config, const LayerOptions& options,
                             const TensorView& x, const MoeLayerWeights& weights,
                             const MoeLayerOutputs& out, const Workspace& cache,
                             const Workspace& workspace, const TensorView& health);
 
 // Returns T. Names: x, dy, weights.* (weights.fp8 with FP8), grads.*, cache, workspace, health.
+// Each output (grads.*, workspace, health) must not overlap another argument.
 int64_t check_layer_backward(const MoeConfig& config, const LayerOptions& options,
                              const TensorView& x, const TensorView& dy,
                              const MoeLayerWeights& weights, const MoeLayerGrads& grads,

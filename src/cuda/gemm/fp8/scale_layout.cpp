@@ -14,11 +14,7 @@ void transpose_fp8_activation_scales(const TensorView& src, const TensorView& ds
   const int64_t rows = src.size(0), groups = src.size(1);
   expect_tensor(src, "src", DType::kFloat32, Device::kCpu, {rows, groups});
   expect_tensor(dst, "dst", DType::kFloat32, Device::kCpu, {groups, fp8_scale_rows(rows)});
-  const int64_t bytes = src.numel() * 4, dst_bytes = dst.numel() * 4;
-  const auto* s = static_cast<const uint8_t*>(src.data);
-  const auto* d = static_cast<const uint8_t*>(dst.data);
-  MOEFUSE_EXPECT(bytes == 0 || dst_bytes == 0 || d + dst_bytes <= s || s + bytes <= d, "dst",
-                 "memory not overlapping src", "overlapping");
+  expect_disjoint(dst, "dst", src, "src");
   const int64_t pitch = fp8_scale_rows(rows);
   const float* in = src.as<const float>();
   float* out = dst.as<float>();
@@ -39,14 +35,6 @@ void transpose_mx_block(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t 
     for (int64_t r = 0; r < pitch; ++r) dst[g * pitch + r] = r < rows ? src[r * groups + g] : kOne;
 }
 
-void expect_disjoint(const TensorView& src, const TensorView& dst) {
-  const auto* s = static_cast<const uint8_t*>(src.data);
-  const auto* d = static_cast<const uint8_t*>(dst.data);
-  const int64_t bytes = src.numel(), dst_bytes = dst.numel();
-  MOEFUSE_EXPECT(bytes == 0 || dst_bytes == 0 || d + dst_bytes <= s || s + bytes <= d, "dst",
-                 "memory not overlapping src", "overlapping");
-}
-
 }  // namespace
 
 void transpose_mxfp8_activation_scales(const TensorView& src, const TensorView& dst) {
@@ -54,7 +42,7 @@ void transpose_mxfp8_activation_scales(const TensorView& src, const TensorView& 
   const int64_t rows = src.size(0), groups = src.size(1);
   expect_tensor(src, "src", DType::kFloat8E8M0, Device::kCpu, {rows, groups});
   expect_tensor(dst, "dst", DType::kFloat8E8M0, Device::kCpu, {groups, mxfp8_scale_rows(rows)});
-  expect_disjoint(src, dst);
+  expect_disjoint(dst, "dst", src, "src");
   transpose_mx_block(src.as<const uint8_t>(), dst.as<uint8_t>(), rows, groups,
                      mxfp8_scale_rows(rows));
 }
@@ -64,7 +52,7 @@ void transpose_mxfp8_weight_scales(const TensorView& src, const TensorView& dst)
   const int64_t experts = src.size(0), n = src.size(1), groups = src.size(2);
   expect_tensor(src, "src", DType::kFloat8E8M0, Device::kCpu, {experts, n, groups});
   expect_tensor(dst, "dst", DType::kFloat8E8M0, Device::kCpu, {experts, groups, n});
-  expect_disjoint(src, dst);
+  expect_disjoint(dst, "dst", src, "src");
   for (int64_t e = 0; e < experts; ++e)
     transpose_mx_block(src.as<const uint8_t>() + e * n * groups,
                        dst.as<uint8_t>() + e * groups * n, n, groups, n);

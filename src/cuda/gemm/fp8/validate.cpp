@@ -98,6 +98,12 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
     expect_tensor(args.pre_activation, "pre_activation", DType::kBFloat16, device, {m_cap, n});
     expect_aligned(args.pre_activation, "pre_activation", 16);  // 16-byte stores
   }
+  const NamedView outputs[] = {{args.d, "d"}, {args.pre_activation, "pre_activation"}};
+  const NamedView inputs[] = {{args.a, "a"},           {args.a_scales, "a_scales"},
+                              {args.b, "b"},           {args.b_scales, "b_scales"},
+                              {args.offsets, "offsets"}, {args.row_scale, "row_scale"},
+                              {args.bias, "bias"}};
+  expect_outputs_disjoint(outputs, inputs);
 }
 
 }  // namespace moefuse

@@ -1,0 +1,131 @@
+#include "common/layer_step.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "common/test_util.h"
+#include "ref/bf16_bits.h"
+
+namespace moefuse::test {
+namespace {
+
+std::vector<float> bf16_values(std::vector<float> v) {
+  for (float& x : v) x = ref::bf16_value(ref::bf16_bits(x));
+  return v;
+}
+
+}  // namespace
+
+std::vector<float> dyadic(std::mt19937_64& gen, size_t n, float scale) {
+  std::uniform_int_distribution<int> d(-16, 16);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(d(gen)) / scale;
+  return v;
+}
+
+LayerData LayerData::random(const MoeConfig& c, int64_t T) {
+  LayerData d = random_router_inputs(c, T, rng());
+  d.draw_expert_inputs(rng());
+  return d;
+}
+
+LayerData LayerData::random_router_inputs(const MoeConfig& c, int64_t T, std::mt19937_64& gen) {
+  LayerData d{.c = c, .T = T};
+  d.x = dyadic(gen, T * c.hidden, 8);
+  d.w_router = dyadic(gen, c.num_experts * c.hidden, 64);
+  if (c.router.use_score_bias) d.score_bias = random_normal(gen, c.num_experts, 0.05f);
+  return d;
+}
+
+void LayerData::draw_expert_inputs(std::mt19937_64& gen) {
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig s = shared_expert_config(c);
+  w1 = bf16_values(random_normal(gen, E * fc1 * H, 1.0f / std::sqrt(float(H))));
+  w2 = bf16_values(random_normal(gen, E * H * F, 1.0f / std::sqrt(float(F))));
+  if (c.expert_bias) b1 = random_normal(gen, E * fc1, 0.1f), b2 = random_normal(gen, E * H, 0.1f);
+  if (c.shared_expert_ffn > 0) {
+    sw1 = bf16_values(random_normal(gen, s.fc1_width() * H, 1.0f / std::sqrt(float(H))));
+    sw2 = bf16_values(random_normal(gen, H * s.ffn, 1.0f / std::sqrt(float(s.ffn))));
+  }
+  dy = bf16_values(random_normal(gen, T * H));
+}
+
+const std::vector<float>& StepResult::at(const std::string& name) const {
+  for (const auto& [n, v] : tensors)
+    if (n == name) return v;
+  static const std::vector<float> none;
+  return none;
+}
+
+StepResult reference_step(const LayerData& d, ReferenceBackward backward) {
+  const MoeConfig& c = d.c;
+  const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  const MoeConfig s = shared_expert_config(c);
+  const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
+  LayerData in = d;  // the reference takes mutable views
+  auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
+    return v.empty() ? TensorView{} : TensorView::contiguous(v.data(), DType::kFloat32, shape);
+  };
+  const ref::LayerWeights w{
+      .w_router = f32(in.w_router, {E, H}),
+      .score_bias = f32(in.score_bias, {E}),
+      .experts = {.w1 = f32(in.w1, {E, fc1, H}), .b1 = f32(in.b1, {E, fc1}),
+                  .w2 = f32(in.w2, {E, H, F}), .b2 = f32(in.b2, {E, H})},
+      .shared_w1 = f32(in.sw1, {s.fc1_width(), H}),
+      .shared_w2 = f32(in.sw2, {H, s.ffn})};
+  const TensorView x = f32(in.x, {T, H});
+  const ref::LayerForward fwd = ref::layer_forward(c, w, x);
+  std::vector<float> dx(T * H), dwr(E * H), dw1(E * fc1 * H), dw2(E * H * F),
+      db1(bias ? E * fc1 : 0), db2(bias ? E * H : 0), dsw1(shared ? s.fc1_width() * H : 0),
+      dsw2(shared ? H * s.ffn : 0);
+  const ref::LayerGrads g{.dx = f32(dx, {T, H}),
+                          .d_w_router = f32(dwr, {E, H}),
+                          .experts = {.w1 = f32(dw1, {E, fc1, H}), .b1 = f32(db1, {E, fc1}),
+                                      .w2 = f32(dw2, {E, H, F}), .b2 = f32(db2, {E, H})},
+                          .d_shared_w1 = f32(dsw1, {s.fc1_width(), H}),
+                          .d_shared_w2 = f32(dsw2, {H, s.ffn})};
+  backward(c, w, x, fwd, f32(in.dy, {T, H}), g);
+  StepResult r;
+  r.tensors = {{"y", fwd.y},
+               {"losses", {static_cast<float>(fwd.aux_loss), static_cast<float>(fwd.z_loss)}},
+               {"dx", dx},
+               {"d_w_router", dwr},
+               {"d_w1", dw1},
+               {"d_w2", dw2}};
+  if (bias) r.tensors.push_back({"d_b1", db1}), r.tensors.push_back({"d_b2", db2});
+  if (shared) r.tensors.push_back({"d_shared_w1", dsw1}), r.tensors.push_back({"d_shared_w2", dsw2});
+  return r;
+}
+
+double tolerance(const std::string& name) { return name == "losses" ? 1e-4 : 2e-2; }
+
+std::vector<std::string> step_mismatches(const StepResult& got, const StepResult& want) {
+  std::vector<std::string> out;
+  for (const auto& [name, w] : want.tensors) {
+    const std::vector<float>& g = got.at(name);
+    std::ostringstream m;
+    if (g.size() != w.size()) {
+      m << name << ": " << g.size() << " elements, want " << w.size();
+      out.push_back(m.str());
+      continue;
+    }
+    if (name == "losses") {
+      // Either loss may be 0 in the reference only when its coefficient is; compare each.
+      for (size_t i = 0; i < 2; ++i) {
+        if (std::fabs(g[i] - w[i]) <= tolerance(name) * std::max(1.0f, std::fabs(w[i]))) continue;
+        m << (i == 0 ? "aux_loss" : "z_loss") << ": got " << g[i] << " want " << w[i] << "; ";
+      }
+      if (!m.str().empty()) out.push_back(m.str());
+      continue;
+    }
+    const double err = rel_norm_error(g, w);
+    if (err <= tolerance(name)) continue;
+    const MaxDiff worst = max_abs_diff(g, w);
+    m << name << ": rel-norm error " << err << " > " << tolerance(name) << "; worst element ["
+      << worst.at << "] got " << g[worst.at] << " want " << w[worst.at];
+    out.push_back(m.str());
+  }
+  return out;
+}
+
+}  // namespace moefuse::test

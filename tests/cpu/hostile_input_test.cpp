@@ -1,0 +1,98 @@
+// Hostile inputs caught on the host (docs/RELIABILITY.md): the byte-range overlap check every op
+// uses for aliased outputs, token counts whose T·k would overflow int32 row indices, and FP8
+// quantisation of values far beyond e4m3's range.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "common/test_util.h"
+#include "cuda/layer/layer_args.h"
+#include "moefuse/error.h"
+#include "moefuse/tensor.h"
+#include "ref/quant.h"
+
+namespace moefuse {
+namespace {
+
+using test::expect_invalid;
+
+TensorView at(uintptr_t address, DType dtype, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(reinterpret_cast<void*>(address), dtype, shape, Device::kCuda);
+}
+
+TEST(HostileInput, OverlapIsJudgedOnByteRanges) {
+  const uintptr_t base = uintptr_t{1} << 40;
+  const TensorView a = at(base, DType::kBFloat16, {4, 8});  // 64 bytes
+  EXPECT_EQ(byte_span(a), 64);
+  EXPECT_NO_THROW(expect_disjoint(a, "a", at(base + 64, DType::kFloat32, {16}), "b"));
+  EXPECT_NO_THROW(expect_disjoint(at(base - 64, DType::kInt32, {16}), "b", a, "a"));
+  expect_invalid([&] { expect_disjoint(a, "a", at(base + 63, DType::kFloat8E4M3, {1}), "b"); },
+                 "a");
+  expect_invalid([&] { expect_disjoint(at(base - 4, DType::kFloat32, {2}), "out", a, "in"); },
+                 "out");
+  // Empty or absent views overlap nothing, even at the same address.
+  EXPECT_NO_THROW(expect_disjoint(a, "a", at(base, DType::kBFloat16, {0, 8}), "b"));
+  EXPECT_NO_THROW(expect_disjoint(TensorView{}, "a", TensorView{}, "b"));
+  // A strided view spans from its first to its last element: the transpose of a [4, 8] bf16.
+  TensorView t = at(base, DType::kBFloat16, {8, 4});
+  t.strides = {1, 8};
+  EXPECT_EQ(byte_span(t), 64);
+  expect_invalid([&] { expect_disjoint(t, "t", at(base + 62, DType::kBFloat16, {1}), "b"); },
+                 "t");
+}
+
+TEST(HostileInput, OutputsAreCheckedAgainstOutputsAndInputs) {
+  const uintptr_t base = uintptr_t{1} << 40;
+  const NamedView outputs[] = {{at(base, DType::kFloat32, {16}), "d"},
+                               {at(base + 1024, DType::kFloat32, {16}), "pre"}};
+  const NamedView inputs[] = {{at(base + 4096, DType::kFloat32, {16}), "a"}};
+  EXPECT_NO_THROW(expect_outputs_disjoint(outputs, inputs));
+  const NamedView clash[] = {{at(base + 1024 + 60, DType::kFloat32, {4}), "a"}};
+  expect_invalid([&] { expect_outputs_disjoint(outputs, clash); }, "pre");
+  const NamedView twins[] = {{at(base, DType::kFloat32, {16}), "d"},
+                             {at(base + 32, DType::kFloat32, {16}), "pre"}};
+  expect_invalid([&] { expect_outputs_disjoint(twins, inputs); }, "d");
+}
+
+// The layer indexes its T·k routed rows with int32 (offsets, row_of, token_of_row): x is rejected
+// before anything else is looked at once T·k reaches 2^31.
+TEST(HostileInput, TokenCountWhoseRowsOverflowInt32IsRejected) {
+  const MoeConfig c = preset("qwen3-30b-a3b");  // top_k 8
+  const int64_t too_many = std::numeric_limits<int32_t>::max() / c.top_k + 1;
+  const TensorView x = at(uintptr_t{1} << 40, DType::kBFloat16, {too_many, c.hidden});
+  expect_invalid([&] { layer::check_layer_forward(c, {}, x, {}, {}, {}, {}, {}); }, "x");
+  expect_invalid([&] { layer::check_layer_backward(c, {}, x, {}, {}, {}, {}, {}, {}); }, "x");
+}
+
+// Blockwise FP8 scales each group by 448 / amax, so no finite value can land beyond e4m3's 448:
+// groups near FLT_MAX keep their largest element at ±448 (code 0x7E/0xFE) and round-trip finite.
+// (NaN and Inf inputs: quant_ref_test.cpp TinyNaNAndInfGroups.)
+TEST(HostileInput, Fp8BlockwiseGroupsNearFloatMaxStayFinite) {
+  const float big = 1e38f;  // FLT_MAX / 3.4: 448 · (big / 448) stays finite
+  std::vector<float> x = test::random_normal(256);
+  for (float& v : x) v *= 1e37f;
+  x[7] = big, x[128 + 9] = -big;
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> scales(2), back(x.size());
+  ref::quantize_fp8_blockwise_1x128(TensorView::contiguous(x.data(), DType::kFloat32, {2, 128}),
+                                    TensorView::contiguous(q.data(), DType::kFloat8E4M3, {2, 128}),
+                                    TensorView::contiguous(scales.data(), DType::kFloat32, {2, 1}));
+  EXPECT_EQ(q[7], 0x7E);
+  EXPECT_EQ(q[128 + 9], 0xFE);
+  ref::dequantize_fp8_blockwise_1x128(
+      TensorView::contiguous(q.data(), DType::kFloat8E4M3, {2, 128}),
+      TensorView::contiguous(scales.data(), DType::kFloat32, {2, 1}),
+      TensorView::contiguous(back.data(), DType::kFloat32, {2, 128}));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(back[i])) << "element " << i << ": x " << x[i];
+    ASSERT_LE(std::fabs(double(back[i]) - double(x[i])),
+              std::fabs(double(x[i])) * 0x1p-4 + double(scales[i / 128]) * 0x1p-9)
+        << "element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace moefuse
