@@ -141,9 +141,14 @@ TEST(FuzzCase, DataRoutesAsTheDistributionSays) {
     const std::vector<int32_t> counts = route_counts(fuzz_router_inputs(fc));
     const std::vector<float>& off = fc.logit_offset;
     const double mean = double(T * k) / double(E);
+    // The statistical promises (uniform, Zipf) hold for the logits alone: a score bias shifts
+    // the selection on purpose (E 364, k 3, 360 tokens, "uniform": one expert took 73 against a
+    // mean of 3). The exact ones (one expert, half empty) are built to hold through the bias.
+    const bool biased = c.router.use_score_bias;
     switch (fc.routing) {
       case FuzzRouting::kUniform: {
         // No expert far above its share; most experts used once each has tokens to expect.
+        if (biased) break;
         const int32_t most = *std::max_element(counts.begin(), counts.end());
         EXPECT_LE(most, 16 * mean + 16);
         if (mean >= 32)
@@ -153,7 +158,12 @@ TEST(FuzzCase, DataRoutesAsTheDistributionSays) {
       }
       case FuzzRouting::kZipf: {
         // The most popular quarter of the ranks takes over twice what the least popular does.
-        if (E < 8 || k > E / 4 || T < 256) break;
+        // Not when a group-limited router confines each token to a few groups: it then picks
+        // nearly every expert of the winning groups whatever their ranks (E 216, 1 of 18
+        // groups, k 11: 11 of the group's 12 experts).
+        const bool confined = c.router.kind == RouterKind::kSigmoidGroupTopK &&
+                              c.router.topk_groups < c.router.num_groups;
+        if (E < 8 || k > E / 4 || T < 256 || confined || biased) break;
         std::vector<int64_t> by_rank(E);
         std::iota(by_rank.begin(), by_rank.end(), 0);
         std::stable_sort(by_rank.begin(), by_rank.end(),
