@@ -56,6 +56,7 @@
 
 #include <type_traits>
 
+#include "cuda/gemm/common/stage_accumulators.cuh"
 #include "cuda/gemm/device_scheduler.cuh"
 #include "cuda/gemm/epilogues/register_epilogue.cuh"
 #include "cuda/gemm/epilogues/tile_epilogue.cuh"
@@ -120,9 +121,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       consume_tile<kGather>(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
         handoff.acquire();
-        stage_accumulators(acc, handoff.tile, slab,
-                           ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr,
-                           c.n_block * kBlockN, p.n);
+        stage_accumulators<kBlockM, kBlockN, kTilePitch>(
+            acc, handoff.tile, slab,
+            ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr,
+            c.n_block * kBlockN, p.n);
         handoff.publish();
       } else {
         epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,

@@ -19,7 +19,6 @@
 
 #include "cuda/gemm/config.h"
 #include "cuda/gemm/epilogues/activation.h"
-#include "cuda/gemm/epilogues/bias_pair.cuh"
 #include "cuda/gemm/params.h"
 #include "cuda/packed_values.cuh"
 
@@ -27,26 +26,6 @@ namespace moefuse::gemm {
 
 inline constexpr int kTilePitch = kBlockN * 2 + 16;  // bytes per staged row
 static_assert(kTilePitch * kBlockM == kTileStageBytes, "config.h's shared-memory budget");
-
-// Consumer side: this warpgroup's 64 rows of accumulators (+ bias) → bf16 tile buffer.
-// Accumulator layout (wgmma m64nNk16, f32): acc[4j + 2h + i] is row 16w + l/4 + 8h, column
-// 8j + 2(l % 4) + i of the slab (w warp, l lane).
-__device__ __forceinline__ void stage_accumulators(const float (&acc)[128], uint8_t* tile,
-                                                   int slab, const float* bias, int n0, int n) {
-  const int lane = threadIdx.x % 32;
-  const int warp = (threadIdx.x / 32) % 4;
-  const int pair_col = 2 * (lane % 4);
-  uint8_t* row0 = tile + (slab * (kBlockM / 2) + 16 * warp + lane / 4) * kTilePitch;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const float2 b = bias_pair(bias, n0 + 8 * j + pair_col, n);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      cuda::store_pair(
-          reinterpret_cast<__nv_bfloat16*>(row0 + 8 * h * kTilePitch + (8 * j + pair_col) * 2),
-          acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
-  }
-}
 
 // Epilogue-warp side: the staged tile → global memory. `worker` in [0, workers).
 template <EpilogueOp kOp>

@@ -63,6 +63,7 @@
 
 #include <type_traits>
 
+#include "cuda/gemm/common/stage_accumulators.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/fp8/dglu_epilogue.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
@@ -155,8 +156,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int n0 = c.n_block * kBlockN;
       if constexpr (kOverlap) {
         handoff.acquire();
-        stage_tile(acc, handoff.tile, slab,
-                   ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr, n0, p.n);
+        stage_accumulators<kBlockM, kBlockN, kTilePitch>(
+            acc, handoff.tile, slab,
+            ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr, n0, p.n);
         handoff.publish();
       } else {
         const int slab_first = rows.first + slab * (kBlockM / 2);

@@ -22,31 +22,11 @@
 #include <cstdint>
 
 #include "cuda/gemm/epilogues/activation.h"
-#include "cuda/gemm/epilogues/bias_pair.cuh"
 #include "cuda/gemm/fp8/config.h"
 #include "cuda/gemm/fp8/params.h"
 #include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm::fp8 {
-
-// Consumer side: warpgroup `slab`'s 64 rows (+ bias, zero past N) → the bf16 tile buffer.
-// Accumulator layout (mainloop.cuh): acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the slab,
-// column 8j + 2·(lane % 4) + i.
-__device__ __forceinline__ void stage_tile(const float (&acc)[kAccumulators], uint8_t* tile,
-                                           int slab, const float* bias, int n0, int n) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const int pair_col = 2 * (lane % 4);
-  uint8_t* row0 = tile + (slab * (kBlockM / 2) + 16 * warp + lane / 4) * kTilePitch;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const float2 b = gemm::bias_pair(bias, n0 + 8 * j + pair_col, n);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      cuda::store_pair(
-          reinterpret_cast<__nv_bfloat16*>(row0 + 8 * h * kTilePitch + (8 * j + pair_col) * 2),
-          acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
-  }
-}
 
 // Epilogue-warp side: the staged tile → D (bf16). `worker` in [0, workers).
 template <EpilogueOp kOp>

@@ -1,0 +1,39 @@
+// The forward kernels' consumer side of the epilogue hand-off (common/tile_handoff.cuh): a
+// consumer warpgroup's 64 rows of fp32 accumulators, plus the bias, rounded to bf16 into the tile
+// buffer (row pitch kPitch bytes) for the epilogue warps. Shared by the BF16 kernel (kCols 256,
+// epilogues/tile_epilogue.cuh) and the FP8 kernel (kCols 128, fp8/tile_epilogue.cuh); the
+// backward's staging (backward/tile_handoff.cuh) has no bias and stages fp32 in parts.
+//
+// Accumulator layout (wgmma m64nN f32): acc[4j + 2h + i] is row 16w + l/4 + 8h, column
+// 8j + 2(l % 4) + i of the slab (w warp of the warpgroup, l lane).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/epilogues/bias_pair.cuh"
+#include "cuda/packed_values.cuh"
+
+namespace moefuse::gemm {
+
+// bias: the expert's [n] fp32 row, or null; columns at or past n get no bias (their values are
+// never stored by the epilogue warps).
+template <int kRows, int kCols, int kPitch>
+__device__ __forceinline__ void stage_accumulators(const float (&acc)[kCols / 2], uint8_t* tile,
+                                                   int slab, const float* bias, int n0, int n) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int pair_col = 2 * (lane % 4);
+  uint8_t* row0 = tile + (slab * (kRows / 2) + 16 * warp + lane / 4) * kPitch;
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j) {
+    const float2 b = bias_pair(bias, n0 + 8 * j + pair_col, n);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      cuda::store_pair(
+          reinterpret_cast<__nv_bfloat16*>(row0 + 8 * h * kPitch + (8 * j + pair_col) * 2),
+          acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
+  }
+}
+
+}  // namespace moefuse::gemm
