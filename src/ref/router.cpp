@@ -189,15 +189,14 @@ void route_backward(const RouterOptions& options, int64_t top_k, const TensorVie
     const TokenRouting r(options, logits.as<const float>() + t * E, E);
     const int32_t* id = idx + t * top_k;
     const float* dw = d_probs.as<const float>() + t * top_k;
-    // Through the scaling and the renormalisation to the raw scores r_j = score[idx_j].
+    // Through the scaling and the renormalisation w_j = r_j / S to the raw scores
+    // r_j = score[idx_j]: c·(g_j − Σ g_i w_i) / S, exactly 0 at top_k 1 (the kernel's form).
     double sum = 0, dot = 0;
-    for (int64_t j = 0; j < top_k; ++j) {
-      sum += r.score()[id[j]];
-      dot += dw[j] * r.score()[id[j]];
-    }
+    for (int64_t j = 0; j < top_k; ++j) sum += r.score()[id[j]];
+    for (int64_t j = 0; j < top_k; ++j) dot += dw[j] * (r.score()[id[j]] / sum);
     std::vector<double> d_score(E);
     for (int64_t j = 0; j < top_k; ++j)
-      d_score[id[j]] += options.renormalize ? c * (dw[j] / sum - dot / (sum * sum)) : c * dw[j];
+      d_score[id[j]] += options.renormalize ? c * (dw[j] - dot) / sum : c * dw[j];
 
     std::vector<double> dl(E);
     if (!is_sigmoid(options)) {

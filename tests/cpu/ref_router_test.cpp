@@ -183,6 +183,24 @@ INSTANTIATE_TEST_SUITE_P(Kinds, RefRouteBackward,
                                   (info.param.renormalize ? "_renorm" : "_plain");
                          });
 
+// At top_k 1 with renormalisation the routing weight is 1 whatever the logits: without aux and z
+// losses the gradient to the logits is exactly zero, not rounding residue (the GPU kernel uses the
+// same cancelling form; run 9's fuzz found residue of the old form relative-compared against ~0).
+TEST(RefRouter, TopOneRenormalisedGradientIsExactlyZero) {
+  const int64_t T = 9, E = 6, k = 1;
+  for (RouterKind kind : {RouterKind::kSoftmaxTopK, RouterKind::kSigmoidGroupTopK}) {
+    RouterOptions o{.kind = kind, .renormalize = true, .routed_scaling_factor = 2.5f};
+    if (kind == RouterKind::kSigmoidGroupTopK) o.num_groups = 3, o.topk_groups = 1;
+    auto logits = gapped_logits(T, E);
+    auto base = run_route(o, k, logits, E);
+    std::vector<float> dp = random_normal(T * k), d_logits(T * E, 1.0f);
+    route_backward(o, k, f32(logits, {T, E}), i32(base.idx, {T, k}), i32(base.counts, {E}),
+                   f32(dp, {T, k}), f32(d_logits, {T, E}));
+    EXPECT_TRUE(std::all_of(d_logits.begin(), d_logits.end(), [](float v) { return v == 0.0f; }))
+        << router_kind_name(kind);
+  }
+}
+
 TEST(RefRouter, LogitsBackwardMatchesFiniteDifferencesAndAccumulates) {
   const int64_t T = 13, H = 24, E = 6;
   auto x = random_normal(T * H), w = random_normal(E * H), g = random_normal(T * E);

@@ -1,6 +1,8 @@
 // Router backward to the logits: one warp per token, recomputing softmax (and sigmoid) from the
 // logits. Per token, with r the routing score (p or s), c the scaling factor, S = Σ_j r[idx_j]:
-//   d_score[idx_j] = renormalize ? c·(g_j/S − Σ_i g_i r[idx_i] / S²) : c·g_j
+//   d_score[idx_j] = renormalize ? c·(g_j − Σ_i g_i w_i) / S : c·g_j,   w_i = r[idx_i] / S
+// (w as the forward computed it: at top_k 1 it is exactly 1 and d_score exactly 0, the weight
+// being 1 whatever the logits; the form g/S − Σ g·r/S² left fp32 residue there, run 9's fuzz)
 //   aux: dq_e = α·E·f_e / T (one value per expert, staged in shared memory)
 //   softmax: dl = p ⊙ (d_score + dq − <d_score + dq, p>)
 //   sigmoid: dl = (d_score + (dq − <dq, q>)/Σs) ⊙ s ⊙ (1 − s),  q = s/Σs
@@ -76,22 +78,26 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_backward_kernel(Backw
   const int64_t at = static_cast<int64_t>(t) * k + lane;
   const int my_e = lane < k ? p.expert_idx[at] : 0;
   const float my_g = lane < k ? p.d_probs[at] : 0.0f;
-  float sum = 0, dot = 0;
+  // Lane j also fetches the score of its own expert: r_j.
+  float my_r = 0;
   for (int j = 0; j < k; ++j) {
     const int e = __shfl_sync(kFullMask, my_e, j);
-    const float g = __shfl_sync(kFullMask, my_g, j);
     float r = 0;
 #pragma unroll
     for (int i = 0; i < S; ++i)
       if (i * 32 + lane == e) r = score[i];
     r = __shfl_sync(kFullMask, r, e & 31);
-    sum += r;
-    dot += g * r;
+    if (lane == j) my_r = r;
   }
+  float sum = 0;
+  for (int j = 0; j < k; ++j) sum += __shfl_sync(kFullMask, my_r, j);
+  float dot = 0;  // Σ g_j w_j
+  for (int j = 0; j < k; ++j)
+    dot += __shfl_sync(kFullMask, my_g, j) * (__shfl_sync(kFullMask, my_r, j) / sum);
   for (int j = 0; j < k; ++j) {
     const int e = __shfl_sync(kFullMask, my_e, j);
     const float g = __shfl_sync(kFullMask, my_g, j);
-    const float ds = p.renormalize ? p.scale * (g / sum - dot / (sum * sum)) : p.scale * g;
+    const float ds = p.renormalize ? p.scale * (g - dot) / sum : p.scale * g;
 #pragma unroll
     for (int i = 0; i < S; ++i)
       if (i * 32 + lane == e) d_score[i] += ds;
