@@ -2,6 +2,11 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
+#include "moefuse/error.h"
+
 namespace moefuse::cuda {
 
 DeviceInfo current_device(std::string* why) {
@@ -35,6 +40,55 @@ bool hopper_available(std::string* why) {
     return false;
   }
   return true;
+}
+
+namespace {
+
+// Per device ordinal: true once it was seen to be sm_90. Only the positive answer is kept: the
+// negative one throws, off the hot path. Ordinals past the table are asked every time.
+constexpr int kCachedOrdinals = 64;
+std::atomic<bool> g_is_hopper[kCachedOrdinals];
+
+[[noreturn]] void throw_no_device(cudaError_t status) {
+  cudaGetLastError();  // not sticky: clear it so later calls report their own
+  throw NotSupported(std::string("no CUDA device: ") + cudaGetErrorString(status));
+}
+
+void expect_hopper(int ordinal) {
+  int major = 0, minor = 0;
+  cudaError_t status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal);
+  if (status == cudaSuccess)
+    status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal);
+  if (status != cudaSuccess) throw_no_device(status);
+  if (major != 9 || minor != 0)
+    throw NotSupported("moefuse's kernels are built for sm_90a (Hopper); the current device " +
+                       std::to_string(ordinal) + " is sm_" + std::to_string(major) +
+                       std::to_string(minor));
+}
+
+}  // namespace
+
+void expect_launchable(cudaStream_t stream) {
+  int ordinal = 0;
+  const cudaError_t status = cudaGetDevice(&ordinal);
+  if (status != cudaSuccess) throw_no_device(status);
+  const bool cacheable = ordinal >= 0 && ordinal < kCachedOrdinals;
+  if (!cacheable || !g_is_hopper[ordinal].load(std::memory_order_relaxed)) {
+    expect_hopper(ordinal);
+    if (cacheable) g_is_hopper[ordinal].store(true, std::memory_order_relaxed);
+  }
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return;
+  int stream_device = 0;
+  const cudaError_t got = cudaStreamGetDevice(stream, &stream_device);
+  if (got != cudaSuccess) {
+    cudaGetLastError();
+    throw InvalidArgument("stream", "a stream of the current device " + std::to_string(ordinal),
+                          std::string("a stream whose device cannot be read: ") +
+                              cudaGetErrorString(got));
+  }
+  MOEFUSE_EXPECT(stream_device == ordinal, "stream",
+                 "a stream of the current device " + std::to_string(ordinal),
+                 "one of device " + std::to_string(stream_device));
 }
 
 }  // namespace moefuse::cuda

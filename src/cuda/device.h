@@ -1,6 +1,8 @@
 // What the current CUDA device is, read from the device (never hard-coded).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <string>
 
 namespace moefuse::cuda {
@@ -21,5 +23,14 @@ DeviceInfo current_device(std::string* why = nullptr);
 // True when an sm_90 device is present, which every moefuse kernel needs. Otherwise `why` says why
 // not (for GTEST_SKIP and for the benchmark's "no GPU" message).
 bool hopper_available(std::string* why = nullptr);
+
+// The check every public GPU entry point makes after validating its arguments and before any CUDA
+// work (legal during stream capture: it only queries the device and the stream):
+//   NotSupported unless the current device is sm_90 ("no CUDA device: <why>" without one). The
+//   answer is cached per device ordinal, so the hot path is one cudaGetDevice.
+//   InvalidArgument naming "stream" when `stream` belongs to another device. The default, legacy
+//   and per-thread streams always belong to the current one.
+// Buffers on another device are not detected (a TensorView carries no ordinal).
+void expect_launchable(cudaStream_t stream);
 
 }  // namespace moefuse::cuda

@@ -13,8 +13,19 @@
 namespace moefuse {
 namespace {
 
-// Views over a fake, 256-byte aligned device address: validation never dereferences them.
-void* fake_ptr() { return reinterpret_cast<void*>(uintptr_t{1} << 40); }
+// Views over fake, 256-byte aligned device addresses, a fresh one per call 2^40 bytes apart
+// (validation rejects overlapping views); validation never dereferences them.
+void* fake_ptr() {
+  static uintptr_t next = uintptr_t{1} << 40;
+  return reinterpret_cast<void*>(next += uintptr_t{1} << 40);
+}
+
+// A view at byte `offset` of `base`'s data, for outputs that alias an input.
+TensorView at(const TensorView& base, int64_t offset, DType dtype,
+              std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(static_cast<char*>(base.data) + offset, dtype, shape,
+                                Device::kCuda);
+}
 
 TensorView dev(DType dtype, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(fake_ptr(), dtype, shape, Device::kCuda);
@@ -97,6 +108,12 @@ TEST(GemmBackwardValidation, DgradRejectsBadArguments) {
                    a.d.data = static_cast<char*>(a.d.data) + 2;
                  }), "d");
   expect_rejects(v, with([](auto& a) { a.a.device = Device::kCpu; }), "a");
+  // d overlapping an operand: the last row of a, the weights, the offsets.
+  expect_rejects(v, with([](auto& a) {
+                   a.d = at(a.a, (kM - 1) * 2 * kF * 2, DType::kBFloat16, {kM, kH});
+                 }), "d");
+  expect_rejects(v, with([](auto& a) { a.d = at(a.b, 256, DType::kBFloat16, {kM, kH}); }), "d");
+  expect_rejects(v, with([](auto& a) { a.d = at(a.offsets, 0, DType::kBFloat16, {kM, kH}); }), "d");
 }
 
 TEST(GemmBackwardValidation, Fc2DgradRejectsBadArguments) {
@@ -117,6 +134,20 @@ TEST(GemmBackwardValidation, Fc2DgradRejectsBadArguments) {
   expect_rejects(v, with([](auto& a) { a.b2 = dev(DType::kFloat32, {kE, kF}); }), "b2");
   expect_rejects(v, with([](auto& a) { a.d_row_scale = {}; }), "b2");
   expect_rejects(v, with([](auto& a) { a.offsets = dev(DType::kInt64, {kE + 1}); }), "offsets");
+  // Outputs overlapping an input or each other (d_pre in place of pre is not supported: the
+  // epilogue of one tile reads pre while another's writes d_pre).
+  expect_rejects(v, with([](auto& a) { a.d_pre = a.pre; }), "d_pre");
+  expect_rejects(v, with([](auto& a) {
+                   a.d_pre = at(a.dys, 16, DType::kBFloat16, {kM, 2 * kF});
+                 }), "d_pre");
+  expect_rejects(v, with([](auto& a) {
+                   a.scaled_act = at(a.d_pre, kM * 2 * kF * 2 - 16, DType::kBFloat16, {kM, kF});
+                 }), "d_pre");
+  expect_rejects(v, with([](auto& a) { a.scaled_act = at(a.w2, 0, DType::kBFloat16, {kM, kF}); }),
+                 "scaled_act");
+  expect_rejects(v, with([](auto& a) { a.d_row_scale = a.row_scale; }), "d_row_scale");
+  expect_rejects(v, with([](auto& a) { a.d_row_scale = at(a.b2, 4, DType::kFloat32, {kM}); }),
+                 "d_row_scale");
 }
 
 TEST(GemmBackwardValidation, WgradRejectsBadArguments) {
@@ -134,6 +165,55 @@ TEST(GemmBackwardValidation, WgradRejectsBadArguments) {
   expect_rejects(v, with([](auto& a) { a.b = dev(DType::kBFloat16, {kM + 3, kH}); }), "b");
   expect_rejects(v, with([](auto& a) { a.offsets = dev(DType::kInt32, {kE + 2}); }), "offsets");
   expect_rejects(v, with([](auto& a) { a.gather_index = dev(DType::kInt32, {kM + 1}); }), "gather_index");
+  // d (read and written in place with accumulate: that is no overlap) against the operands.
+  expect_rejects(v, with([](auto& a) {
+                   a.d = at(a.b, 64, DType::kFloat32, {kE, 2 * kF, kH});
+                 }), "d");
+  expect_rejects(v, with([](auto& a) { a.d = at(a.a, 0, DType::kFloat32, {kE, 2 * kF, kH}); }), "d");
+  expect_rejects(v, with([](auto& a) {
+                   a.gather_index = dev(DType::kInt32, {kM});
+                   a.b = dev(DType::kBFloat16, {37, kH});
+                   a.d = at(a.gather_index, 0, DType::kFloat32, {kE, 2 * kF, kH});
+                 }), "d");
+}
+
+// The layer hands one call several views of one workspace region: adjacent byte ranges are fine,
+// one byte of overlap is not.
+TEST(GemmBackwardValidation, AdjacentViewsOfOneRegionAreAccepted) {
+  const TensorView region = dev(DType::kFloat8E4M3, {1 << 20});  // bytes
+  const int64_t a_bytes = kM * 2 * kF * 2, b_bytes = kM * kH * 2;
+  GroupedGemmWgradArgs w = valid_wgrad();
+  w.a = at(region, 0, DType::kBFloat16, {kM, 2 * kF});
+  w.b = at(region, a_bytes, DType::kBFloat16, {kM, kH});
+  w.d = at(region, a_bytes + b_bytes, DType::kFloat32, {kE, 2 * kF, kH});
+  EXPECT_NO_THROW(validate_grouped_gemm_wgrad(w));
+  w.d = at(region, a_bytes + b_bytes - 16, DType::kFloat32, {kE, 2 * kF, kH});
+  expect_rejects(&validate_grouped_gemm_wgrad, w, "d");
+
+  Fc2DgradArgs f = valid_fc2();
+  f.pre = at(region, 0, DType::kBFloat16, {kM, 2 * kF});
+  f.d_pre = at(region, a_bytes, DType::kBFloat16, {kM, 2 * kF});
+  f.scaled_act = at(region, 2 * a_bytes, DType::kBFloat16, {kM, kF});
+  EXPECT_NO_THROW(validate_fc2_dgrad(f));
+}
+
+// The entry points check the scratch they write against the arguments too.
+TEST(GemmBackwardValidation, ScratchMustNotOverlapTheArguments) {
+  const Fc2DgradArgs f = valid_fc2();
+  test::expect_invalid([&] {
+    const TensorView partial = at(f.d_pre, 0, DType::kFloat32, {kM, fc2_dgrad_dp_blocks(kF)});
+    grouped_gemm_fc2_dgrad(f, {.dp_partial = partial, .g = {}}, nullptr);
+  }, "scratch.dp_partial");
+  test::expect_invalid([&] {
+    const TensorView g = at(f.dys, 0, DType::kBFloat16, {kM, kF});
+    grouped_gemm_fc2_dgrad_unfused(f, {.dp_partial = {}, .g = g}, nullptr);
+  }, "scratch.g");
+  GroupedGemmWgradArgs w = valid_wgrad();
+  w.b = dev(DType::kBFloat16, {37, kH});
+  w.gather_index = dev(DType::kInt32, {kM});
+  test::expect_invalid([&] {
+    grouped_gemm_wgrad_unfused(w, {.gathered_b = at(w.b, 0, DType::kBFloat16, {kM, kH})}, nullptr);
+  }, "scratch.gathered_b");
 }
 
 TEST(GemmBackwardValidation, DpBlocksCoverTheFfn) {

@@ -1,16 +1,22 @@
 // Hostile inputs caught on the host (docs/RELIABILITY.md): the byte-range overlap check every op
-// uses for aliased outputs, token counts whose T·k would overflow int32 row indices, and FP8
-// quantisation of values far beyond e4m3's range.
+// uses for aliased outputs, token counts whose T·k would overflow int32 row indices, FP8
+// quantisation of values far beyond e4m3's range, and valid calls without a Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
+#include "cuda/device.h"
 #include "cuda/layer/layer_args.h"
 #include "moefuse/error.h"
+#include "moefuse/grouped_gemm_backward.h"
+#include "moefuse/health.h"
 #include "moefuse/tensor.h"
 #include "ref/quant.h"
 
@@ -91,6 +97,38 @@ TEST(HostileInput, Fp8BlockwiseGroupsNearFloatMaxStayFinite) {
     ASSERT_LE(std::fabs(double(back[i]) - double(x[i])),
               std::fabs(double(x[i])) * 0x1p-4 + double(scales[i / 128]) * 0x1p-9)
         << "element " << i;
+  }
+}
+
+// Valid arguments (at fake device addresses) on a machine without an sm_90 GPU: the entry points
+// validate, then refuse with NotSupported naming what they found, before any launch. (Bad
+// arguments still get InvalidArgument first: every validation test here runs without a GPU.)
+TEST(HostileInput, ValidCallWithoutHopperThrowsNotSupported) {
+  std::string why;
+  if (cuda::hopper_available(&why))
+    GTEST_SKIP() << "a Hopper GPU is present: the call would launch on fake pointers";
+  const uintptr_t base = uintptr_t{1} << 40;
+  const int64_t E = 2, M = 32, K = 64, N = 48;
+  const GroupedGemmDgradArgs dgrad{.a = at(base, DType::kBFloat16, {M, K}),
+                                   .b = at(base * 2, DType::kBFloat16, {E, K, N}),
+                                   .offsets = at(base * 3, DType::kInt32, {E + 1}),
+                                   .d = at(base * 4, DType::kBFloat16, {M, N})};
+  const TensorView health = at(base * 5, DType::kInt32, {1});
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"grouped_gemm_dgrad", [&] { grouped_gemm_dgrad(dgrad, nullptr); }},
+      {"reset_health_flags", [&] { reset_health_flags(health, nullptr); }}};
+  for (const auto& [name, call] : calls) {
+    SCOPED_TRACE(name);
+    try {
+      call();
+      ADD_FAILURE() << "no exception";
+    } catch (const NotSupported& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("no CUDA device: ") == 0 ||
+                  what.find("moefuse's kernels are built for sm_90a (Hopper); the current "
+                            "device ") == 0)
+          << what << " (hopper_available: " << why << ")";
+    }
   }
 }
 

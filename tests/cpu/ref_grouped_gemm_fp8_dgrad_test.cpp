@@ -314,6 +314,11 @@ TEST(RefFc2DgradFp8, ValidationNamesTheBadArgument) {
   with([&](auto& a) {
     a.dys_bf16 = host(pb.dys_bf16.data(), DType::kBFloat16, {m, 16});
   }, "dys_bf16");
+  // Outputs over an input or each other.
+  with([](auto& a) { a.d_pre = a.pre; }, "d_pre");
+  with([](auto& a) { a.scaled_act.data = a.dys_bf16.data; }, "scaled_act");
+  with([](auto& a) { a.scaled_act.data = a.d_pre.data; }, "d_pre");
+  with([](auto& a) { a.d_row_scale = a.row_scale; }, "d_row_scale");
   pb.offsets.back() = int32_t(m + 1);
   with([](auto&) {}, "offsets");
   pb.offsets.back() = int32_t(m - 1);

@@ -77,7 +77,7 @@ TEST(LayerGraph, UnfusedRecomputeCaptureOnceReplayOnNewInputs) {
 
 TEST(LayerDeterminism, RepeatedRunsAreBitwiseIdentical) {
   MOEFUSE_REQUIRE_HOPPER();
-  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"}) {
+  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b", "deepseek-v3"}) {
     for (LayerMode mode : {LayerMode::kFused, LayerMode::kUnfused}) {
       SCOPED_TRACE(std::string(name) + " " + std::string(layer_mode_name(mode)) +
                    " seed=" + std::to_string(test::seed()));

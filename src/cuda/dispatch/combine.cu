@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/dispatch/dispatch_args.h"
 #include "cuda/dispatch/rows.cuh"
 #include "cuda/router/checks.h"
@@ -186,13 +187,17 @@ void launch_combine(const TensorView& ys, const TensorView& probs, const TensorV
 void combine(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
              const TensorView& y, const TensorView& health, cudaStream_t stream) {
   const cuda::RowsShape s = cuda::check_combine(ys, probs, row_of, y);
-  cuda::launch_combine(ys, probs, row_of, y, cuda::expect_health(health), s, stream);
+  int32_t* flag = cuda::expect_health(health);
+  cuda::expect_launchable(stream);
+  cuda::launch_combine(ys, probs, row_of, y, flag, s, stream);
 }
 
 void permute_backward(const TensorView& dxs, const TensorView& row_of, const TensorView& dx,
                       const TensorView& health, cudaStream_t stream) {
   const cuda::RowsShape s = cuda::check_permute_backward(dxs, row_of, dx);
-  cuda::launch_combine(dxs, TensorView{}, row_of, dx, cuda::expect_health(health), s, stream);
+  int32_t* flag = cuda::expect_health(health);
+  cuda::expect_launchable(stream);
+  cuda::launch_combine(dxs, TensorView{}, row_of, dx, flag, s, stream);
 }
 
 void combine_backward(const TensorView& dy, const TensorView& ys, const TensorView& probs,
@@ -202,6 +207,7 @@ void combine_backward(const TensorView& dy, const TensorView& ys, const TensorVi
   const cuda::RowsShape s =
       cuda::check_combine_backward(dy, ys, probs, row_of, token_of_row, dys, d_probs);
   int32_t* flag = cuda::expect_health(health);
+  cuda::expect_launchable(stream);
   const unsigned token_blocks =
       static_cast<unsigned>((s.tokens + cuda::kRowWarps - 1) / cuda::kRowWarps);
   const unsigned blocks = token_blocks + cuda::zero_blocks(s.rows);

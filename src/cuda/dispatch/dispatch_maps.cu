@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/dispatch/dispatch_args.h"
 #include "cuda/dispatch/offsets_scan.cuh"
 #include "cuda/router/checks.h"
@@ -189,6 +190,7 @@ void dispatch_maps(const TensorView& expert_idx, int64_t num_experts, int64_t al
   const cuda::MapsShape s = cuda::check_dispatch_maps(expert_idx, num_experts, align, maps);
   int32_t* flag = cuda::expect_health(health);
   cuda::expect_workspace(workspace, dispatch_maps_workspace_size(s.tokens, s.experts));
+  cuda::expect_launchable(stream);
   const cuda::Chunking ch = cuda::chunking(s.tokens);
   auto* base = static_cast<int32_t*>(workspace.data);
   const cuda::MapsParams p{

@@ -41,6 +41,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/dispatch/dispatch_args.h"
 #include "cuda/dispatch/rows.cuh"
 #include "cuda/quant/vec16.cuh"
@@ -300,6 +301,7 @@ void permute(const TensorView& x, const TensorView& row_of, const TensorView& to
   const cuda::RowsShape s = cuda::check_permute(x, row_of, token_of_row, xs);
   int32_t* flag = cuda::expect_health(health);
   const cuda::StagePlan plan = cuda::plan_stages(s.hidden, /*quantise=*/false);
+  cuda::expect_launchable(stream);
   const cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
                                                  xs.as<uint8_t>(), s.hidden * 2, flag);
   cuda::launch_permute<false>(p, plan.smem, stream);
@@ -313,6 +315,7 @@ void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
       cuda::check_permute_quantize_fp8(x, row_of, token_of_row, xs_fp8, xs_scales);
   int32_t* flag = cuda::expect_health(health);
   const cuda::StagePlan plan = cuda::plan_stages(s.hidden, /*quantise=*/true);
+  cuda::expect_launchable(stream);
   cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
                                            xs_fp8.as<uint8_t>(), s.hidden, flag);
   p.scales = xs_scales.as<float>();

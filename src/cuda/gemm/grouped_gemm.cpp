@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "cuda/device.h"
 #include "cuda/gemm/config.h"
 #include "cuda/gemm/launch.h"
 #include "moefuse/error.h"
@@ -131,6 +132,7 @@ void validate_grouped_gemm(const GroupedGemmArgs& args) {
 
 void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   validate_grouped_gemm(args);
+  cuda::expect_launchable(stream);
   launch_fused(make_launch(args), !is_absent(args.gather_index), args.d.dtype, stream);
 }
 
@@ -148,6 +150,7 @@ void grouped_gemm_unfused(const GroupedGemmArgs& args, const GroupedGemmUnfusedS
   if (activation)
     MOEFUSE_EXPECT(!is_absent(args.pre_activation), "pre_activation",
                    "a [M_cap, N] bf16 buffer (the unfused twin's intermediate)", "absent");
+  cuda::expect_launchable(stream);
 
   gemm::GemmLaunch full = make_launch(args);
   if (gather) {
@@ -215,6 +218,7 @@ void permute_glu_rows(const TensorView& src, const TensorView& dst, bool to_inte
       }
     return;
   }
+  cuda::expect_launchable(stream);
   gemm::launch_permute_glu_rows(src.data, dst.data, outer, ffn, row_bytes, to_interleaved,
                                 stream);
 }

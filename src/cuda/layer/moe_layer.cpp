@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/layer/forward_fp8.h"
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/layer_args.h"
@@ -138,6 +139,7 @@ size_t MoeLayer::fp8_weight_size() const {
 
 void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream) {
   layer::check_fp8_weights(config_, w);
+  cuda::expect_launchable(stream);
   const layer::Plan p = layer::make_plan(config_, options_, 1);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = {}, .workspace = {}, .fp8 = w.fp8});
@@ -157,6 +159,7 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
                        const LayerRun& run) {
   const int64_t T =
       layer::check_layer_forward(config_, options_, x, w, out, cache, workspace, run.health);
+  cuda::expect_launchable(stream);
   const layer::Plan p = layer::make_plan(config_, options_, T);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});

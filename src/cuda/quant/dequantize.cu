@@ -1,5 +1,6 @@
 // Host side of the GPU dequantisers (moefuse/quant.h): validation, then dequant_kernel.cuh.
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/quant/dequant_kernel.cuh"
 #include "cuda/quant/grid.h"
 #include "cuda/sm_count.h"
@@ -38,6 +39,7 @@ void dequantize_fp8_blockwise_1x128(const TensorView& q, const TensorView& scale
   expect_tensor(scales, "scales", DType::kFloat32, Device::kCuda,
                 {m, ceil_div(k, formats::kBlockwiseGroup)});
   expect_device_tensor(x, "x", DType::kFloat32, {m, k});
+  cuda::expect_launchable(stream);
   launch_dequant<ScaleKind::kFp32>(row_groups(q, scales, x, formats::kBlockwiseGroup), stream);
 }
 
@@ -47,6 +49,7 @@ void dequantize_mxfp8(const TensorView& q, const TensorView& scales, const Tenso
   expect_tensor(scales, "scales", DType::kFloat8E8M0, Device::kCuda,
                 {m, ceil_div(k, formats::kMxBlock)});
   expect_device_tensor(x, "x", DType::kFloat32, {m, k});
+  cuda::expect_launchable(stream);
   launch_dequant<ScaleKind::kUE8M0>(row_groups(q, scales, x, formats::kMxBlock), stream);
 }
 
@@ -57,6 +60,7 @@ void dequantize_nvfp4(const TensorView& q, const TensorView& block_scales,
                 {m, ceil_div(k, formats::kNvfp4Block)});
   expect_tensor(tensor_scale, "tensor_scale", DType::kFloat32, Device::kCuda, {1});
   expect_device_tensor(x, "x", DType::kFloat32, {m, k});
+  cuda::expect_launchable(stream);
   DequantParams p = row_groups(q, block_scales, x, formats::kNvfp4Block);
   p.tensor_scale = tensor_scale.as<const float>();
   launch_dequant<ScaleKind::kNvfp4>(p, stream);
@@ -67,6 +71,7 @@ void dequantize_fp8_blockwise_128x128(const TensorView& q, const TensorView& sca
   const WeightExtents e = expect_weights(q, "q", DType::kFloat8E4M3, /*any_input_dtype=*/false);
   expect_weight_scales(scales, q.rank, e);
   expect_like_weights(w, "w", DType::kFloat32, q.rank, e);
+  cuda::expect_launchable(stream);
   launch_dequant<ScaleKind::kFp32>(
       {.q = q.as<const uint8_t>(), .scales = scales.data, .x = w.as<float>(),
        .rows = e.experts * e.rows, .cols = e.cols, .batch_rows = e.rows,

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/quant/blocks_kernel.cuh"
 #include "cuda/quant/grid.h"
 #include "cuda/sm_count.h"
@@ -39,6 +40,7 @@ void quantize_fp8_blockwise_1x128(const TensorView& x, const TensorView& q,
   expect_device_tensor(q, "q", DType::kFloat8E4M3, {m, k});
   expect_tensor(scales, "scales", DType::kFloat32, Device::kCuda,
                 {m, ceil_div(k, formats::kBlockwiseGroup)});
+  cuda::expect_launchable(stream);
   if (x.empty()) return;
   launch_rows<BlockwiseRecipe>(x, {.x = x.data, .q = q.as<uint8_t>(), .scales = scales.data},
                                stream);
@@ -50,6 +52,7 @@ void quantize_mxfp8(const TensorView& x, const TensorView& q, const TensorView& 
   expect_device_tensor(q, "q", DType::kFloat8E4M3, {m, k});
   expect_tensor(scales, "scales", DType::kFloat8E8M0, Device::kCuda,
                 {m, ceil_div(k, formats::kMxBlock)});
+  cuda::expect_launchable(stream);
   if (x.empty()) return;
   launch_rows<MxRecipe>(x, {.x = x.data, .q = q.as<uint8_t>(), .scales = scales.data}, stream);
 }
@@ -64,6 +67,7 @@ void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& 
   expect_tensor(tensor_scale, "tensor_scale", DType::kFloat32, Device::kCuda, {1});
   MOEFUSE_EXPECT(amax.data != tensor_scale.data, "tensor_scale", "a buffer distinct from amax",
                  "the amax buffer");
+  cuda::expect_launchable(stream);
   MOEFUSE_CUDA_CHECK(cudaMemsetAsync(amax.data, 0, sizeof(float), stream));
   const int64_t vectors = m * k / kVec;
   if (vectors > 0) {
@@ -90,6 +94,7 @@ void quantize_fp8_blockwise_128x128(const TensorView& w, const TensorView& q,
   const WeightExtents e = expect_weights(w, "w", DType::kFloat32, /*any_input_dtype=*/true);
   expect_like_weights(q, "q", DType::kFloat8E4M3, w.rank, e);
   expect_weight_scales(scales, w.rank, e);
+  cuda::expect_launchable(stream);
   if (w.empty()) return;
   const dim3 grid(static_cast<unsigned>(ceil_div(e.cols, kBlockEdge)),
                   static_cast<unsigned>(ceil_div(e.rows, kBlockEdge)),

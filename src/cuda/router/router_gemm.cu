@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/router/checks.h"
 #include "cuda/router/router_args.h"
 #include "cuda/router/router_dw_split.h"
@@ -123,6 +124,7 @@ void router_logits(cublasHandle_t cublas, const TensorView& x, const TensorView&
   const cuda::GemmShape s = cuda::check_router_logits(x, w_router, logits);
   MOEFUSE_EXPECT(cublas != nullptr, "cublas", "a cuBLAS handle", "nullptr");
   cuda::expect_workspace(workspace, router_logits_workspace_size());
+  cuda::expect_launchable(stream);
   if (s.tokens == 0) return;
   cuda::bind(cublas, workspace.data, cuda::kCublasWorkspace, stream);
   const float one = 1.0f, zero = 0.0f;
@@ -149,6 +151,7 @@ void router_logits_backward(cublasHandle_t cublas, const TensorView& x, const Te
       cuda::check_router_logits_backward(x, w_router, d_logits, dx, d_w_router);
   MOEFUSE_EXPECT(cublas != nullptr, "cublas", "a cuBLAS handle", "nullptr");
   cuda::expect_workspace(workspace, router_logits_backward_workspace_size(s.tokens, s.experts));
+  cuda::expect_launchable(stream);
   if (s.tokens == 0) {
     MOEFUSE_CUDA_CHECK(cudaMemsetAsync(d_w_router.data, 0,
                                        sizeof(float) * s.experts * s.hidden, stream));

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/router/checks.h"
 #include "cuda/router/router_args.h"
 #include "cuda/router/warp_select.cuh"
@@ -328,6 +329,7 @@ void router_topk(const RouterOptions& options, int64_t top_k, const TensorView& 
   int32_t* flag = cuda::expect_health(health);
   const int64_t T = shape.tokens, E = shape.experts;
   cuda::expect_workspace(workspace, router_topk_workspace_size(T, E));
+  cuda::expect_launchable(stream);
 
   const int blocks = std::min(cuda::max_blocks(T), cuda::device_sm_count() * cuda::kBlocksPerSm);
   const cuda::Layout l = cuda::workspace_layout(T, E, cuda::max_blocks(T));

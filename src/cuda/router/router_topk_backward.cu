@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/router/router_args.h"
 #include "cuda/router/warp_select.cuh"
 #include "moefuse/router.h"
@@ -144,6 +145,7 @@ void router_topk_backward(const RouterOptions& options, int64_t top_k, const Ten
                           cudaStream_t stream) {
   const cuda::RouterShape shape = cuda::check_router_topk_backward(
       options, top_k, logits, expert_idx, counts, d_probs, d_logits);
+  cuda::expect_launchable(stream);
   if (shape.tokens == 0) return;
   const cuda::BackwardParams p{
       .logits = logits.as<const float>(),

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "cuda/device.h"
 #include "cuda/gemm/backward/config.h"
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/launch.h"
@@ -31,6 +32,28 @@ int64_t expect_experts(int64_t e, std::string_view name) {
                  "1 to " + std::to_string(kGroupedGemmMaxExperts) + " experts (dim 0)",
                  std::to_string(e));
   return e;
+}
+
+// The FC2 dgrad's outputs (and `scratch`, which the call writes too: pass an empty one to check
+// the arguments alone) against each other and every input.
+void expect_fc2_disjoint(const Fc2DgradArgs& args, const NamedView& scratch) {
+  const NamedView outputs[] = {scratch,
+                               {args.d_pre, "d_pre"},
+                               {args.scaled_act, "scaled_act"},
+                               {args.d_row_scale, "d_row_scale"}};
+  const NamedView inputs[] = {{args.dys, "dys"}, {args.w2, "w2"},
+                              {args.offsets, "offsets"}, {args.pre, "pre"},
+                              {args.row_scale, "row_scale"}, {args.b2, "b2"}};
+  expect_outputs_disjoint(outputs, inputs);
+}
+
+// The wgrad's d (and the unfused twin's scratch) against every input. With accumulate d is read
+// and written in place by the same thread, which is not an overlap with another operand.
+void expect_wgrad_disjoint(const GroupedGemmWgradArgs& args, const NamedView& scratch) {
+  const NamedView outputs[] = {scratch, {args.d, "d"}};
+  const NamedView inputs[] = {{args.a, "a"}, {args.b, "b"}, {args.offsets, "offsets"},
+                              {args.gather_index, "gather_index"}};
+  expect_outputs_disjoint(outputs, inputs);
 }
 
 gemm::bwd::DgradLaunch dgrad_launch(const GroupedGemmDgradArgs& args) {
@@ -117,10 +140,14 @@ void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args) {
                  "dtype bf16 or fp32", "dtype " + std::string(dtype_name(args.d.dtype)));
   expect_tensor(args.d, "d", args.d.dtype, cuda, {args.a.size(0), n});
   expect_aligned(args.d, "d");
+  const NamedView outputs[] = {{args.d, "d"}};
+  const NamedView inputs[] = {{args.a, "a"}, {args.b, "b"}, {args.offsets, "offsets"}};
+  expect_outputs_disjoint(outputs, inputs);
 }
 
 void grouped_gemm_dgrad(const GroupedGemmDgradArgs& args, cudaStream_t stream) {
   validate_grouped_gemm_dgrad(args);
+  cuda::expect_launchable(stream);
   gemm::bwd::launch_dgrad(dgrad_launch(args), stream);
 }
 
@@ -163,15 +190,19 @@ void validate_fc2_dgrad(const Fc2DgradArgs& args) {
                    "absent unless d_row_scale is set (it only enters dp)", "a tensor");
     expect_tensor(args.b2, "b2", DType::kFloat32, cuda, {e, h});
   }
+  expect_fc2_disjoint(args, {});
 }
 
 void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
                             cudaStream_t stream) {
   validate_fc2_dgrad(args);
   const bool dp = !is_absent(args.d_row_scale);
-  if (dp)
+  if (dp) {
     expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
                   {args.dys.size(0), fc2_dgrad_dp_blocks(args.w2.size(2))});
+    expect_fc2_disjoint(args, {scratch.dp_partial, "scratch.dp_partial"});
+  }
+  cuda::expect_launchable(stream);
   float* partial = dp ? scratch.dp_partial.as<float>() : nullptr;
   gemm::bwd::DgradLaunch l = dgrad_launch(fc2_plain_dgrad(args, TensorView{}));
   l.dglu = dglu_epilogue(args, partial);
@@ -185,6 +216,8 @@ void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScra
   expect_tensor(scratch.g, "scratch.g", DType::kBFloat16, Device::kCuda,
                 {args.dys.size(0), args.w2.size(2)});
   expect_aligned(scratch.g, "scratch.g");
+  expect_fc2_disjoint(args, {scratch.g, "scratch.g"});
+  cuda::expect_launchable(stream);
   const gemm::bwd::DgradLaunch plain = dgrad_launch(fc2_plain_dgrad(args, scratch.g));
   gemm::bwd::launch_dgrad(plain, stream);
   gemm::bwd::launch_dglu_elementwise(plain.problem, dglu_epilogue(args, nullptr),
@@ -217,10 +250,12 @@ void validate_grouped_gemm_wgrad(const GroupedGemmWgradArgs& args) {
   expect_aligned(args.b, "b");
   expect_rows(args.b, "b");
   if (gather) expect_tensor(args.gather_index, "gather_index", DType::kInt32, cuda, {args.a.size(0)});
+  expect_wgrad_disjoint(args, {});
 }
 
 void grouped_gemm_wgrad(const GroupedGemmWgradArgs& args, cudaStream_t stream) {
   validate_grouped_gemm_wgrad(args);
+  cuda::expect_launchable(stream);
   const gemm::bwd::WgradLaunch l = wgrad_launch(args);
   if (!is_absent(args.gather_index)) gemm::bwd::launch_wgrad_gather(l, stream);
   else gemm::bwd::launch_wgrad(l, stream);
@@ -230,11 +265,16 @@ void grouped_gemm_wgrad_unfused(const GroupedGemmWgradArgs& args,
                                 const GroupedGemmWgradUnfusedScratch& scratch,
                                 cudaStream_t stream) {
   validate_grouped_gemm_wgrad(args);
-  gemm::bwd::WgradLaunch l = wgrad_launch(args);
-  if (!is_absent(args.gather_index)) {
+  const bool gathers = !is_absent(args.gather_index);
+  if (gathers) {
     expect_tensor(scratch.gathered_b, "scratch.gathered_b", DType::kBFloat16, Device::kCuda,
                   {args.a.size(0), args.d.size(2)});
     expect_aligned(scratch.gathered_b, "scratch.gathered_b");
+    expect_wgrad_disjoint(args, {scratch.gathered_b, "scratch.gathered_b"});
+  }
+  cuda::expect_launchable(stream);
+  gemm::bwd::WgradLaunch l = wgrad_launch(args);
+  if (gathers) {
     // The forward's gather kernel: rows [offsets[0], offsets[E]) of gathered_b = x[index[r]].
     const gemm::GemmProblem gather{.offsets = l.problem.offsets,
                                    .num_experts = l.problem.num_experts,

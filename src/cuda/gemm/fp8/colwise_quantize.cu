@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/gemm/device_scheduler.cuh"
 #include "cuda/gemm/fp8/colwise_groups.h"
 #include "cuda/quant/vec16.cuh"
@@ -131,6 +132,7 @@ void quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets
                                   const TensorView& xt, const TensorView& scales,
                                   cudaStream_t stream) {
   validate_quantize_fp8_colwise_grouped(x, offsets, xt, scales, Device::kCuda, DType::kBFloat16);
+  cuda::expect_launchable(stream);
   const int groups = static_cast<int>(scales.size(0)), n = static_cast<int>(x.size(1));
   if (groups == 0) return;  // no row can have a group
   const gemm::fp8::ColwiseQuantParams p{.x = x.as<const __nv_bfloat16>(),

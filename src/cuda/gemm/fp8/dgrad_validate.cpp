@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "cuda/gemm/fp8/dgrad_validate.h"
 #include "cuda/gemm/params.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8_dgrad.h"
@@ -91,6 +92,20 @@ void validate_fc2_dgrad_fp8(const Fc2DgradFp8Args& args, Device device) {
     expect_tensor(args.dys_bf16, "dys_bf16", DType::kBFloat16, device, {m, h});
     expect_aligned(args.dys_bf16, "dys_bf16");
   }
+  expect_fc2_dgrad_fp8_disjoint(args, {});
+}
+
+void expect_fc2_dgrad_fp8_disjoint(const Fc2DgradFp8Args& args, const NamedView& scratch) {
+  const NamedView outputs[] = {scratch,
+                               {args.d_pre, "d_pre"},
+                               {args.scaled_act, "scaled_act"},
+                               {args.d_row_scale, "d_row_scale"}};
+  const NamedView inputs[] = {{args.dys, "dys"},           {args.dys_scales, "dys_scales"},
+                              {args.w2t, "w2t"},           {args.w2t_scales, "w2t_scales"},
+                              {args.offsets, "offsets"},   {args.pre, "pre"},
+                              {args.row_scale, "row_scale"}, {args.b2, "b2"},
+                              {args.dys_bf16, "dys_bf16"}};
+  expect_outputs_disjoint(outputs, inputs);
 }
 
 }  // namespace moefuse

@@ -3,7 +3,9 @@
 // blocks here).
 #include <cuda_bf16.h>
 
+#include "cuda/device.h"
 #include "cuda/gemm/backward/launch.h"
+#include "cuda/gemm/fp8/dgrad_validate.h"
 #include "cuda/gemm/fp8/launch.h"
 #include "moefuse/grouped_gemm_fp8_dgrad.h"
 
@@ -18,7 +20,9 @@ void grouped_gemm_fc2_dgrad_fp8(const Fc2DgradFp8Args& args, const TensorView& d
   if (dp) {
     expect_tensor(dp_partial, "dp_partial", DType::kFloat32, Device::kCuda, {m, dp_blocks});
     expect_aligned(dp_partial, "dp_partial");
+    expect_fc2_dgrad_fp8_disjoint(args, {dp_partial, "dp_partial"});
   }
+  cuda::expect_launchable(stream);
   float* partial = dp ? dp_partial.as<float>() : nullptr;
   const float* row_scale = is_absent(args.row_scale) ? nullptr : args.row_scale.as<const float>();
   const gemm::fp8::Fp8GemmLaunch launch{

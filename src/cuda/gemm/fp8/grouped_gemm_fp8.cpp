@@ -1,6 +1,7 @@
 // The public FP8 grouped GEMM (moefuse/grouped_gemm_fp8.h): validation, then the kernel.
 #include "moefuse/grouped_gemm_fp8.h"
 
+#include "cuda/device.h"
 #include "cuda/gemm/fp8/launch.h"
 #include "moefuse/error.h"
 
@@ -10,6 +11,7 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream) {
   validate_grouped_gemm_fp8(args, Device::kCuda);
   if (args.recipe == Fp8Recipe::kMxfp8)  // the CPU reference has it; the kernel is to be built
     throw NotSupported("grouped_gemm_fp8: the MXFP8 recipe has no GPU kernel yet");
+  cuda::expect_launchable(stream);
   const bool activation = args.epilogue == GemmEpilogue::kActivation;
   const gemm::fp8::Fp8GemmLaunch launch{
       .problem = {.offsets = args.offsets.as<const int>(),

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/gemm/tile_scheduler.h"
 #include "moefuse/grouped_gemm_fp8_dgrad.h"
 
@@ -73,6 +74,7 @@ void transpose_fp8_blockwise_weights(const TensorView& w, const TensorView& w_sc
                                      const TensorView& wt, const TensorView& wt_scales,
                                      cudaStream_t stream) {
   validate_transpose_fp8_blockwise_weights(w, w_scales, wt, wt_scales, Device::kCuda);
+  cuda::expect_launchable(stream);
   using namespace gemm::fp8;
   const int n = static_cast<int>(w.size(1)), k = static_cast<int>(w.size(2));
   const TransposeParams p{.w = w.as<const uint8_t>(),

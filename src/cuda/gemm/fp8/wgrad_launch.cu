@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/gemm/common/tensor_map.h"
 #include "cuda/gemm/fp8/wgrad_kernel.cuh"
 #include "cuda/sm_count.h"
@@ -13,6 +14,7 @@ namespace moefuse {
 void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t stream) {
   using namespace gemm::fp8_wgrad;
   validate_grouped_gemm_fp8_wgrad(args, Device::kCuda);
+  cuda::expect_launchable(stream);
   const Fp8WgradProblem p{.offsets = args.offsets.as<const int>(),
                           .num_experts = static_cast<int>(args.d.size(0)),
                           .n_a = static_cast<int>(args.at.size(0)),

@@ -61,6 +61,9 @@ void validate_quantize_fp8_colwise_grouped(const TensorView& x, const TensorView
   expect_aligned(xt, "xt");
   expect_tensor(scales, "scales", DType::kFloat32, device, {groups, n});
   expect_aligned(scales, "scales");
+  const NamedView outputs[] = {{xt, "xt"}, {scales, "scales"}};
+  const NamedView inputs[] = {{x, "x"}, {offsets, "offsets"}};
+  expect_outputs_disjoint(outputs, inputs);
 }
 
 void validate_grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, Device device) {
@@ -76,6 +79,12 @@ void validate_grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, Device
   const int64_t experts = expect_experts(args.offsets, device);
   expect_tensor(args.d, "d", DType::kFloat32, device, {experts, n_a, n_b});
   expect_aligned(args.d, "d");
+  // With accumulate d is read and written in place, which is no overlap with another operand.
+  const NamedView outputs[] = {{args.d, "d"}};
+  const NamedView inputs[] = {{args.at, "at"},           {args.a_scales, "a_scales"},
+                              {args.bt, "bt"},           {args.b_scales, "b_scales"},
+                              {args.offsets, "offsets"}};
+  expect_outputs_disjoint(outputs, inputs);
 }
 
 }  // namespace moefuse
