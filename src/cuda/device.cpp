@@ -81,7 +81,13 @@ void expect_launchable(cudaStream_t stream) {
   int stream_device = 0;
   const cudaError_t got = cudaStreamGetDevice(stream, &stream_device);
   if (got != cudaSuccess) {
-    cudaGetLastError();
+    cudaGetLastError();  // not sticky: clear it so later launch checks report their own
+    // Only these say the handle is bad; anything else (e.g. the sticky error of an earlier
+    // asynchronous launch, which this call may also return) is a CUDA failure, not the argument.
+    if (got != cudaErrorInvalidResourceHandle && got != cudaErrorInvalidValue &&
+        got != cudaErrorContextIsDestroyed)
+      throw CudaError("cudaStreamGetDevice(stream, &stream_device)", cudaGetErrorString(got),
+                      __FILE__, __LINE__);
     throw InvalidArgument("stream", "a stream of the current device " + std::to_string(ordinal),
                           std::string("a stream whose device cannot be read: ") +
                               cudaGetErrorString(got));
