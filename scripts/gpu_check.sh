@@ -87,19 +87,39 @@ fi
 # exhaustive codec sweeps (every float) and the repeats of the same kernels at more shapes.
 # SANITIZE_FILTER='*' runs everything.
 # SANITIZE_TOOLS picks tools, SANITIZE_TIMEOUT bounds each test under each tool.
+# Reports located only in cuBLAS's kernels (the router's logits GEMMs: nvjet_*, cublasLt::*) are
+# counted apart as THIRD-PARTY, not as findings: in run 10 racecheck flagged shared-memory hazards
+# inside nvjet kernels and initcheck reads of cuBLAS's split-K partials in
+# RouterLogits.ForwardAndBackwardGemmsMatchReference (whose results match the reference to 1e-5),
+# and excluding those kernels from instrumentation is worse: their writes then go untracked, so
+# initcheck blames moefuse's kernels that read them and racecheck fails on the hardware exception.
+# A test that fails argument checks before any CUDA call ("terminated before first instrumented
+# API call") has nothing to check and is reported as NO-GPU-WORK.
 if [[ " $stages " == *" sanitize "* ]]; then
   echo "== compute-sanitizer ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}"
   : > "$OUT/sanitize.log"
   sanitize_one() {
-    local log
+    local log errors sites
     log=$(timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool "$1" --print-limit 20 \
       --error-exitcode 99 "$BUILD/moefuse_gpu_tests" --gtest_filter="$2" 2>&1)
     case $? in
-      0) echo "CLEAN $1 $2" ;;
-      124) echo "TIMEOUT $1 $2" ;;
-      *) echo "FINDINGS $1 $2 ($(grep -oE 'ERROR SUMMARY: [0-9]+' <<< "$log" | grep -oE '[0-9]+$' | tail -n 1) errors)"
-         grep -E '^=+ |Failure|FAILED' <<< "$log" | head -n 40 ;;
+      0) echo "CLEAN $1 $2"; return ;;
+      124) echo "TIMEOUT $1 $2"; return ;;
     esac
+    errors=$(grep -oE '(ERROR SUMMARY: [0-9]+|[0-9]+ hazards? displayed)' <<< "$log" |
+      grep -oE '[0-9]+' | tail -n 1)
+    # The kernels the reports name (memcheck/initcheck "at K+0x..", racecheck "access at K+0x..").
+    sites=$(grep -E '^=+ +(at |.*access at )' <<< "$log")
+    if grep -q 'terminated before first instrumented API call' <<< "$log" &&
+       grep -q '^\[  PASSED  \] 1 test' <<< "$log"; then
+      echo "NO-GPU-WORK $1 $2"
+    elif [[ -n $sites ]] && ! grep -q 'FAILED' <<< "$log" &&
+         ! grep -vqE 'nvjet_|cublasLt::' <<< "$sites"; then
+      echo "THIRD-PARTY $1 $2 ($errors errors, all in cuBLAS kernels)"
+    else
+      echo "FINDINGS $1 $2 ($errors errors)"
+      grep -E '^=+ |Failure|FAILED' <<< "$log" | head -n 40
+    fi
   }
   export -f sanitize_one
   export BUILD
@@ -110,9 +130,12 @@ if [[ " $stages " == *" sanitize "* ]]; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
     xargs -P "${SANITIZE_JOBS:-8}" -I{} bash -c 'sanitize_one "$1" "$2"' _ "$tool" {} <<< "$tests" |
       tee -a "$OUT/sanitize.log" | grep -v '^CLEAN '
-    awk -v t="$tool" '$2 == t && $1 == "CLEAN" {c++} $2 == t && $1 == "TIMEOUT" {to++}
-         $2 == t && $1 == "FINDINGS" {f++; e += substr($4, 2)}
-         END {printf "sanitize %s: %d tests, %d with findings (%d errors), %d timed out\n", t, c + f + to, f, e, to}
+    awk -v t="$tool" '$2 != t {next} $1 == "CLEAN" {c++} $1 == "TIMEOUT" {to++}
+         $1 == "NO-GPU-WORK" {n++} $1 == "THIRD-PARTY" {p++}
+         $1 == "FINDINGS" {f++; e += substr($4, 2)}
+         END {printf "sanitize %s: %d tests, %d with findings (%d errors), %d timed out; " \
+                     "%d with reports only in cuBLAS kernels, %d without GPU work\n",
+                     t, c + f + to + n + p, f, e, to, p, n}
          END {exit (f + to > 0)}' "$OUT/sanitize.log" | tee -a "$OUT/sanitize.log" || status=1
   done
 fi

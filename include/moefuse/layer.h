@@ -189,7 +189,9 @@ class MoeLayer {
  public:
   // Validates the config and options (InvalidArgument naming the field: precision kBF16 or
   // kFP8Blockwise; FP8 needs kFused, H and F multiples of 16), then creates
-  // the cuBLAS handle, the second stream and its fork/join events. Not capturable.
+  // the cuBLAS handle, the second stream and its fork/join events on the current device, which
+  // becomes the layer's: forward, backward and prepare_fp8_weights throw InvalidArgument naming
+  // "current device" when called with another device current. Not capturable.
   explicit MoeLayer(const MoeConfig& config, const LayerOptions& options = {});
   ~MoeLayer();
   MoeLayer(const MoeLayer&) = delete;
@@ -233,10 +235,13 @@ class MoeLayer {
  private:
   // Records `event` on `from` and makes `to` wait for it.
   static void fork(cudaEvent_t event, cudaStream_t from, cudaStream_t to);
+  // expect_launchable(stream), then the current device must be the layer's.
+  void expect_launchable_here(cudaStream_t stream) const;
   void release() noexcept;
 
   MoeConfig config_;
   LayerOptions options_;
+  int device_ = -1;  // the device current at construction, which owns the handles below
   cublasHandle_t cublas_ = nullptr;
   cudaStream_t side_ = nullptr;  // the second stream: shared expert, weight gradients
   cudaEvent_t fork_ = nullptr, shared_done_ = nullptr, join_ = nullptr;

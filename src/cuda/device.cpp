@@ -68,7 +68,7 @@ void expect_hopper(int ordinal) {
 
 }  // namespace
 
-void expect_launchable(cudaStream_t stream) {
+int expect_launchable(cudaStream_t stream) {
   int ordinal = 0;
   const cudaError_t status = cudaGetDevice(&ordinal);
   if (status != cudaSuccess) throw_no_device(status);
@@ -77,9 +77,22 @@ void expect_launchable(cudaStream_t stream) {
     expect_hopper(ordinal);
     if (cacheable) g_is_hopper[ordinal].store(true, std::memory_order_relaxed);
   }
-  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return;
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
+    return ordinal;
+  // cudaStreamGetDevice is not permitted on a capturing stream: it fails and invalidates the
+  // capture (run 10). A stream being captured is taken as it is; one of another device fails at
+  // its first launch, with a CudaError. cudaStreamIsCapturing is permitted during capture, and a
+  // bad handle makes it fail, which the query below then reports.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) cudaGetLastError();
+  if (capture != cudaStreamCaptureStatusNone) return ordinal;
+  // Another stream of this thread may be capturing in the global mode, which forbids the query
+  // too; the relaxed mode, for this call alone, permits it and leaves that capture intact.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   int stream_device = 0;
   const cudaError_t got = cudaStreamGetDevice(stream, &stream_device);
+  cudaThreadExchangeStreamCaptureMode(&mode);
   if (got != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it so later launch checks report their own
     // Only these say the handle is bad; anything else (e.g. the sticky error of an earlier
@@ -95,6 +108,7 @@ void expect_launchable(cudaStream_t stream) {
   MOEFUSE_EXPECT(stream_device == ordinal, "stream",
                  "a stream of the current device " + std::to_string(ordinal),
                  "one of device " + std::to_string(stream_device));
+  return ordinal;
 }
 
 }  // namespace moefuse::cuda

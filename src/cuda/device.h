@@ -25,13 +25,13 @@ DeviceInfo current_device(std::string* why = nullptr);
 bool hopper_available(std::string* why = nullptr);
 
 // The check every public GPU entry point makes after validating its arguments and before any CUDA
-// work (legal during stream capture: it only queries the device and the stream):
+// work; returns the current device's ordinal. Legal during stream capture (see device.cpp):
 //   NotSupported unless the current device is sm_90 ("no CUDA device: <why>" without one). The
 //   answer is cached per device ordinal, so the hot path is one cudaGetDevice.
 //   InvalidArgument naming "stream" when `stream` belongs to another device or is not a valid
 //   handle (CudaError when the query fails otherwise, e.g. on an earlier launch's sticky error).
 //   The default, legacy and per-thread streams always belong to the current one.
 // Buffers on another device are not detected (a TensorView carries no ordinal).
-void expect_launchable(cudaStream_t stream);
+int expect_launchable(cudaStream_t stream);
 
 }  // namespace moefuse::cuda

@@ -8,8 +8,10 @@
 #include "common/test_util.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
+#include "gpu/layer_test_fixture.h"
 #include "moefuse/error.h"
 #include "moefuse/health.h"
+#include "moefuse/layer.h"
 
 namespace moefuse {
 namespace {
@@ -35,7 +37,9 @@ struct HealthFlag {
 };
 
 // The default, legacy and per-thread streams and a created stream of the current device pass,
-// also while the stream is being captured (the check only queries the device and the stream).
+// also while the stream is being captured, and while another stream of this thread is captured in
+// the global mode (which forbids the stream-device query: the check must neither throw nor
+// invalidate that capture).
 TEST(Device, EntryPointsAcceptStreamsOfTheCurrentDevice) {
   MOEFUSE_REQUIRE_HOPPER();
   HealthFlag health;
@@ -45,30 +49,44 @@ TEST(Device, EntryPointsAcceptStreamsOfTheCurrentDevice) {
     EXPECT_NO_THROW(reset_health_flags(health.view(), s)) << "stream " << s;
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
+  cudaStream_t other = nullptr;
+  MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
   MOEFUSE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   EXPECT_NO_THROW(reset_health_flags(health.view(), stream)) << "during capture";
+  EXPECT_NO_THROW(reset_health_flags(health.view(), other)) << "while another stream captures";
   EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "the capture was invalidated";
   ASSERT_NE(graph, nullptr);
+  MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(other));
   cudaGraphExec_t exec = nullptr;
   MOEFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   MOEFUSE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
   EXPECT_EQ(read_health_flags(health.view(), stream), 0);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  cudaStreamDestroy(other);
   cudaStreamDestroy(stream);
+}
+
+struct TwoDevices {
+  int count = 0, current = 0, other = -1;  // other: a device that is not current; -1 if none
+};
+
+TwoDevices two_devices() {
+  TwoDevices d;
+  MOEFUSE_CUDA_CHECK(cudaGetDeviceCount(&d.count));
+  MOEFUSE_CUDA_CHECK(cudaGetDevice(&d.current));
+  if (d.count >= 2) d.other = d.current == 0 ? 1 : 0;
+  return d;
 }
 
 // A stream created on device 1 passed while device 0 is current: InvalidArgument naming
 // "stream", before anything is enqueued. Needs two GPUs.
 TEST(Device, EntryPointsRejectAStreamOfAnotherDevice) {
   MOEFUSE_REQUIRE_HOPPER();
-  int count = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDeviceCount(&count));
-  if (count < 2) GTEST_SKIP() << "needs two GPUs, found " << count;
-  int current = 0;
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&current));
-  const int other = current == 0 ? 1 : 0;
+  const TwoDevices devices = two_devices();
+  if (devices.other < 0) GTEST_SKIP() << "needs two GPUs, found " << devices.count;
+  const int current = devices.current, other = devices.other;
   HealthFlag health;
   cudaStream_t foreign = nullptr;
   MOEFUSE_CUDA_CHECK(cudaSetDevice(other));
@@ -82,6 +100,28 @@ TEST(Device, EntryPointsRejectAStreamOfAnotherDevice) {
     EXPECT_EQ(e.actual(), "one of device " + std::to_string(other)) << e.what();
   }
   cudaStreamDestroy(foreign);
+}
+
+// A MoeLayer created on one device and called with another current: its cuBLAS handle, second
+// stream and events belong to the first, so the pass is refused up front (InvalidArgument naming
+// "current device") instead of failing halfway. Needs two GPUs.
+TEST(Device, LayerRefusesAnotherCurrentDevice) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const TwoDevices devices = two_devices();
+  if (devices.other < 0) GTEST_SKIP() << "needs two GPUs, found " << devices.count;
+  const int current = devices.current, other = devices.other;
+  const MoeConfig c = test::scaled_preset("qwen3-30b-a3b");
+  test::DeviceLayer d(c, {}, 64);
+  MoeLayer layer(c);
+  MOEFUSE_CUDA_CHECK(cudaSetDevice(other));
+  try {
+    d.forward(layer, nullptr);
+    ADD_FAILURE() << "no InvalidArgument with device " << other << " current";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "current device") << e.what();
+    EXPECT_EQ(e.actual(), "device " + std::to_string(other)) << e.what();
+  }
+  MOEFUSE_CUDA_CHECK(cudaSetDevice(current));
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                         cudaStream_t stream, const LayerRun& run) {
   const int64_t T =
       layer::check_layer_backward(config_, options_, x, dy, w, g, cache, workspace, run.health);
-  cuda::expect_launchable(stream);
+  expect_launchable_here(stream);
   const layer::Plan p = layer::make_plan(config_, options_, T);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});

@@ -100,6 +100,7 @@ MoeLayer::MoeLayer(const MoeConfig& config, const LayerOptions& options)
     : config_(config), options_(options) {
   layer::check_layer_config(config_);
   layer::check_layer_options(config_, options_);
+  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device_));
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS)
     throw CudaError("cublasCreate", "could not create a cuBLAS handle", __FILE__, __LINE__);
   try {
@@ -137,9 +138,18 @@ size_t MoeLayer::fp8_weight_size() const {
   return layer_memory_plan(config_, options_, 1).fp8_weight_bytes;
 }
 
+void MoeLayer::expect_launchable_here(cudaStream_t stream) const {
+  const int current = cuda::expect_launchable(stream);
+  MOEFUSE_EXPECT(current == device_, "current device",
+                 "device " + std::to_string(device_) +
+                     ", on which this MoeLayer was created (its cuBLAS handle, second stream "
+                     "and events belong to it)",
+                 "device " + std::to_string(current));
+}
+
 void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream) {
   layer::check_fp8_weights(config_, w);
-  cuda::expect_launchable(stream);
+  expect_launchable_here(stream);
   const layer::Plan p = layer::make_plan(config_, options_, 1);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = {}, .workspace = {}, .fp8 = w.fp8});
@@ -159,7 +169,7 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
                        const LayerRun& run) {
   const int64_t T =
       layer::check_layer_forward(config_, options_, x, w, out, cache, workspace, run.health);
-  cuda::expect_launchable(stream);
+  expect_launchable_here(stream);
   const layer::Plan p = layer::make_plan(config_, options_, T);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});

@@ -1,12 +1,16 @@
 // Router backward to the logits: one warp per token, recomputing softmax (and sigmoid) from the
 // logits. Per token, with r the routing score (p or s), c the scaling factor, S = Σ_j r[idx_j]:
-//   d_score[idx_j] = renormalize ? c·(g_j − Σ_i g_i w_i) / S : c·g_j,   w_i = r[idx_i] / S
-// (w as the forward computed it: at top_k 1 it is exactly 1 and d_score exactly 0, the weight
-// being 1 whatever the logits; the form g/S − Σ g·r/S² left fp32 residue there, run 9's fuzz)
+//   d_score[idx_j] = renormalize ? c·(g_j − Σ_i w_i g_i) / S : c·g_j,   w_i = r[idx_i] / S
 //   aux: dq_e = α·E·f_e / T (one value per expert, staged in shared memory)
-//   softmax: dl = p ⊙ (d_score + dq − <d_score + dq, p>)
+//   softmax: dl = p ⊙ (u − <u, p>),  u = d_score + dq
 //   sigmoid: dl = (d_score + (dq − <dq, q>)/Σs) ⊙ s ⊙ (1 − s),  q = s/Σs
 //   z:       dl += 2β·lse/T · p
+// Each centring x_j − Σ_i w_i x_i (Σ w = 1) is evaluated anchored at a, the index of the largest
+// weight, as (x_j − x_a) + Σ_i w_i (x_a − x_i). In exact arithmetic that is the same; in fp32 the
+// plain form cancels when one weight is near 1 (a router sure of one expert): x_a − <x, w> is then
+// the difference of two near-equal numbers and kept ~3% of its value (fuzz run 10, softmax top-13
+// of 17 with p ≈ 1 − 1e-6). Anchored, the small result is summed from small terms. At top_k 1
+// with renormalisation it is exactly 0, as it must be: the weight is 1 whatever the logits.
 // fp32 math, fixed butterfly reductions: bitwise repeatable.
 #include <cuda_runtime.h>
 
@@ -91,36 +95,66 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_backward_kernel(Backw
     if (lane == j) my_r = r;
   }
   float sum = 0;
-  for (int j = 0; j < k; ++j) sum += __shfl_sync(kFullMask, my_r, j);
-  float dot = 0;  // Σ g_j w_j
+  int a = 0;  // the assignment of largest score (lowest j on ties): the renormalisation's anchor
+  float r_a = -INFINITY;
+  for (int j = 0; j < k; ++j) {
+    const float r = __shfl_sync(kFullMask, my_r, j);
+    sum += r;
+    if (r > r_a) r_a = r, a = j;
+  }
+  const float g_a = __shfl_sync(kFullMask, my_g, a);
+  float centre = 0;  // Σ_i w_i (g_a − g_i)
   for (int j = 0; j < k; ++j)
-    dot += __shfl_sync(kFullMask, my_g, j) * (__shfl_sync(kFullMask, my_r, j) / sum);
+    centre += (__shfl_sync(kFullMask, my_r, j) / sum) * (g_a - __shfl_sync(kFullMask, my_g, j));
   for (int j = 0; j < k; ++j) {
     const int e = __shfl_sync(kFullMask, my_e, j);
     const float g = __shfl_sync(kFullMask, my_g, j);
-    const float ds = p.renormalize ? p.scale * (g - dot) / sum : p.scale * g;
+    const float ds = p.renormalize ? p.scale * ((g - g_a) + centre) / sum : p.scale * g;
 #pragma unroll
     for (int i = 0; i < S; ++i)
       if (i * 32 + lane == e) d_score[i] += ds;
   }
 
-  float dl[S];
-  if (!p.sigmoid) {
-    float dpp = 0;
+  // The expert of largest logit (lowest index on ties) anchors the softmax's and the aux term's
+  // centring: it has the largest p, and the largest s.
+  unsigned mine = ~0u;
 #pragma unroll
-    for (int i = 0; i < S; ++i) dpp += (d_score[i] + dq[i]) * prob[i];
-    dpp = warp_sum(dpp);
-#pragma unroll
-    for (int i = 0; i < S; ++i) dl[i] = prob[i] * (d_score[i] + dq[i] - dpp);
-  } else {
-    float s_sum = 0, dq_s = 0;
-#pragma unroll
-    for (int i = 0; i < S; ++i) s_sum += score[i], dq_s += dq[i] * score[i];
-    s_sum = warp_sum(s_sum);
-    const float dqq = warp_sum(dq_s) / s_sum;
+  for (int i = S - 1; i >= 0; --i)
+    if (i * 32 + lane < E && v[i] == m) mine = i * 32 + lane;
+  const unsigned top = __reduce_min_sync(kFullMask, mine);
+  const auto at_top = [&](const float(&x)[S]) {
+    float x_top = 0;
 #pragma unroll
     for (int i = 0; i < S; ++i)
-      dl[i] = (d_score[i] + (dq[i] - dqq) / s_sum) * score[i] * (1.0f - score[i]);
+      if (i * 32 + lane == top) x_top = x[i];
+    return __shfl_sync(kFullMask, x_top, top & 31);  // 0 when no logit equals m (NaN logits)
+  };
+
+  float dl[S];
+  if (!p.sigmoid) {
+    float u[S];
+#pragma unroll
+    for (int i = 0; i < S; ++i) u[i] = d_score[i] + dq[i];
+    const float u_top = at_top(u);
+    float c = 0;  // Σ_i p_i (u_top − u_i)
+#pragma unroll
+    for (int i = 0; i < S; ++i) c += prob[i] * (u_top - u[i]);
+    c = warp_sum(c);
+#pragma unroll
+    for (int i = 0; i < S; ++i) dl[i] = prob[i] * ((u[i] - u_top) + c);
+  } else {
+    const float dq_top = at_top(dq);
+    float s_sum = 0, c = 0;  // c: Σ_i s_i (dq_top − dq_i), divided by Σs below
+#pragma unroll
+    for (int i = 0; i < S; ++i) s_sum += score[i], c += score[i] * (dq_top - dq[i]);
+    s_sum = warp_sum(s_sum);
+    c = warp_sum(c) / s_sum;
+#pragma unroll
+    for (int i = 0; i < S; ++i) {
+      // 1 − s as σ(−v), not 1 − σ(v): the latter is 0 or a few ulps when s is near 1.
+      const float one_minus_s = 1.0f / (1.0f + expf(v[i]));
+      dl[i] = (d_score[i] + ((dq[i] - dq_top) + c) / s_sum) * score[i] * one_minus_s;
+    }
   }
   const float dz = 2.0f * p.z_coeff * lse / static_cast<float>(p.tokens);
   float* out = p.d_logits + static_cast<int64_t>(t) * E;
