@@ -10,17 +10,13 @@
 #include "cuda/gemm/backward/config.h"
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/launch.h"
+#include "cuda/gemm/row_length.h"
 #include "moefuse/error.h"
 
 namespace moefuse {
 namespace {
 
-// A row length read by TMA: > 0, a multiple of 8 (16-byte strides), below 2^31.
-void expect_row_length(int64_t v, std::string_view name, std::string_view what) {
-  MOEFUSE_EXPECT(v > 0 && v % 8 == 0 && v <= std::numeric_limits<int32_t>::max(), name,
-                 std::string(what) + " > 0, a multiple of 8 and below 2^31",
-                 std::string(what) + " = " + std::to_string(v));
-}
+using gemm::expect_row_length;
 
 void expect_rows(const TensorView& t, std::string_view name) {
   MOEFUSE_EXPECT(t.size(0) <= std::numeric_limits<int32_t>::max(), name, "rows below 2^31",

@@ -5,18 +5,14 @@
 #include <limits>
 #include <string>
 
+#include "cuda/gemm/row_length.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
 
 namespace moefuse {
 namespace {
 
-// An extent that is a row length of a TMA-read or 16-byte-vectorised tensor.
-void expect_row_length(int64_t v, std::string_view name, std::string_view what) {
-  MOEFUSE_EXPECT(v > 0 && v % 8 == 0 && v <= std::numeric_limits<int32_t>::max(), name,
-                 std::string(what) + " > 0, a multiple of 8 and below 2^31",
-                 std::string(what) + " = " + std::to_string(v));
-}
+using gemm::expect_row_length;
 
 int64_t expect_experts(const TensorView& offsets, Device device) {
   MOEFUSE_EXPECT(offsets.rank == 1, "offsets", "rank 1 [E+1]",
