@@ -173,12 +173,13 @@ struct DeviceLayer {
   }
 };
 
-// One step of `layer` on d's uploaded inputs: every output poisoned first and the workspace again
-// between forward and backward (backward must not read the forward's scratch). Returns the health
-// flags the step raised; the stream is synchronised.
+// One step of `layer` on d's uploaded inputs: every output poisoned first (FP8 weights then
+// prepared again) and the workspace again between forward and backward (backward must not read
+// the forward's scratch). Returns the health flags the step raised; the stream is synchronised.
 inline int run_poisoned_step(MoeLayer& layer, DeviceLayer& d, cudaStream_t stream) {
   DeviceBuffer<int32_t> health(1);
   d.poison();
+  if (d.fp8.size()) layer.prepare_fp8_weights(d.weights(), stream);
   const LayerRun run{.health = health.view(DType::kInt32, {1})};
   reset_health_flags(run.health, stream);
   layer.forward(d.x_view(), d.weights(), d.outputs(), d.cache_region(), d.workspace_region(),
