@@ -10,9 +10,10 @@
 //               draining each finished tile from shared memory to global memory
 //               (epilogues/tile_epilogue.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
-//               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
-//               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
-//               stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
+//               fp32 registers each (rows 0-63 and 64-127 of the tile; in a half tile of at most
+//               64 rows, columns 0-127 and 128-255 of rows 0-63: mainloop.cuh), then either the
+//               hand-off to the epilogue warps (bf16 output: the next tile's MMAs overlap this
+//               tile's stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
 //               and the gather variant, whose producer needs all of warpgroup 0).
 //
 // Barriers (all mbarriers, initialised once; parity waits; phase bits start at 0):
@@ -118,15 +119,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
       const TileRows rows = tile_rows<kBlockM>(p, c);
-      consume_tile<kGather>(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
+        // A half tile (mainloop.cuh) leaves the same picture in the tile buffer: rows 0-63,
+        // each warpgroup its 128 columns.
+        const bool half = rows.end - rows.first <= kBlockM / 2;
+        if (half) consume_tile<kGather, true>(acc, p, smem, pipe, slab);
+        else consume_tile<kGather, false>(acc, p, smem, pipe, slab);
+        const float* bias = ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr;
         handoff.acquire();
-        stage_accumulators<kBlockM, kBlockN, kTilePitch>(
-            acc, handoff.tile, slab,
-            ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr,
-            c.n_block * kBlockN, p.n);
+        if (half)
+          stage_accumulators<kBlockN / 2, kTilePitch>(acc, handoff.tile, 0, slab * (kBlockN / 2),
+                                                      bias, c.n_block * kBlockN, p.n);
+        else
+          stage_accumulators<kBlockN, kTilePitch>(acc, handoff.tile, slab * (kBlockM / 2), 0,
+                                                  bias, c.n_block * kBlockN, p.n);
         handoff.publish();
       } else {
+        consume_tile<kGather, false>(acc, p, smem, pipe, slab);
         epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,
                             rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kBlockN);
       }

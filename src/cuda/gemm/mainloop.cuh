@@ -114,13 +114,25 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// One tile's K loop for consumer warpgroup `slab` (0 or 1: rows 64·slab .. 64·slab + 63).
-template <bool kGather>
+// One tile's K loop for consumer warpgroup `slab` (0 or 1).
+//   Full tile: the warpgroup multiplies rows 64·slab .. +63 by all 256 columns (m64n256).
+//   Half tile (kHalf: a tile of at most 64 rows, i.e. an expert's last m-block; overlapped
+//   variant only): both warpgroups take rows 0-63, warpgroup `slab` columns 128·slab .. +127
+//   (m64n128 into acc[0, 64)). The tile then costs half a full tile's MMA time instead of the
+//   same time for at most half the rows; with ~512 rows an expert (gpt-oss, deepseek at
+//   T = 16384) about half the experts end in such a tile. The stages are filled the same way for
+//   both kinds (the producer does not know the kind; rows 64-127 of A are loaded and unused).
+template <bool kGather, bool kHalf>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProblem& p,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab) {
+  constexpr int kUsed = kHalf ? 64 : 128;  // accumulators the tile's wgmma writes
+  // Offsets into a stage: B's rows are N (K-major), 128 bytes each; both offsets are multiples
+  // of the 1024-byte swizzle atom, so the descriptors need no base offset.
+  const int a_offset = kHalf ? 0 : slab * (kBlockM / 2) * 128;
+  const int b_offset = kHalf ? slab * (kBlockN / 2) * 128 : 0;
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kUsed; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
   const int k_blocks = ceil_div(p.k, kBlockK);
   int previous_stage = -1;
@@ -128,14 +140,18 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProble
     ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
     // cp.async wrote A through the generic proxy; wgmma reads through the async proxy.
     if constexpr (kGather) cutlass::arch::fence_view_async_shared();
-    const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + slab * (kBlockM / 2) * 128);
-    const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage));
+    const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + a_offset);
+    const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage) + b_offset);
     cute::warpgroup_arrive();
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
       // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
-      wgmma_m64n256k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
-                                           std::make_index_sequence<128>{});
+      if constexpr (kHalf)
+        wgmma_m64n128k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
+                                             std::make_index_sequence<64>{});
+      else
+        wgmma_m64n256k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
+                                             std::make_index_sequence<128>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();
