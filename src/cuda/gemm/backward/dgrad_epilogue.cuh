@@ -4,7 +4,10 @@
 // Plain dgrad: D = the accumulator, bf16 (one part) or fp32 (two parts), 16-byte row pieces.
 //
 // dGLU (FC2 dgrad): the buffer holds g = dys·W2[e] (bf16) for output columns f of F. Warp w
-// finishes tile rows w, w + 3, ... two at a time (both rows' loads in flight together); lane l
+// finishes tile rows w, w + 3, ... six at a time (the six rows' pre loads in flight together:
+// run 9's profile found these warps latency-bound on them with four; g is read from the buffer
+// only when used, so the registers go to loads in flight; eight spill within the kernel's 168
+// registers); lane l
 // finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte loads of g from the buffer and of
 // the saved pre (GLU: gate f0.. at interleaved column 2·f0, up 8 columns later — the interleave
 // of 8; squared ReLU: column f0), the activation and its derivatives, 16-byte stores of
@@ -85,7 +88,7 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
                                            const DGluEpilogue& ep, const TileRows& rows_of_tile,
                                            int n0, int n_block) {
   constexpr bool kGlu = is_glu_op(kOp);
-  constexpr int kRows = 4;  // rows per warp in flight
+  constexpr int kRows = 6;  // rows per warp whose pre loads are in flight together
   const int pre_cols = kGlu ? 2 * p.n : p.n;
   const EpilogueLane me = EpilogueLane::of_thread();
   const int f0 = n0 + 8 * me.lane;
@@ -93,14 +96,13 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
   const int gate_col = kGlu ? 2 * f0 : f0;
   const int rows = min(kBlockM, rows_of_tile.end - rows_of_tile.first);
   for (int r0 = me.warp; r0 < rows; r0 += kEpilogueWarps * kRows) {
-    uint4 g_raw[kRows], gate_raw[kRows], up_raw[kRows];
+    uint4 gate_raw[kRows], up_raw[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int r = r0 + kEpilogueWarps * i;
       if (r < rows && col_ok) {
         const __nv_bfloat16* pre =
             ep.pre + static_cast<int64_t>(rows_of_tile.first + r) * pre_cols + gate_col;
-        g_raw[i] = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + 16 * me.lane);
         gate_raw[i] = __ldg(reinterpret_cast<const uint4*>(pre));
         up_raw[i] = kGlu ? __ldg(reinterpret_cast<const uint4*>(pre + 8)) : uint4{};
       }
@@ -113,7 +115,8 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
       float dp = 0.0f;
       if (col_ok) {
         const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
-        dp = finish_octet<kOp>(ep.act, scale, g_raw[i], gate_raw[i], up_raw[i],
+        const uint4 g_raw = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + 16 * me.lane);
+        dp = finish_octet<kOp>(ep.act, scale, g_raw, gate_raw[i], up_raw[i],
                                ep.d_pre + row * pre_cols + gate_col,
                                ep.scaled_act ? ep.scaled_act + row * p.n + f0 : nullptr);
       }
