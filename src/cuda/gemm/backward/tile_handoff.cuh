@@ -27,39 +27,58 @@ namespace moefuse::gemm::bwd {
 
 static_assert(kTileRowBytes == kBlockN * 2, "a buffer row is one bf16 tile row");
 
-// Consumer side: part kPart of warpgroup `slab`'s 64 × 256 accumulators as T (columns
-// [kPart · 512 / sizeof(T), ...) of the tile) into the buffer's rows 64·slab .. 64·slab + 63.
-template <class T, int kPart>
-__device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* tile, int slab) {
-  constexpr int kJ = kTileRowBytes / int{sizeof(T)} / 8;  // column octets per part
+// Consumer side: accumulator octets j0 .. j0 + kOctets - 1 of the calling thread (acc[4j ..
+// 4j + 3]) as T into the buffer, rows first_row + 0..63, octet j at columns first_col + 8(j - j0).
+template <class T, int kOctets>
+__device__ __forceinline__ void stage_octets(const float (&acc)[128], uint8_t* tile,
+                                             int first_row, int first_col, int j0) {
   const AccPosition pos = AccPosition::of_thread();
-  uint8_t* row0 = tile + (slab * (kBlockM / 2) + pos.row) * kTilePitch;
+  uint8_t* row0 = tile + (first_row + pos.row) * kTilePitch;
 #pragma unroll
-  for (int jj = 0; jj < kJ; ++jj) {
-    const int j = kPart * kJ + jj;
+  for (int jj = 0; jj < kOctets; ++jj) {
+    const int j = j0 + jj;
+    const int col = first_col + 8 * jj + pos.col;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      cuda::store_pair(
-          reinterpret_cast<T*>(row0 + 8 * h * kTilePitch + (8 * jj + pos.col) * int{sizeof(T)}),
-          acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      cuda::store_pair(reinterpret_cast<T*>(row0 + 8 * h * kTilePitch + col * int{sizeof(T)}),
+                       acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
   }
 }
 
-template <class T, int kPart>
+// Consumer side: part kPart (tile columns [kPart · kCols, +kCols), kCols = 512 / sizeof(T)) of
+// warpgroup `slab`'s accumulators into the buffer.
+//   Full tile: its rows 64·slab .. +63, octets kPart · kCols / 8 .. of its 256 columns.
+//   Half tile (mainloop.cuh): its columns 128·slab .. +127 of rows 0-63, acc[0, 64); written by
+//   the part they fall in (bf16: both warpgroups into the one part; fp32: warpgroup p in part p).
+template <class T, int kPart, bool kHalf>
+__device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* tile, int slab) {
+  constexpr int kCols = kTileRowBytes / int{sizeof(T)};
+  if constexpr (!kHalf) {
+    stage_octets<T, kCols / 8>(acc, tile, slab * (kBlockM / 2), 0, kPart * kCols / 8);
+  } else {
+    const int first_col = slab * (kBlockN / 2) - kPart * kCols;
+    if (first_col >= 0 && first_col < kCols)
+      stage_octets<T, kBlockN / 2 / 8>(acc, tile, 0, first_col, 0);
+  }
+}
+
+template <class T, int kPart, bool kHalf>
 __device__ __forceinline__ void send_part(const float (&acc)[128], TileHandoff& h, int slab) {
   h.acquire();
-  stage_part<T, kPart>(acc, h.tile, slab);
+  stage_part<T, kPart, kHalf>(acc, h.tile, slab);
   h.publish();
 }
 
-// Consumer side of one tile: fp32 in two parts, or bf16 in one.
+// Consumer side of one tile (full or half): fp32 in two parts, or bf16 in one. Both warpgroups
+// take part in every part's hand-off, also where a half tile gives one of them nothing to write.
+template <bool kHalf = false>
 __device__ __forceinline__ void hand_off_tile(const float (&acc)[128], TileHandoff& h, int slab,
                                               bool fp32) {
   if (fp32) {
-    send_part<float, 0>(acc, h, slab);
-    send_part<float, 1>(acc, h, slab);
+    send_part<float, 0, kHalf>(acc, h, slab);
+    send_part<float, 1, kHalf>(acc, h, slab);
   } else {
-    send_part<__nv_bfloat16, 0>(acc, h, slab);
+    send_part<__nv_bfloat16, 0, kHalf>(acc, h, slab);
   }
 }
 
