@@ -6,7 +6,8 @@
 //   + p·act for dW2, + dp per row) → FC1 dgrad → permute_bwd (dx) → dx += shared dx →
 //   d_probs = dp gathered to [T,k] → router_topk_bwd (+ aux, z) → router_logits_bwd (dx +=, dWr)
 // Second stream: the shared expert's backward (from the start), then, once d_pre exists, the
-// k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·x[token_of_row] (gather-fused) and the
+// k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·xs (xs = x[token_of_row], permuted by the
+// recompute or gathered by the wgrad first: faster than gathering inside the wgrad) and the
 // bias gradients. The main stream joins it at the end.
 // FP8 layers (config.precision kFP8Blockwise): the same stages, streams and joins; the routed
 // experts' GEMMs run in FP8 (backward_fp8.h): pre cached by the forward's FP8 FC1 (with
@@ -51,8 +52,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   const int64_t fc1 = config_.fc1_width();
   LayerObserver* obs = run.observer;
   using layer::one_expert;
-  auto run_gemm = [&](const GroupedGemmArgs& args, const TensorView& gathered, cudaStream_t s) {
-    layer::run_grouped_gemm(args, fused, gathered, s);
+  auto run_gemm = [&](const GroupedGemmArgs& args, cudaStream_t s) {
+    layer::run_grouped_gemm(args, fused, s);
   };
 
   if (shared) {
@@ -60,7 +61,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     layer::run_stage(LayerStage::kSharedExpertBackward, side_, obs, [&] {
       const TensorView sw1 = one_expert(w.shared_w1), sw2 = one_expert(w.shared_w2);
       if (recompute)
-        run_gemm({.a = x, .b = sw1, .offsets = v.shared_offsets, .d = v.shared_pre_bwd}, {}, side_);
+        run_gemm({.a = x, .b = sw1, .offsets = v.shared_offsets, .d = v.shared_pre_bwd}, side_);
       layer::run_fc2_dgrad({.dys = dy,
                             .w2 = sw2,
                             .offsets = v.shared_offsets,
@@ -84,16 +85,14 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     MOEFUSE_CUDA_CHECK(cudaEventRecord(shared_done_, side_));
   }
 
+  // bf16: x permuted into xs_bwd, by the recompute here (then dW1 reads it too) or by dW1's
+  // own gather on the second stream (the forward's reasoning: the permuted copy beats gathering).
   if (recompute) {
     layer::run_stage(LayerStage::kRecomputeFc1, stream, obs, [&] {
       if (fp8) return layer::recompute_pre_fp8(x, w, v, run.health, stream);
-      run_gemm({.a = x,
-                .b = w.w1,
-                .offsets = v.offsets,
-                .d = v.pre_bwd,
-                .bias = w.b1,
-                .gather_index = v.token_of_row},
-               v.xs_bwd, stream);
+      permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, stream);
+      run_gemm({.a = v.xs_bwd, .b = w.w1, .offsets = v.offsets, .d = v.pre_bwd, .bias = w.b1},
+               stream);
     });
   }
   layer::run_stage(LayerStage::kCombineBackward, stream, obs, [&] {
@@ -131,8 +130,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
         .a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1, .gather_index = v.token_of_row};
     if (fp8)
       layer::fc1_wgrad_fp8(x, g, v, run.health, side_);
-    else if (fused)
-      grouped_gemm_wgrad(args, side_);
+    else if (recompute)
+      grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1}, side_);
     else
       grouped_gemm_wgrad_unfused(args, {.gathered_b = v.xs_bwd}, side_);
     if (config_.expert_bias)

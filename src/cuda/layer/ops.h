@@ -16,11 +16,10 @@ inline TensorView one_expert(const TensorView& w) {
   return TensorView::contiguous(w.data, w.dtype, {1, w.size(0), w.size(1)}, w.device);
 }
 
-// `gathered`: the unfused twin's scratch for args.gather_index (empty without gather).
-inline void run_grouped_gemm(const GroupedGemmArgs& args, bool fused, const TensorView& gathered,
-                             cudaStream_t stream) {
+// The layer's GEMMs read permuted rows (no gather_index), so the unfused twin needs no scratch.
+inline void run_grouped_gemm(const GroupedGemmArgs& args, bool fused, cudaStream_t stream) {
   if (fused) grouped_gemm(args, stream);
-  else grouped_gemm_unfused(args, {.gathered_a = gathered}, stream);
+  else grouped_gemm_unfused(args, {}, stream);
 }
 
 // Fused: dGLU and dp in the GEMM epilogue (dp_partial needed with d_row_scale); unfused: plain

@@ -94,7 +94,9 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   p.aux_P = common.add("aux_P [E] fp32", E * f32);
 
   Carver fwd(LayerRegion::kWorkspaceForward, common.end(), &p.buffers);
-  if (unfused) p.xs = fwd.add("xs [R,H] bf16 (unfused permute)", R * H * bf);
+  // bf16, both modes: FC1 reads a permuted copy of x (TMA) rather than gathering x rows itself
+  // (cp.async): permute + FC1 measured faster on every preset (run 9; docs/layer.md).
+  if (!fp8) p.xs = fwd.add("xs [R,H] bf16 (permute)", R * H * bf);
   if (!cache_pre && unfused) p.pre = fwd.add("pre [R,fc1] bf16 (unfused FC1)", R * fc1 * bf);
   if (fp8) {
     p.xs_fp8 = fwd.add("xs [R,H] e4m3", R * H * e4m3);
@@ -128,8 +130,9 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   p.d_probs = bwd.add("d_probs [T,k] fp32", R * f32);
   p.dxs = bwd.add("dxs [R,H] bf16", R * H * bf);
   p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);
-  // The unfused wgrad gathers xs itself, and unfused recompute permutes x before FC1.
-  if (unfused) p.xs_bwd = bwd.add("xs [R,H] bf16 (unfused dW1 gather)", R * H * bf);
+  // bf16, both modes: dW1 reads a permuted copy of x, made by the recompute's permute or by the
+  // wgrad's own gather (faster than the gather-fused wgrad on every preset, run 9).
+  if (!fp8) p.xs_bwd = bwd.add("xs [R,H] bf16 (dW1's x rows, and the recompute's)", R * H * bf);
   if (fp8 && cache_pre) {
     p.xs_bwd = bwd.add("xs [R,H] bf16 (fp8: dW1's column-wise copy is quantised from it)",
                        R * H * bf);
