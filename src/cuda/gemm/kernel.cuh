@@ -10,9 +10,8 @@
 //               draining each finished tile from shared memory to global memory
 //               (epilogues/tile_epilogue.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
-//               fp32 registers each (rows 0-63 and 64-127 of the tile; in a half tile of at most
-//               64 rows, columns 0-127 and 128-255 of rows 0-63: mainloop.cuh), then either the
-//               hand-off to the epilogue warps (bf16 output: the next tile's MMAs overlap this
+//               fp32 registers each (rows 0-63 and 64-127 of the tile, or half tiles split
+//               by common/tile_kind.h), then either the hand-off to the epilogue warps (bf16 output: the next tile's MMAs overlap this
 //               tile's stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
 //               and the gather variant, whose producer needs all of warpgroup 0).
 //
@@ -120,22 +119,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
       const TileRows rows = tile_rows<kBlockM>(p, c);
       if constexpr (kOverlap) {
-        // A half tile (mainloop.cuh) leaves the same picture in the tile buffer: rows 0-63,
-        // each warpgroup its 128 columns.
-        const bool half = rows.end - rows.first <= kBlockM / 2;
-        if (half) consume_tile<kGather, true>(acc, p, smem, pipe, slab);
-        else consume_tile<kGather, false>(acc, p, smem, pipe, slab);
+        // Every kind leaves the tile's data at its place in the tile buffer (tile_kind.h).
+        const int n0 = c.n_block * kBlockN;
+        const TileKind kind = tile_kind(rows.end - rows.first, p.n - n0, kBlockM, kBlockN);
         const float* bias = ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr;
-        handoff.acquire();
-        if (half)
-          stage_accumulators<kBlockN / 2, kTilePitch>(acc, handoff.tile, 0, slab * (kBlockN / 2),
-                                                      bias, c.n_block * kBlockN, p.n);
-        else
-          stage_accumulators<kBlockN, kTilePitch>(acc, handoff.tile, slab * (kBlockM / 2), 0,
-                                                  bias, c.n_block * kBlockN, p.n);
-        handoff.publish();
+        with_tile_kind(kind, [&](auto kind_constant) {
+          constexpr TileKind kKind = decltype(kind_constant)::value;
+          consume_tile<kGather, kKind>(acc, p, smem, pipe, slab);
+          const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
+          handoff.acquire();
+          stage_accumulators<kKind == TileKind::kFull ? kBlockN : kBlockN / 2, kTilePitch>(
+              acc, handoff.tile, g.first_row, g.first_col, bias, n0, p.n);
+          handoff.publish();
+        });
       } else {
-        consume_tile<kGather, false>(acc, p, smem, pipe, slab);
+        consume_tile<kGather, TileKind::kFull>(acc, p, smem, pipe, slab);
         epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,
                             rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kBlockN);
       }

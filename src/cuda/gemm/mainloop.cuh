@@ -26,6 +26,7 @@
 #include "cuda/gemm/common/handoff_layout.cuh"
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
+#include "cuda/gemm/common/tile_kind.h"
 #include "cuda/gemm/common/tile_rows.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/config.h"
@@ -114,23 +115,19 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// One tile's K loop for consumer warpgroup `slab` (0 or 1).
-//   Full tile: the warpgroup multiplies rows 64·slab .. +63 by all 256 columns (m64n256).
-//   Half tile (kHalf: a tile of at most 64 rows, i.e. an expert's last m-block; overlapped
-//   variant only): both warpgroups take rows 0-63, warpgroup `slab` columns 128·slab .. +127
-//   (m64n128 into acc[0, 64)). The tile then costs half a full tile's MMA time instead of the
-//   same time for at most half the rows; with ~512 rows an expert (gpt-oss, deepseek at
-//   T = 16384) about half the experts end in such a tile. The stages are filled the same way for
-//   both kinds (the producer does not know the kind; rows 64-127 of A are loaded and unused).
-template <bool kGather, bool kHalf>
+// One tile's K loop for consumer warpgroup `slab` (0 or 1): its part of the tile by kKind
+// (common/tile_kind.h; the half kinds in the overlapped variant only), m64n256 into acc or
+// m64n128 into acc[0, 64).
+template <bool kGather, TileKind kKind>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProblem& p,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab) {
+  constexpr bool kHalf = kKind != TileKind::kFull;
   constexpr int kUsed = kHalf ? 64 : 128;  // accumulators the tile's wgmma writes
-  // Offsets into a stage: B's rows are N (K-major), 128 bytes each; both offsets are multiples
-  // of the 1024-byte swizzle atom, so the descriptors need no base offset.
-  const int a_offset = kHalf ? 0 : slab * (kBlockM / 2) * 128;
-  const int b_offset = kHalf ? slab * (kBlockN / 2) * 128 : 0;
+  // A's and B's rows (M and N; K-major) are 128 bytes each: both offsets are multiples of the
+  // 1024-byte swizzle atom, so the descriptors need no base offset.
+  const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
+  const int a_offset = g.first_row * 128, b_offset = g.first_col * 128;
 #pragma unroll
   for (int i = 0; i < kUsed; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);

@@ -12,8 +12,7 @@
 //   warpgroup 0, warps 1-3 (epilogue warps): drain each finished tile from the tile buffer:
 //               plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh).
 //   warpgroups 1, 2 (consumers): wgmma m64n256k16 (A K-major, B MN-major) into 128 fp32
-//               registers each (a tile of at most 64 rows: m64n128, each warpgroup half the
-//               columns of rows 0-63; mainloop.cuh), hand the tile over (tile_handoff.cuh:
+//               registers each (or half tiles split by common/tile_kind.h), hand the tile over (tile_handoff.cuh:
 //               bf16 for bf16 D and the dGLU's g, two fp32 halves for fp32 D) and go on with the
 //               next tile.
 // Synchronisation: the stage mbarriers (mainloop.cuh) and the hand-off's tile_full/tile_empty
@@ -81,15 +80,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
     const TileRows rows = tile_rows<kBlockM>(p, c);
-    const bool half = rows.end - rows.first <= kBlockM / 2;  // mainloop.cuh's half tile
-    const auto no_prepare = [](int, int) {};
-    if (half) {
-      consume_tile<Major::K, Major::MN, true>(acc, k_blocks, smem, pipe, slab, no_prepare);
-      hand_off_tile<true>(acc, handoff, slab, fp32_handoff);
-    } else {
-      consume_tile<Major::K, Major::MN>(acc, k_blocks, smem, pipe, slab, no_prepare);
-      hand_off_tile(acc, handoff, slab, fp32_handoff);
-    }
+    const TileKind kind =
+        tile_kind(rows.end - rows.first, p.n - c.n_block * kBlockN, kBlockM, kBlockN);
+    with_tile_kind(kind, [&](auto kind_constant) {
+      constexpr TileKind kKind = decltype(kind_constant)::value;
+      consume_tile<Major::K, Major::MN, kKind>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
+      hand_off_tile<kKind>(acc, handoff, slab, fp32_handoff);
+    });
   }
 }
 

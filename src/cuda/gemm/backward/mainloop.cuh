@@ -28,6 +28,7 @@
 #include "cuda/gemm/common/handoff_layout.cuh"
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
+#include "cuda/gemm/common/tile_kind.h"
 #include "cuda/gemm/common/wgmma.cuh"
 
 namespace moefuse::gemm::bwd {
@@ -81,20 +82,19 @@ __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int sla
 
 // One tile's K loop for consumer warpgroup `slab`. `prepare(stage, kb)` runs after the stage's
 // full barrier, before its wgmmas (tail zeroing, proxy fences); it must be uniform per warpgroup.
-//   Full tile: rows 64·slab .. +63 (a_slab) × all 256 columns, m64n256 into acc.
-//   Half tile (kHalf; the dgrad's tiles of at most 64 rows, an expert's last m-block, K-major A
-//   only): both warpgroups take rows 0-63, warpgroup `slab` columns 128·slab .. +127, m64n128
-//   into acc[0, 64): half a full tile's MMA time instead of the same time for at most half the
-//   rows (as the forward kernel, mainloop.cuh there). The columns start 128 · 64 · 2 bytes = 16
-//   KiB into B's stage in either major-ness (128 K-major rows of 128 bytes, or two MN-major
-//   chunks of 8 KiB), a multiple of the swizzle atom.
-template <Major kA, Major kB, bool kHalf = false, class Prepare>
+// The warpgroup's part of the tile by kKind (common/tile_kind.h; the half kinds in the dgrad
+// only, with K-major A): m64n256 into acc, or m64n128 into acc[0, 64). B's columns c start
+// c · 64 · 2 bytes into its stage in either major-ness (K-major rows of 128 bytes, or MN-major
+// chunks of 64 columns × 8 KiB): for c = 128, a multiple of the swizzle atom.
+template <Major kA, Major kB, TileKind kKind = TileKind::kFull, class Prepare>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab, Prepare&& prepare) {
-  static_assert(!kHalf || kA == Major::K, "a half tile's two slabs share A's first 64 K-major rows");
+  constexpr bool kHalf = kKind != TileKind::kFull;
+  static_assert(!kHalf || kA == Major::K, "half tiles address A by K-major rows");
   constexpr int kUsed = kHalf ? 64 : 128;  // accumulators the tile's wgmma writes
-  const int b_offset = kHalf ? slab * (kBlockN / 2) * kBlockK * 2 : 0;
+  const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
+  const int b_offset = g.first_col * kBlockK * 2;
 #pragma unroll
   for (int i = 0; i < kUsed; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
@@ -103,7 +103,8 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
     ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
     prepare(pipe.stage, kb);
     const uint64_t desc_a =
-        OperandDesc<kA>::make(a_slab<kA>(smem.a_stage(pipe.stage), kHalf ? 0 : slab));
+        kHalf ? OperandDesc<kA>::make(smem.a_stage(pipe.stage) + g.first_row * 128)
+              : OperandDesc<kA>::make(a_slab<kA>(smem.a_stage(pipe.stage), slab));
     const uint64_t desc_b = OperandDesc<kB>::make(smem.b_stage(pipe.stage) + b_offset);
     cute::warpgroup_arrive();
 #pragma unroll

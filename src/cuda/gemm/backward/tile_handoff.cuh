@@ -46,39 +46,42 @@ __device__ __forceinline__ void stage_octets(const float (&acc)[128], uint8_t* t
 }
 
 // Consumer side: part kPart (tile columns [kPart · kCols, +kCols), kCols = 512 / sizeof(T)) of
-// warpgroup `slab`'s accumulators into the buffer.
-//   Full tile: its rows 64·slab .. +63, octets kPart · kCols / 8 .. of its 256 columns.
-//   Half tile (mainloop.cuh): its columns 128·slab .. +127 of rows 0-63, acc[0, 64); written by
-//   the part they fall in (bf16: both warpgroups into the one part; fp32: warpgroup p in part p).
-template <class T, int kPart, bool kHalf>
+// warpgroup `slab`'s accumulators into the buffer: where the warpgroup's columns (by kKind,
+// common/tile_kind.h) meet the part's, which is in whole 128-column halves or not at all (bf16:
+// every kind writes into the one part; fp32 row-half tiles: warpgroup p in part p; fp32
+// column-half tiles: both in part 0).
+template <class T, int kPart, TileKind kKind>
 __device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* tile, int slab) {
   constexpr int kCols = kTileRowBytes / int{sizeof(T)};
-  if constexpr (!kHalf) {
-    stage_octets<T, kCols / 8>(acc, tile, slab * (kBlockM / 2), 0, kPart * kCols / 8);
-  } else {
-    const int first_col = slab * (kBlockN / 2) - kPart * kCols;
-    if (first_col >= 0 && first_col < kCols)
-      stage_octets<T, kBlockN / 2 / 8>(acc, tile, 0, first_col, 0);
-  }
+  constexpr int kSlabCols = kKind == TileKind::kFull ? kBlockN : kBlockN / 2;
+  constexpr int kWidth = kSlabCols < kCols ? kSlabCols : kCols;
+  // The first octet must be a constant (registers cannot be indexed at run time): a full slab's
+  // part starts at octet kPart · kCols / 8; a half slab (128 columns) is written whole or not.
+  constexpr int kFirstOctet = kKind == TileKind::kFull ? kPart * kCols / 8 : 0;
+  const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
+  const int first = max(g.first_col, kPart * kCols);
+  const int end = min(g.first_col + kSlabCols, (kPart + 1) * kCols);
+  if (first < end)
+    stage_octets<T, kWidth / 8>(acc, tile, g.first_row, first - kPart * kCols, kFirstOctet);
 }
 
-template <class T, int kPart, bool kHalf>
+template <class T, int kPart, TileKind kKind>
 __device__ __forceinline__ void send_part(const float (&acc)[128], TileHandoff& h, int slab) {
   h.acquire();
-  stage_part<T, kPart, kHalf>(acc, h.tile, slab);
+  stage_part<T, kPart, kKind>(acc, h.tile, slab);
   h.publish();
 }
 
-// Consumer side of one tile (full or half): fp32 in two parts, or bf16 in one. Both warpgroups
-// take part in every part's hand-off, also where a half tile gives one of them nothing to write.
-template <bool kHalf = false>
+// Consumer side of one tile: fp32 in two parts, or bf16 in one. Both warpgroups take part in
+// every part's hand-off, also where a half tile gives one of them nothing to write.
+template <TileKind kKind = TileKind::kFull>
 __device__ __forceinline__ void hand_off_tile(const float (&acc)[128], TileHandoff& h, int slab,
                                               bool fp32) {
   if (fp32) {
-    send_part<float, 0, kHalf>(acc, h, slab);
-    send_part<float, 1, kHalf>(acc, h, slab);
+    send_part<float, 0, kKind>(acc, h, slab);
+    send_part<float, 1, kKind>(acc, h, slab);
   } else {
-    send_part<__nv_bfloat16, 0, kHalf>(acc, h, slab);
+    send_part<__nv_bfloat16, 0, kKind>(acc, h, slab);
   }
 }
 
