@@ -157,6 +157,8 @@ if [[ " $stages " == *" sass "* ]]; then
            "QGMMA $(cuobjdump --dump-sass "$f" | grep -c QGMMA)"
     done
     cuobjdump --dump-resource-usage "$BUILD/moefuse-bench" 2>/dev/null | grep -E "Function|REG" | head -80
+    # The FP8 GEMM's consumer K loop, SASS instructions per K block (issue-bound: docs/fp8.md).
+    python3 scripts/sass_kloop.py "$BUILD/moefuse-bench"
   } 2>&1 | tee "$OUT/sass.txt"
 fi
 

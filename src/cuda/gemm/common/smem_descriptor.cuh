@@ -32,4 +32,25 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* smem) {
   return sw128_descriptor(smem, 16, kSwizzleAtomBytes);
 }
 
+// smem_descriptor from the low 32-bit word of a stage base, for loops that step through stages:
+// a stage moves only the start-address field, and shared addresses stay below 2^18, so adding
+// (byte offset >> 4) to the low word never carries into the LBO field and gives the same 64 bits
+// as smem_descriptor of the moved address — without the 64-bit arithmetic, generic-address
+// conversion and register moves that recomputing it per stage costs (FP8 kernel, run 9's SASS).
+// The K steps inside a stage stay 64-bit adds of +2 to the whole descriptor: in uniform
+// registers ptxas emits one UIADD3.64 per descriptor for them, where 32-bit adds of the low word
+// made it re-set the high word before every wgmma (two more instructions each, measured).
+inline constexpr uint32_t kSw128DescriptorHigh =
+    static_cast<uint32_t>(kSwizzleAtomBytes >> 4) | (1u << 30);
+static_assert(uint64_t{kSw128DescriptorHigh} << 32 ==
+                  (uint64_t{kSwizzleAtomBytes >> 4} << 32 | uint64_t{1} << 62),
+              "sw128_descriptor's SBO and layout type");
+static_assert(228 * 1024 <= (1 << 18), "a CTA's shared addresses fit the 18 address bits");
+__device__ __forceinline__ uint32_t sw128_descriptor_low(uint32_t smem_addr) {
+  return ((smem_addr & 0x3FFFFu) >> 4) | (uint32_t{16 >> 4} << 16);
+}
+__device__ __forceinline__ uint64_t sw128_descriptor_of(uint32_t low) {
+  return uint64_t{kSw128DescriptorHigh} << 32 | low;
+}
+
 }  // namespace moefuse::gemm

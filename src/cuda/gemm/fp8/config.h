@@ -43,6 +43,10 @@ inline constexpr int kScaleAlignRows = 4;
 inline constexpr int kScaleBoxRows = kBlockM + kScaleAlignRows;
 inline constexpr int kScaleBytes = kScaleBoxRows * 4;  // what the box delivers
 inline constexpr int kScaleSlotBytes = 640;            // kScaleBytes rounded up to 128
+// The stage's weight scale (one fp32 for the tile's n-block and K block) sits after the box: the
+// producer stores it there, so the consumers read it with the row scales from shared memory
+// instead of a global load per K block on their critical path (mainloop.cuh).
+inline constexpr int kBScaleOffset = kScaleBytes;
 inline constexpr int kStageBytes = kABytes + kBBytes + kScaleSlotBytes;
 // The box's first row for a tile whose first row is `first`; row r of the tile is then entry
 // r + first - scale_box_row(first) of the box.
@@ -61,6 +65,7 @@ static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomB
 static_assert(kScaleSlotBytes % 128 == 0 && kScaleSlotBytes >= kScaleBytes,
               "TMA destinations need 128-byte alignment");
 static_assert(kScaleBytes % 16 == 0, "a TMA box's inner extent is a multiple of 16 bytes");
+static_assert(kBScaleOffset + 4 <= kScaleSlotBytes, "the weight scale fits behind the box");
 
 // The hand-off's tile buffer (bf16 forward output; tile_epilogue.cuh): 128 rows of 128 bf16,
 // padded to a 272-byte pitch so that a warp's column-pair stores (8 rows × 4 lanes) hit all 32

@@ -25,13 +25,18 @@ class IssueTurns {
  public:
   __device__ explicit IssueTurns(int slab) : slab_(slab) {}
 
-  // Before the K block's first wgmma.
+  // Before the K block's first wgmma. kSlab: the calling warpgroup's slab (the K loop is
+  // instantiated per slab), so the barrier ids are immediates, not recomputed in every K block.
+  template <int kSlab>
   __device__ void wait() {
-    if (slab_ == 1 || took_turn_) sync(kTurn + slab_);
+    if (kSlab == 1 || took_turn_) sync(kTurn + kSlab);
     took_turn_ = true;
   }
   // After the K block's wgmma are committed (before waiting for them).
-  __device__ void pass() const { arrive(kTurn + (slab_ ^ 1)); }
+  template <int kSlab>
+  __device__ void pass() const {
+    arrive(kTurn + (kSlab ^ 1));
+  }
   // After the last tile.
   __device__ void finish() const {
     if (slab_ == 0 && took_turn_) sync(kTurn);

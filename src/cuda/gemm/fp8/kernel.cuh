@@ -78,6 +78,17 @@ __device__ __forceinline__ void cluster_sync_all() {
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
+// v, the same in every lane of the warp, through a warp reduction: REDUX writes a uniform
+// register, so ptxas knows the value is warp-uniform as well, and branches and loops on it are
+// convergent. ptxas keeps values in uniform registers only in convergent code, and the
+// consumers' K loop needs that (mainloop.cuh, ConsumerStages): its three enclosing conditions —
+// the role (warpgroup), the unit loop's end (total_units, read from shared memory) and the
+// phantom test (w.live, from memory) — go through here. With any one of them left as a plain
+// value, its stage arithmetic, addresses and wgmma descriptors fall back to vector registers
+// and R2UR moves: 74-78 instead of 40-45 SASS instructions per K block besides the 64 FFMAs and
+// 4 QGMMAs (measured on this kernel's three instantiations, CUDA 13.0).
+__device__ __forceinline__ int warp_uniform(int v) { return __reduce_max_sync(0xffffffffu, v); }
+
 // Warps 1-3 of warpgroup 0: drain every live tile the consumers stage, in their order.
 __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
                                                    const EpilogueParams& ep,
@@ -123,8 +134,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (threadIdx.x == 0) smem.init_barriers();
   cluster_sync_all();
-  const int total_units = smem.unit_start[p.num_experts];
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int total_units = warp_uniform(smem.unit_start[p.num_experts]);
+  const int warpgroup = warp_uniform(threadIdx.x / kWarpgroupThreads);
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
@@ -137,22 +148,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int slab = warpgroup - 1;
-    const int n_groups = ceil_div(p.n, kBlockN), k_groups = ceil_div(p.k, kBlockK);
+    const ConsumerStages stages = ConsumerStages::of(smem);
     float acc[kAccumulators];
     PipelineState<kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);
     IssueTurns turns(slab);
     for (int u = cluster; u < total_units; u += clusters) {
       const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
-      if (!w.live) {
+      if (!warp_uniform(w.live)) {
         skip_tile(p, smem, pipe);
         continue;
       }
       const TileCoord& c = w.tile;
       const TileRows rows = tile_rows<kBlockM>(p, c);
-      const float* b_scale =
-          p.b_scales + (static_cast<int64_t>(c.expert) * n_groups + c.n_block) * k_groups;
-      consume_tile(acc, p, smem, pipe, slab, rows.first, b_scale, turns);
+      // The slab as a template argument: its A offset folds into the descriptor constants.
+      if (slab == 0) consume_tile<0>(acc, p, stages, pipe, rows.first, turns);
+      else consume_tile<1>(acc, p, stages, pipe, rows.first, turns);
       const int n0 = c.n_block * kBlockN;
       if constexpr (kOverlap) {
         handoff.acquire();

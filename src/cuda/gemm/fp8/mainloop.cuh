@@ -11,7 +11,10 @@
 //             arrives on the empty[s] of CTA c (c = 0, 1; a remote arrive through mapa).
 //   producer (thread 0), per K block: wait own empty[s] (parity phase ^ 1; a fresh barrier
 //     passes) — complete only when the consumers of BOTH CTAs have released stage s, since the
-//     multicast below writes into both —; arrive.expect_tx(own full[s], loads.bytes); then
+//     multicast below writes into both —; a live tile's weight scale of the K block into the
+//     scale slot behind the box (kBScaleOffset: a plain st.shared, loaded from global before the
+//     wait), which the arrive below releases and the consumers' wait acquires;
+//     arrive.expect_tx(own full[s], loads.bytes); then
 //       the shared operand: its half (rows 64·rank ..) multicast (mask 0b11) to the same offset
 //         of both CTAs, signalling full[s] at the same offset in each;
 //       its own operand: both 64-row halves, to itself;
@@ -27,9 +30,10 @@
 //     the previous phase: the peer issues it after its empty[s] completed, which needs our
 //     consumers' release of the previous round, which follows their wait on that phase.
 //   consumers (256 threads): wait full[s] (parity phase); read their rows' two activation
-//     scales; 4 wgmma m64n128k32 into a fresh fp32 block accumulator (the first with scale-d 0);
-//     commit; wait_group 0 (every lane of the warp is past it: .sync.aligned); lanes 0 and 1
-//     arrive on empty[s] of CTA 0 and CTA 1; then promote: acc += block · (a_scale · b_scale).
+//     scales and the weight scale; 4 wgmma m64n128k32 into a fresh fp32 block accumulator (the
+//     first with scale-d 0); commit; wait_group 0 (every lane of the warp is past it:
+//     .sync.aligned); lanes 0 and 1 arrive on empty[s] of CTA 0 and CTA 1; then promote:
+//     acc += block · (a_scale · b_scale).
 //     A phantom's consumers wait full[s] and release, without wgmma (the release must follow the
 //     wait, or the next round's copies could land in this round's phase).
 //   No waiter is lapped: the empty barriers, not the bytes, keep the CTAs within one round of
@@ -96,14 +100,23 @@ __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtenso
                                         const SharedLayout& smem, const TileShape& shape,
                                         int total_units, int cluster, int clusters, int rank) {
   const int k_blocks = ceil_div(p.k, kBlockK);
+  const int n_groups = ceil_div(p.n, kBlockN);
   PipelineState<kStages> pipe;
   for (int u = cluster; u < total_units; u += clusters) {
     const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
     const TileRows rows = tile_rows<kBlockM>(p, w.tile);
     const StageLoads loads = stage_loads(p, w, rows);
     const int n_first = w.tile.n_block * kBlockN;
+    // The tile's weight scales [k_blocks] (expert and n-block fixed); a phantom has none.
+    const float* b_scale =
+        p.b_scales + (static_cast<int64_t>(w.tile.expert) * n_groups + w.tile.n_block) * k_blocks;
     for (int kb = 0; kb < k_blocks; ++kb) {
+      // The weight scale goes through the stage (the protocol above), so that the consumers
+      // read it by LDS with the row scales instead of a global load in their K loop. Loaded
+      // before the wait on empty[s], which hides its latency once the producer runs ahead.
+      const float sb = w.live ? __ldg(b_scale + kb) : 0.0f;
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      if (w.live) st_shared_f32(shared_address(smem.scale_stage(pipe.stage)) + kBScaleOffset, sb);
       uint64_t* full = &smem.full[pipe.stage];
       ClusterTransactionBarrier::arrive_and_expect_tx(full, loads.bytes);
       const int k0 = kb * kBlockK;
@@ -170,44 +183,97 @@ __device__ __forceinline__ void wgmma_m64n128k32(uint64_t desc_a, uint64_t desc_
   Mma::fma(desc_a, desc_b, block[I]..., scale_d);
 }
 
-// One tile's K loop for consumer warpgroup `slab` (rows 64·slab .. 64·slab + 63 of the tile).
-// first_row: the tile's first row (where its scales sit in the scale box); b_scale: the tile's row
-// of weight scales, [ceil(K/128)] (expert, n-block fixed).
+// The consumers' view of the stages: 32-bit shared addresses and wgmma descriptor low words
+// (smem_descriptor.cuh) as a base plus constants and the stage. Run 9's ncu found the K loop
+// issue-bound; its SASS spent 88 of 156 instructions per K block (besides 64 FFMA and 4 QGMMA)
+// on generic addresses and loads, a global load of the weight scale, 64-bit descriptor adds
+// with their moves and R2UR copies, and stage, barrier-id and address recomputation. With these
+// bases, the slab a template argument and the stage warp-uniform (kernel.cuh, warp_uniform) it
+// is 40-45 (CUDA 13.0): the stage and descriptor arithmetic in uniform registers (one UIADD3.64
+// per descriptor and K step), the scales by LDS.
+struct ConsumerStages {
+  uint32_t base;  // shared address of SharedLayout::a
+  uint32_t desc;  // its low descriptor word
+
+  __device__ static ConsumerStages of(const SharedLayout& smem) {
+    const uint32_t base = shared_address(smem.a);
+    return ConsumerStages{.base = base, .desc = sw128_descriptor_low(base)};
+  }
+  __device__ uint32_t full(uint32_t stage) const {
+    return base + SharedLayout::kFullOffset + stage * uint32_t{sizeof(uint64_t)};
+  }
+  __device__ uint32_t empty(uint32_t stage) const {
+    return base + SharedLayout::kEmptyOffset + stage * uint32_t{sizeof(uint64_t)};
+  }
+  __device__ uint32_t scale_slot(uint32_t stage) const {
+    return base + SharedLayout::kScaleOffset + stage * kScaleSlotBytes;
+  }
+  // Descriptor units are 16 bytes.
+  template <int kSlab>
+  __device__ uint32_t desc_a(uint32_t stage) const {
+    return desc + kSlab * (kHalfBytes / 16) + stage * (kABytes / 16);
+  }
+  __device__ uint32_t desc_b(uint32_t stage) const {
+    return desc + SharedLayout::kBOffset / 16 + stage * (kBBytes / 16);
+  }
+};
+static_assert(kHalfBytes == (kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes,
+              "a consumer's 64-row A slab is one half of the A stage");
+static_assert(kHalfBytes % 16 == 0 && kABytes % 16 == 0 && kBBytes % 16 == 0 &&
+              SharedLayout::kBOffset % 16 == 0);
+
+// One tile's K loop for consumer warpgroup kSlab (rows 64·kSlab .. 64·kSlab + 63 of the tile).
+// first_row: the tile's first row (where its scales sit in the scale box).
 // Accumulator layout (m64nN f32): acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the slab,
 // column 8j + 2·(lane % 4) + i, so h picks the row and with it the activation scale.
+// Per K block: wait full[s]; load the two row scales and the weight scale (LDS, before the
+// wgmma, as the stage is released right after it); 4 wgmma into `block`, the first with
+// scale-d 0 (which zeroes it: no zeroing instructions); commit; wait; release the stage; then
+// acc += block · (a_scale · b_scale), one FFMA per element: the arithmetic of the first version
+// (the product rounded to fp32, one fmaf per element, K blocks in order). The products are
+// written after the wait so that nothing between the full-barrier wait and the first wgmma
+// waits on a load (ptxas puts them behind the first QGMMA); the first version multiplied a
+// global and a generic load's results there, and its first wgmma waited for both.
+template <int kSlab>
 __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const Fp8GemmProblem& p,
-                                             const SharedLayout& smem, PipelineState<kStages>& pipe,
-                                             int slab, int first_row, const float* b_scale,
-                                             IssueTurns& turns) {
+                                             const ConsumerStages& st, PipelineState<kStages>& pipe,
+                                             int first_row, IssueTurns& turns) {
   using cute::SM90::GMMA::ScaleOut;
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   float block[kAccumulators];
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int row =
-      first_row - scale_box_row(first_row) + slab * (kBlockM / 2) + 16 * warp + lane / 4;
+      first_row - scale_box_row(first_row) + kSlab * (kBlockM / 2) + 16 * warp + lane / 4;
+  const uint32_t row_offset = 4 * row;  // in the scale slot; row + 8 is 32 bytes on
+  // Lane c (< kClusterSize) releases the stage in CTA c; the other lanes do not arrive.
+  const bool releases = lane < kClusterSize;
+  const uint32_t empty_in_cta = cluster_address(st.empty(0), lane % kClusterSize);
   const int k_blocks = ceil_div(p.k, kBlockK);
   for (int kb = 0; kb < k_blocks; ++kb) {
-    const float sb = __ldg(b_scale + kb);
-    ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
-    const float* sa = smem.scale_stage(pipe.stage);
-    const float s0 = sa[row] * sb, s1 = sa[row + 8] * sb;
-    const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + slab * (kBlockM / 2) * 128);
-    const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage));
+    const uint32_t stage = pipe.stage;
+    wait_barrier(st.full(stage), pipe.phase);
+    const uint32_t slot = st.scale_slot(stage);
+    const float a0 = ld_shared_f32(slot + row_offset);
+    const float a1 = ld_shared_f32(slot + row_offset + 8 * 4);
+    const float b = ld_shared_f32(slot + kBScaleOffset);
+    const uint32_t desc_a = st.desc_a<kSlab>(stage), desc_b = st.desc_b(stage);
     fence_accumulators(block);
-    turns.wait();
+    turns.wait<kSlab>();
     cute::warpgroup_arrive();
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
-      // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
-      wgmma_m64n128k32(desc_a + 2 * k, desc_b + 2 * k, block, k == 0 ? ScaleOut::Zero : ScaleOut::One,
+      // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor.cuh).
+      wgmma_m64n128k32(sw128_descriptor_of(desc_a) + 2 * k, sw128_descriptor_of(desc_b) + 2 * k,
+                       block, k == 0 ? ScaleOut::Zero : ScaleOut::One,
                        std::make_index_sequence<kAccumulators>{});
     }
     cute::warpgroup_commit_batch();
-    turns.pass();
+    turns.pass<kSlab>();
     cute::warpgroup_wait<0>();
     fence_accumulators(block);
-    release_stage(smem, pipe.stage);
+    if (releases) arrive_cluster_barrier(empty_in_cta + stage * uint32_t{sizeof(uint64_t)});
+    const float s0 = a0 * b, s1 = a1 * b;
 #pragma unroll
     for (int j = 0; j < kAccumulators / 4; ++j) {
       acc[4 * j + 0] = fmaf(s0, block[4 * j + 0], acc[4 * j + 0]);

@@ -26,14 +26,22 @@ struct SharedLayout {
   uint64_t* tile_empty;  // epilogue warps → consumers
   int* unit_start;       // [E + 1] exclusive prefix of the work-unit counts
 
+  // Byte offsets from `a` (the swizzle-aligned base), for code that addresses stages as base +
+  // constant in 32-bit shared addresses (the consumers' K loop, mainloop.cuh).
+  static constexpr int kBOffset = kStages * kABytes;
+  static constexpr int kScaleOffset = kBOffset + kStages * kBBytes;
+  static constexpr int kTileOffset = kScaleOffset + kStages * kScaleSlotBytes;
+  static constexpr int kFullOffset = kTileOffset + kTileBytes;
+  static constexpr int kEmptyOffset = kFullOffset + kStages * int{sizeof(uint64_t)};
+
   __device__ static SharedLayout carve(uint8_t* raw) {
     SharedLayout s;
     s.a = align_to_swizzle_atom(raw);
-    s.b = s.a + kStages * kABytes;
-    s.a_scale = reinterpret_cast<float*>(s.b + kStages * kBBytes);
-    s.tile = reinterpret_cast<uint8_t*>(s.a_scale) + kStages * kScaleSlotBytes;
-    s.full = reinterpret_cast<uint64_t*>(s.tile + kTileBytes);
-    s.empty = s.full + kStages;
+    s.b = s.a + kBOffset;
+    s.a_scale = reinterpret_cast<float*>(s.a + kScaleOffset);
+    s.tile = s.a + kTileOffset;
+    s.full = reinterpret_cast<uint64_t*>(s.a + kFullOffset);
+    s.empty = reinterpret_cast<uint64_t*>(s.a + kEmptyOffset);
     s.tile_full = s.empty + kStages;
     s.tile_empty = s.tile_full + 1;
     s.unit_start = reinterpret_cast<int*>(s.tile_empty + 1);
