@@ -57,7 +57,7 @@ struct LayerOptions {
 enum class LayerStage : uint8_t {
   kRouter,          // logits GEMM + fused top-k, aux/z statistics
   kDispatch,        // offsets, row maps, per-row probabilities
-  kPermute,         // unfused only: x → xs (fused: the gather is in FC1's loads)
+  kPermute,         // x → xs, the rows FC1 reads (both modes)
   kFc1,             // FC1 grouped GEMM (+ activation)
   kFc2,             // FC2 grouped GEMM (+ prob scale)
   kCombine,         // Σ_j over a token's rows (+ shared expert's output)

@@ -29,7 +29,7 @@ inline constexpr int kMnChunkBytes = kMnChunk * kBlockK * 2;  // 8 KiB
 // 128 threads, so its consumers keep the epilogue.
 //
 // setmaxnreg budgets (common/warp_roles.h has the rule): warpgroup 0 holds the epilogue warps,
-// whose dGLU keeps four rows' loads in flight; the consumers now hold only the accumulators and
+// whose dGLU keeps six rows' loads in flight; the consumers now hold only the accumulators and
 // the hand-off. The gather producer keeps 16 source addresses live.
 inline constexpr int kProducerRegs = 136;
 inline constexpr int kConsumerRegs = 184;

@@ -272,8 +272,10 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const 
     turns.pass<kSlab>();
     cute::warpgroup_wait<0>();
     fence_accumulators(block);
-    if (releases) arrive_cluster_barrier(empty_in_cta + stage * uint32_t{sizeof(uint64_t)});
+    // The scale products before the release: every lane's use of its loads from the stage then
+    // precedes lanes 0 and 1's arrive in program order (not only by the warp's lockstep).
     const float s0 = a0 * b, s1 = a1 * b;
+    if (releases) arrive_cluster_barrier(empty_in_cta + stage * uint32_t{sizeof(uint64_t)});
 #pragma unroll
     for (int j = 0; j < kAccumulators / 4; ++j) {
       acc[4 * j + 0] = fmaf(s0, block[4 * j + 0], acc[4 * j + 0]);
