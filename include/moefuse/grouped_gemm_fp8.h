@@ -47,12 +47,43 @@
 // deq(a)[r, k] = a[r, k] · 2^(a_scales[k/32, r] - 127), deq(b)[e, n, k] = b[e, n, k] ·
 // 2^(b_scales[e, k/32, n] - 127), and D as above. quantize_mxfp8 writes row-major scales
 // ([rows, K/32]); transpose_mxfp8_activation_scales / transpose_mxfp8_weight_scales convert.
-// Why K-major: a stage (128 rows × 128 of K) needs its 4 × 128 scales of A and of B as single TMA
+// Why K-major (chosen for a native FP8 kernel, which the emulation below replaces; it keeps the
+// layout): a stage (128 rows × 128 of K) needs its 4 × 128 scales of A and of B as single TMA
 // boxes [4, 128] of bytes; the row stride of a TMA tensor must be a multiple of 16 bytes, hence
 // M_cap rounded up to 16 for A (padding never read) and N % 16 == 0 for B.
-// Extra requirements (InvalidArgument names "b"): K % 32 == 0 (whole MX blocks), N % 16 == 0.
-// The GPU kernel for this recipe is not built yet: grouped_gemm_fp8 throws NotSupported for it;
-// the CPU reference (src/ref/grouped_gemm_fp8.h) computes it.
+// Extra requirements (InvalidArgument names "b"): K % 32 == 0 (whole MX blocks), N % 16 == 0;
+// bias, if given, 16-byte aligned (the bf16 GEMM below loads it so).
+//
+// How the GPU computes the MXFP8 recipe. Hopper's tensor cores have no block-scaled MMA, and
+// emulating the per-32 scales with FP8 wgmma means a promotion every 32 of K with a per-column
+// weight scale (two fp32 operations per accumulator per 32 of K, several times the DeepSeek
+// recipe's promotion work, whose loop is already issue-bound). Instead the emulation is exact:
+// an E4M3 value (4 significant bits) times a power of two is a bf16 value (8 significant bits,
+// fp32's exponent range), so grouped_gemm_fp8 runs
+//   1. two dequantise passes into `workspace`: bf16 deq(a) [M_cap, K] (all M_cap rows) and bf16
+//      deq(b) [E, N, K], reading the K-major scale layouts above as they are;
+//   2. the BF16 grouped GEMM (moefuse/grouped_gemm.h) on them with the same epilogue, bias, row
+//      scale and pre-activation.
+// Every product of the GEMM is then exact and accumulates in fp32: D is the reference's (the
+// fp64 sum of the exact dequantised products, src/ref/grouped_gemm_fp8.h) to fp32 summation
+// order, with bf16 d rounded like the BF16 GEMM's. Cost: the passes move M_cap·K·3 and E·N·K·3
+// bytes (read e4m3, write bf16) and the GEMM runs at BF16 tensor-core speed, not FP8's; the
+// workspace holds M_cap·K·2 + E·N·K·2 bytes (grouped_gemm_fp8_workspace_size).
+// The range ends, where bf16 (like fp32) cannot hold deq(x) exactly and the fp64 reference can;
+// quantize_mxfp8's output reaches them only in blocks holding a value within about 3 % of
+// FLT_MAX (x / 2^120 rounds up to 256) or with amax below about 2^-113:
+//   - |deq(x)| >= 2^128 (e.g. 448 · 2^127) is ±Inf, as in fp32 and in dequantize_mxfp8; D then
+//     holds ±Inf or NaN in that row (of a) or column (of b) where the reference may be finite;
+//   - |deq(x)| < 2^-126 is a bf16 subnormal (spacing 2^-133, where fp32's is 2^-149): exact when a
+//     multiple of 2^-133 (always from 2^-130 up), else rounded to nearest even, to 0 at or below
+//     2^-134 (e.g. 2^-9 · 2^-127 = 2^-136); the reference keeps it exactly;
+//   - NaN codes (E4M3 S.1111.111, UE8M0 0xFF) give NaN, as in the reference.
+//
+// Workspace (kMxfp8 on the GPU only; the CPU reference and kDeepSeek ignore it): at least
+// grouped_gemm_fp8_workspace_size(args) bytes, 256-byte aligned, the bytes written (below)
+// overlapping no tensor of args (validated: InvalidArgument names "workspace"). After the call it
+// holds deq(a) [M_cap, K] bf16 at offset 0 and deq(b) [E, N, K] bf16 at M_cap·K·2 rounded up to
+// 256 bytes.
 //
 // grouped_gemm_fp8 is asynchronous on `stream`, allocates nothing, never synchronises and reads
 // no device memory on the host: CUDA-graph safe, like grouped_gemm.
@@ -60,11 +91,13 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/tensor.h"
+#include "moefuse/workspace.h"
 
 namespace moefuse {
 
@@ -108,10 +141,17 @@ struct GroupedGemmFp8Args {
 
   // kMxfp8: a_scales and b_scales are the e8m0 tensors described in the header comment.
   Fp8Recipe recipe = Fp8Recipe::kDeepSeek;
+  // kMxfp8 on the GPU: scratch for the bf16 operands (header comment, "Workspace").
+  Workspace workspace{};
 };
 
-// The fused kernel: TMA + FP8 wgmma, persistent grid, promotion per 128 of K, epilogue in
-// registers. All tensors Device::kCuda.
+// Bytes of GroupedGemmFp8Args::workspace: 0 for kDeepSeek; for kMxfp8 the bf16 copies of a
+// ([M_cap, K]) and b ([E, N, K]), each rounded up to 256 bytes. Reads the recipe and the shapes
+// of a and b only (InvalidArgument names "recipe", or "a" / "b" for a wrong rank); no CUDA call.
+size_t grouped_gemm_fp8_workspace_size(const GroupedGemmFp8Args& args);
+
+// kDeepSeek: the fused kernel (TMA + FP8 wgmma, persistent grid, promotion per 128 of K, epilogue
+// in registers). kMxfp8: the exact bf16 emulation above. All tensors Device::kCuda.
 void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream);
 
 // Validates args as grouped_gemm_fp8 does, with every tensor on `device` (the CPU reference

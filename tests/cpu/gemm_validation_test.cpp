@@ -1,5 +1,6 @@
-// Argument validation of the grouped GEMM: every bad input throws InvalidArgument naming the
-// argument, before any CUDA call (so these run without a GPU).
+// Argument validation of the grouped GEMM, and of the workspace the FP8 grouped GEMM's MXFP8 recipe
+// adds: every bad input throws InvalidArgument naming the argument, before any CUDA call (so these
+// run without a GPU).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "common/test_util.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_fp8.h"
 
 namespace moefuse {
 namespace {
@@ -134,6 +136,85 @@ TEST(GemmValidation, UnfusedTwinNeedsItsScratch) {
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(e.argument(), "scratch.gathered_a");
   }
+}
+
+
+// ---- MXFP8 (moefuse/grouped_gemm_fp8.h): the emulation's bf16 copies in the caller's workspace.
+
+constexpr int64_t kMxK = 96;  // whole 32-element blocks
+
+GroupedGemmFp8Args valid_mxfp8_fc1() {
+  GroupedGemmFp8Args g{.a = dev(DType::kFloat8E4M3, {kM, kMxK}),
+                       .a_scales = dev(DType::kFloat8E8M0, {kMxK / 32, mxfp8_scale_rows(kM)}),
+                       .b = dev(DType::kFloat8E4M3, {kE, kN, kMxK}),
+                       .b_scales = dev(DType::kFloat8E8M0, {kE, kMxK / 32, kN}),
+                       .offsets = dev(DType::kInt32, {kE + 1}),
+                       .d = dev(DType::kBFloat16, {kM, kN / 2}),
+                       .epilogue = GemmEpilogue::kActivation,
+                       .activation = Activation::kSwiGLU,
+                       .row_scale = dev(DType::kFloat32, {kM}),
+                       .bias = dev(DType::kFloat32, {kE, kN}),
+                       .pre_activation = dev(DType::kBFloat16, {kM, kN}),
+                       .recipe = Fp8Recipe::kMxfp8};
+  g.workspace = {.data = fake_ptr(), .bytes = grouped_gemm_fp8_workspace_size(g)};
+  return g;
+}
+
+TEST(GemmValidation, Mxfp8WorkspaceSizeIsTheTwoBf16CopiesAligned) {
+  GroupedGemmFp8Args g = valid_mxfp8_fc1();
+  // a: 100 · 96 · 2 = 19200 = 75 · 256; b: 4 · 64 · 96 · 2 = 49152 (always a multiple of
+  // 1024: N % 16, K % 32).
+  EXPECT_EQ(grouped_gemm_fp8_workspace_size(g), 19200u + 49152u);
+  g.a = dev(DType::kFloat8E4M3, {101, kMxK});  // 19392 bytes, rounded up to 19456
+  EXPECT_EQ(grouped_gemm_fp8_workspace_size(g), 19456u + 49152u);
+  g.a = dev(DType::kFloat8E4M3, {0, kMxK});
+  EXPECT_EQ(grouped_gemm_fp8_workspace_size(g), 49152u);
+  g.recipe = Fp8Recipe::kDeepSeek;
+  EXPECT_EQ(grouped_gemm_fp8_workspace_size(g), 0u);
+
+  g = valid_mxfp8_fc1();
+  g.recipe = static_cast<Fp8Recipe>(5);
+  test::expect_invalid([&] { grouped_gemm_fp8_workspace_size(g); }, "recipe");
+  g = valid_mxfp8_fc1();
+  g.a = dev(DType::kFloat8E4M3, {kM * kMxK});
+  test::expect_invalid([&] { grouped_gemm_fp8_workspace_size(g); }, "a");
+  g = valid_mxfp8_fc1();
+  g.b = dev(DType::kFloat8E4M3, {kE * kN, kMxK});
+  test::expect_invalid([&] { grouped_gemm_fp8_workspace_size(g); }, "b");
+}
+
+TEST(GemmValidation, Mxfp8RejectsABadWorkspaceByName) {
+  EXPECT_NO_THROW(validate_grouped_gemm_fp8(valid_mxfp8_fc1()));
+  const size_t bytes = valid_mxfp8_fc1().workspace.bytes;
+  const struct {
+    std::string argument;
+    std::function<void(GroupedGemmFp8Args&)> spoil;
+  } cases[] = {
+      {"workspace", [](auto& g) { g.workspace.bytes -= 1; }},
+      {"workspace", [](auto& g) { g.workspace = {}; }},
+      {"workspace", [](auto& g) { g.workspace.data = static_cast<char*>(g.workspace.data) + 16; }},
+      // The copies overlapping an input or an output (the region the passes write).
+      {"workspace", [](auto& g) { g.workspace.data = g.a.data; }},
+      {"workspace", [](auto& g) { g.workspace.data = static_cast<char*>(g.b_scales.data) - 256; }},
+      {"workspace", [](auto& g) { g.workspace.data = g.d.data; }},
+      {"workspace", [=](auto& g) {  // the b copy's last bytes are pre_activation's first
+         g.workspace.data = static_cast<char*>(g.pre_activation.data) - bytes + 256;
+       }},
+      // 8 bytes suffice for the FP8 kernel's epilogue, not for the BF16 GEMM it runs on.
+      {"bias", [](auto& g) { g.bias.data = static_cast<char*>(g.bias.data) + 8; }},
+  };
+  for (const auto& c : cases) {
+    GroupedGemmFp8Args g = valid_mxfp8_fc1();
+    c.spoil(g);
+    SCOPED_TRACE("spoiled " + c.argument);
+    test::expect_invalid([&] { validate_grouped_gemm_fp8(g); }, c.argument);
+    test::expect_invalid([&] { grouped_gemm_fp8(g, nullptr); }, c.argument);
+  }
+  // Larger than needed is fine; the bytes past the copies are not written, so may overlap.
+  GroupedGemmFp8Args big = valid_mxfp8_fc1();
+  big.workspace.bytes *= 2;
+  big.workspace.data = static_cast<char*>(big.d.data) - bytes;
+  EXPECT_NO_THROW(validate_grouped_gemm_fp8(big));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "cuda/layer/layer_args.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_backward.h"
+#include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/health.h"
 #include "moefuse/tensor.h"
 #include "ref/quant.h"
@@ -114,8 +115,20 @@ TEST(HostileInput, ValidCallWithoutHopperThrowsNotSupported) {
                                    .offsets = at(base * 3, DType::kInt32, {E + 1}),
                                    .d = at(base * 4, DType::kBFloat16, {M, N})};
   const TensorView health = at(base * 5, DType::kInt32, {1});
+  GroupedGemmFp8Args mxfp8{
+      .a = at(base * 6, DType::kFloat8E4M3, {M, K}),
+      .a_scales = at(base * 7, DType::kFloat8E8M0, {K / 32, mxfp8_scale_rows(M)}),
+      .b = at(base * 8, DType::kFloat8E4M3, {E, N, K}),
+      .b_scales = at(base * 9, DType::kFloat8E8M0, {E, K / 32, N}),
+      .offsets = at(base * 3, DType::kInt32, {E + 1}),
+      .d = at(base * 10, DType::kFloat32, {M, N}),
+      .recipe = Fp8Recipe::kMxfp8};
+  mxfp8.workspace = {.data = reinterpret_cast<void*>(base * 11),
+                     .bytes = grouped_gemm_fp8_workspace_size(mxfp8)};
   const std::vector<std::pair<std::string, std::function<void()>>> calls = {
       {"grouped_gemm_dgrad", [&] { grouped_gemm_dgrad(dgrad, nullptr); }},
+      {"grouped_gemm_fp8 (MXFP8: before its dequantise passes)",
+       [&] { grouped_gemm_fp8(mxfp8, nullptr); }},
       {"reset_health_flags", [&] { reset_health_flags(health, nullptr); }}};
   for (const auto& [name, call] : calls) {
     SCOPED_TRACE(name);

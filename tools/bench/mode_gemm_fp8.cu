@@ -1,12 +1,14 @@
-// `moefuse-bench gemm-fp8`: the FP8 grouped GEMM (DeepSeek-V3 recipe, moefuse/grouped_gemm_fp8.h)
-// against, in the same run, the BF16 grouped GEMM on the same problem and one dense cuBLAS BF16
-// GEMM of the same total size. Problems: DeepGEMM's published grouped shapes (linear epilogue,
-// bf16 out, every group the same size) and each preset's FC1 (its activation) and FC2 (routing
-// probability) at --tokens with --routing.
+// `moefuse-bench gemm-fp8`: the FP8 grouped GEMM (moefuse/grouped_gemm_fp8.h), DeepSeek-V3 recipe
+// and MXFP8 recipe (its exact emulation: two dequantise passes + the BF16 grouped GEMM), against,
+// in the same run, the BF16 grouped GEMM on the same problem and one dense cuBLAS BF16 GEMM of the
+// same total size. Problems: DeepGEMM's published grouped shapes (linear epilogue, bf16 out,
+// every group the same size) and each preset's FC1 (its activation) and FC2 (routing
+// probability) at --tokens with --routing. A second table splits the MXFP8 time: its dequantise
+// passes alone (TB/s over the bytes they move) next to the BF16 grouped GEMM alone.
 //
-// The values are quantised from random bf16 data by the GPU quantisers; the activation scales
-// (K-major, which no GPU kernel writes yet) are random positive values: the timing does not
-// depend on them.
+// The values are quantised from random bf16 data by the GPU quantisers; the DeepSeek activation
+// scales (K-major, which no GPU kernel writes yet) are random positive values, the MXFP8 runs
+// read the same codes with every UE8M0 scale 2^0: the timing does not depend on them.
 #include <cuda_bf16.h>
 
 #include <array>
@@ -24,6 +26,7 @@
 #include "bench/routing.h"
 #include "bench/timing.h"
 #include "cuda/check.h"
+#include "cuda/gemm/fp8/mxfp8_emulation.h"
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
@@ -77,8 +80,37 @@ struct Buffers {
   }
 };
 
+// The MXFP8 recipe's arguments over the DeepSeek ones' codes: UE8M0 scales (all 2^0) in the
+// K-major layouts, and the emulation's workspace.
+struct Mxfp8Run {
+  DeviceBuffer a_scales, b_scales, workspace;
+  GroupedGemmFp8Args args;
+
+  explicit Mxfp8Run(const GroupedGemmFp8Args& fp8) : args(fp8) {
+    const int64_t m = fp8.a.size(0), e = fp8.b.size(0), n = fp8.b.size(1), k = fp8.b.size(2);
+    const int64_t kg = k / kMxfp8ScaleGroup;
+    a_scales = DeviceBuffer(kg * mxfp8_scale_rows(m));
+    b_scales = DeviceBuffer(e * kg * n);
+    constexpr int kUe8m0One = 127;
+    MOEFUSE_CUDA_CHECK(cudaMemset(a_scales.get(), kUe8m0One, a_scales.bytes()));
+    MOEFUSE_CUDA_CHECK(cudaMemset(b_scales.get(), kUe8m0One, b_scales.bytes()));
+    args.a_scales = a_scales.view(DType::kFloat8E8M0, {kg, mxfp8_scale_rows(m)});
+    args.b_scales = b_scales.view(DType::kFloat8E8M0, {e, kg, n});
+    args.recipe = Fp8Recipe::kMxfp8;
+    workspace = DeviceBuffer(grouped_gemm_fp8_workspace_size(args));
+    args.workspace = {.data = workspace.get(), .bytes = workspace.bytes()};
+    validate_grouped_gemm_fp8(args);  // launch_mxfp8_dequantize takes validated arguments
+  }
+
+  // What the two dequantise passes read and write: codes, scales, bf16 copies.
+  double pass_bytes() const {
+    return 3.0 * double(args.a.numel() + args.b.numel()) +
+           double(args.a_scales.numel() + args.b_scales.numel());
+  }
+};
+
 void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& cublas,
-                   Report& report) {
+                   Report& report, Report& mx_report) {
   const int64_t e = static_cast<int64_t>(p.offsets.size()) - 1, m = p.offsets.back();
   const int64_t n_out = p.activation && is_glu(p.act) ? p.n / 2 : p.n;
   const int64_t kg = fp8_scale_groups(p.k);
@@ -115,6 +147,12 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
   });
   const double bf16 = time("bf16 grouped", [&](cudaStream_t s) { grouped_gemm(bf16_args, s); });
   const double fp8 = time("fp8 grouped", [&](cudaStream_t s) { grouped_gemm_fp8(fp8_args, s); });
+  const Mxfp8Run mx(fp8_args);
+  const double mxfp8 =
+      time("mxfp8 grouped", [&](cudaStream_t s) { grouped_gemm_fp8(mx.args, s); });
+  const double passes = time("mxfp8 dequantise x2", [&](cudaStream_t s) {
+    gemm::fp8::launch_mxfp8_dequantize(mx.args, s);
+  });
   progress_done();
 
   const double flops = 2.0 * m * p.n * p.k;
@@ -124,6 +162,9 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
   row("cublas dense bf16 (bound)", dense);
   row("moefuse bf16 grouped", bf16);
   row("moefuse fp8 grouped", fp8);
+  row("moefuse mxfp8 grouped (dequantise x2 + bf16 grouped)", mxfp8);
+  mx_report.add_row({p.name, p.op, passes, mx.pass_bytes() / passes * 1e-9, mxfp8, bf16,
+                     mxfp8 / bf16});
 }
 
 // A preset's dW2 = Σ dysᵀ · act (k-grouped, fp32 out): the BF16 wgrad, the FP8 wgrad on
@@ -210,7 +251,8 @@ int run(Args& args) {
     problems.push_back({.name = name, .op = "fc2", .offsets = r.offsets, .n = c.hidden,
                         .k = c.ffn, .row_scale = true});
   }
-  Report report("FP8 grouped GEMM (e4m3, 1x128 / 128x128 fp32 scales, bf16 out)",
+  Report report("FP8 grouped GEMM (e4m3; DeepSeek 1x128 / 128x128 fp32 scales, MXFP8 1x32 "
+                "e8m0 emulated in bf16; bf16 out)",
                 {"problem", "op", "variant", "median_ms", "TFLOP/s", "vs_dense_bf16",
                  "vs_bf16_grouped"});
   report.set_meta("tokens", static_cast<long long>(o.tokens));
@@ -218,24 +260,32 @@ int run(Args& args) {
   report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
                                 std::to_string(o.warmup) + " warm-up, CUDA events");
   report.set_meta("columns", "vs_* = that variant's time / this time (the same FLOPs)");
+  Report mx_report("MXFP8 emulation: dequantise passes vs the BF16 grouped GEMM",
+                   {"problem", "op", "dequantise_ms", "TB/s", "mxfp8_ms", "bf16_grouped_ms",
+                    "mxfp8_vs_bf16"});
+  mx_report.set_meta("columns",
+                     "dequantise_ms: both passes alone, TB/s over the bytes they move (e4m3 and "
+                     "e8m0 read, bf16 written); mxfp8_vs_bf16 = mxfp8_ms / bf16_grouped_ms");
   CublasBaseline cublas;
-  for (const Problem& p : problems) bench_problem(p, o, cublas, report);
+  for (const Problem& p : problems) bench_problem(p, o, cublas, report, mx_report);
   Report wgrad("FP8 k-grouped wgrad (column-wise e4m3, 128-row groups, fp32 out)",
                {"problem", "op", "variant", "median_ms", "TFLOP/s", "vs_bf16_wgrad"});
   wgrad.set_meta("columns", "vs_bf16_wgrad = the BF16 wgrad's time / this time");
   for (const auto& [name, offsets] : preset_offsets)
     bench_wgrad(name, preset(name), offsets, o, wgrad);
   report.print();
+  mx_report.print();
   wgrad.print();
   std::printf("reproduce: %s\n", args.command().c_str());
-  if (!o.json.empty()) write_json_file(o.json, args.command(), {&report, &wgrad});
+  if (!o.json.empty()) write_json_file(o.json, args.command(), {&report, &mx_report, &wgrad});
   return 0;
 }
 
 }  // namespace
 
 MOEFUSE_BENCH_MODE(gemm_fp8, "gemm-fp8",
-                   "FP8 grouped GEMM (DeepSeek-V3 recipe) vs BF16 grouped and cuBLAS dense bf16",
+                   "FP8 grouped GEMM (DeepSeek-V3 and MXFP8 recipes) vs BF16 grouped and cuBLAS "
+                   "dense bf16",
                    run);
 
 }  // namespace moefuse::bench

@@ -39,19 +39,6 @@ inline constexpr int kDequantThreads = 256;
 inline constexpr int kDequantWarps = kDequantThreads / 32;
 inline constexpr int kDequantSteps = 4;  // 64 bytes of E4M3 codes a lane in flight
 
-// The four E4M3 codes of w (byte k is element k) as floats.
-__device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float (&f)[4]) {
-  asm("{\n .reg .b16 p0, p1, h0, h1, h2, h3;\n .reg .b32 f01, f23;\n"
-      " mov.b32 {p0, p1}, %4;\n"
-      " cvt.rn.f16x2.e4m3x2 f01, p0;\n"
-      " cvt.rn.f16x2.e4m3x2 f23, p1;\n"
-      " mov.b32 {h0, h1}, f01;\n"
-      " mov.b32 {h2, h3}, f23;\n"
-      " cvt.f32.f16 %0, h0;\n cvt.f32.f16 %1, h1;\n cvt.f32.f16 %2, h2;\n cvt.f32.f16 %3, h3;\n}"
-      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3])
-      : "r"(w));
-}
-
 __device__ __forceinline__ void store16(float* out, const float (&v)[kVec]) {
   float4* o4 = reinterpret_cast<float4*>(out);
 #pragma unroll

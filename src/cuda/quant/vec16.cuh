@@ -101,6 +101,20 @@ __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
   return w ^ nan_ff;
 }
 
+// The four E4M3 codes of w (byte k is element k) as floats, = formats::e4m3_to_float of each:
+// the hardware conversion to f16 is exact (every E4M3 value is an fp16 value) and NaN stays NaN.
+__device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float (&f)[4]) {
+  asm("{\n .reg .b16 p0, p1, h0, h1, h2, h3;\n .reg .b32 f01, f23;\n"
+      " mov.b32 {p0, p1}, %4;\n"
+      " cvt.rn.f16x2.e4m3x2 f01, p0;\n"
+      " cvt.rn.f16x2.e4m3x2 f23, p1;\n"
+      " mov.b32 {h0, h1}, f01;\n"
+      " mov.b32 {h2, h3}, f23;\n"
+      " cvt.f32.f16 %0, h0;\n cvt.f32.f16 %1, h1;\n cvt.f32.f16 %2, h2;\n cvt.f32.f16 %3, h3;\n}"
+      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3])
+      : "r"(w));
+}
+
 // 16 E4M3 codes of x * multiplier, one 16-byte store (element k in byte k).
 template <class T>
 __device__ __forceinline__ void store16_e4m3(uint8_t* q, const Raw16<T>& r, float multiplier) {

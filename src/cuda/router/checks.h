@@ -1,5 +1,6 @@
-// Argument checks shared by the router and dispatch ops. They run on the host before any CUDA
-// call (so the bad-input tests run without a GPU) and throw InvalidArgument naming the argument.
+// Argument checks shared by the router and dispatch ops (and the FP8 GEMM's workspace). They run on
+// the host before any CUDA call (so the bad-input tests run without a GPU) and throw
+// InvalidArgument naming the argument.
 #pragma once
 
 #include <cstddef>

@@ -1,17 +1,37 @@
-// The public FP8 grouped GEMM (moefuse/grouped_gemm_fp8.h): validation, then the kernel.
+// The public FP8 grouped GEMM (moefuse/grouped_gemm_fp8.h): validation, then the FP8 kernel
+// (DeepSeek recipe) or the exact bf16 emulation (MXFP8).
 #include "moefuse/grouped_gemm_fp8.h"
+
+#include <string>
 
 #include "cuda/device.h"
 #include "cuda/gemm/fp8/launch.h"
+#include "cuda/gemm/fp8/mxfp8_emulation.h"
 #include "moefuse/error.h"
 
 namespace moefuse {
 
+size_t grouped_gemm_fp8_workspace_size(const GroupedGemmFp8Args& args) {
+  if (args.recipe == Fp8Recipe::kDeepSeek) return 0;
+  MOEFUSE_EXPECT(args.recipe == Fp8Recipe::kMxfp8, "recipe", "Fp8Recipe::kDeepSeek or kMxfp8",
+                 std::to_string(static_cast<int>(args.recipe)));
+  MOEFUSE_EXPECT(args.a.rank == 2, "a", "rank 2 [M_cap, K]", "rank " + std::to_string(args.a.rank));
+  MOEFUSE_EXPECT(args.b.rank == 3, "b", "rank 3 [E, N, K]", "rank " + std::to_string(args.b.rank));
+  return gemm::fp8::mxfp8_workspace(args.a.size(0), args.b.size(0), args.b.size(1),
+                                    args.b.size(2))
+      .bytes;
+}
+
 void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream) {
   validate_grouped_gemm_fp8(args, Device::kCuda);
-  if (args.recipe == Fp8Recipe::kMxfp8)  // the CPU reference has it; the kernel is to be built
-    throw NotSupported("grouped_gemm_fp8: the MXFP8 recipe has no GPU kernel yet");
   cuda::expect_launchable(stream);
+  if (args.recipe == Fp8Recipe::kMxfp8) {
+    // Valid MXFP8 args make valid BF16 GEMM args (validate.cpp checks what grouped_gemm adds), so
+    // no argument check fails once the dequantise passes are enqueued.
+    gemm::fp8::launch_mxfp8_dequantize(args, stream);
+    grouped_gemm(gemm::fp8::mxfp8_bf16_gemm_args(args), stream);
+    return;
+  }
   const bool activation = args.epilogue == GemmEpilogue::kActivation;
   const gemm::fp8::Fp8GemmLaunch launch{
       .problem = {.offsets = args.offsets.as<const int>(),

@@ -4,7 +4,9 @@
 #include <limits>
 #include <string>
 
+#include "cuda/gemm/fp8/mxfp8_emulation.h"
 #include "cuda/gemm/params.h"
+#include "cuda/router/checks.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8.h"
 
@@ -85,7 +87,8 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
     expect_tensor(args.row_scale, "row_scale", DType::kFloat32, device, {m_cap});
   if (!is_absent(args.bias)) {
     expect_tensor(args.bias, "bias", DType::kFloat32, device, {num_experts, n});
-    expect_aligned(args.bias, "bias", 8);  // the epilogue loads column pairs
+    // The FP8 epilogue loads column pairs; the BF16 GEMM of the MXFP8 emulation wants 16 bytes.
+    expect_aligned(args.bias, "bias", mx ? 16 : 8);
   }
   if (!is_absent(args.pre_activation)) {
     // The epilogue warps copy the staged bf16 tile, which only the bf16-output kernel has (the
@@ -98,7 +101,17 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
     expect_tensor(args.pre_activation, "pre_activation", DType::kBFloat16, device, {m_cap, n});
     expect_aligned(args.pre_activation, "pre_activation", 16);  // 16-byte stores
   }
-  const NamedView outputs[] = {{args.d, "d"}, {args.pre_activation, "pre_activation"}};
+  // The MXFP8 emulation's bf16 copies (the CPU reference needs none), written while every other
+  // argument is read or written.
+  GroupedGemmArgs copies;
+  if (mx && device == Device::kCuda) {
+    cuda::expect_workspace(args.workspace, grouped_gemm_fp8_workspace_size(args));
+    copies = gemm::fp8::mxfp8_bf16_gemm_args(args);
+  }
+  const NamedView outputs[] = {{copies.a, "workspace"},
+                               {copies.b, "workspace"},
+                               {args.d, "d"},
+                               {args.pre_activation, "pre_activation"}};
   const NamedView inputs[] = {{args.a, "a"},           {args.a_scales, "a_scales"},
                               {args.b, "b"},           {args.b_scales, "b_scales"},
                               {args.offsets, "offsets"}, {args.row_scale, "row_scale"},

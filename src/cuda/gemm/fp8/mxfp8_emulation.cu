@@ -1,0 +1,166 @@
+// The MXFP8 emulation (mxfp8_emulation.h): the workspace layout, the BF16 GEMM's arguments, and
+// the dequantise kernel, e4m3 codes with K-major UE8M0 scales -> bf16.
+//
+// The kernel reads the scale layouts of moefuse/grouped_gemm_fp8.h as they are: entry
+// [batch, g, r] of a [batches, K/32, pitch] e8m0 tensor scales codes[batch · batch_rows + r,
+// 32g .. 32g+31]; a is one batch of M_cap rows with pitch mxfp8_scale_rows(M_cap), b is E batches
+// of N rows with pitch N.
+//
+// Work: a warp converts 16 rows × 64 of K (2 scale groups) per item, grid-stride, consecutive
+// items along K. Lane l owns row l/2 and half l%2 of each group: one 16-byte load of codes, one
+// scale byte and two 16-byte bf16 stores per group; the warp's 16 rows read 16 consecutive bytes
+// of a scale row (one sector: 16-row blocks never straddle a batch, N % 16 == 0). A lane issues
+// all its loads (32 bytes of codes, 2 scales) before converting any. Two groups, not four, keep
+// the kernel at 32 registers (48 with four, ptxas, CUDA 13.0), so all of the grid's
+// kMaxCtasPerSm CTAs an SM (quant/grid.h, the launch bounds) are resident, 64 KB of codes in
+// flight an SM.
+//
+// Conversion, exact but at the range ends (moefuse/grouped_gemm_fp8.h): the hardware E4M3
+// decode (quant/vec16.cuh, = formats::e4m3_to_float), the fp32 product with
+// formats::ue8m0_to_float (exact: 4 significant bits, magnitude 0 or >= 2^-136; Inf from 2^128
+// on), one round to nearest even to bf16 (exact from 2^-130 up; subnormals kept: the library is
+// built without -ftz). NaN codes and scales give NaN.
+//
+// Every row of a is converted, not only those of the experts: the BF16 GEMM's TMA reads whole
+// 128-row tiles from each expert's first row, so rows past offsets[E] (up to M_cap; beyond it TMA
+// fills zeros) and rows of neighbouring experts are read too. They only feed output rows that
+// are never written, but converting them keeps every byte the GEMM reads defined (and the cost
+// is that of (M_cap - rows) · K · 3 bytes: M_cap is the rows' capacity, normally close to them).
+#include "cuda/gemm/fp8/mxfp8_emulation.h"
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+
+#include "cuda/check.h"
+#include "cuda/packed_values.cuh"
+#include "cuda/quant/grid.h"
+#include "cuda/quant/vec16.cuh"
+#include "cuda/router/checks.h"
+#include "cuda/sm_count.h"
+#include "formats/ue8m0.h"
+
+namespace moefuse::gemm::fp8 {
+namespace {
+
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kItemRows = 16;   // two lanes a row
+inline constexpr int kItemGroups = 2;  // 64 of K
+inline constexpr int kHalf = kMxfp8ScaleGroup / 2;
+static_assert(kHalf == cuda::quant::kVec, "a lane converts 16 elements: one 16-byte load of codes");
+
+struct DequantParams {
+  const uint8_t* codes;   // [rows, k] e4m3
+  const uint8_t* scales;  // [rows / batch_rows, k / 32, pitch] e8m0
+  __nv_bfloat16* out;     // [rows, k]
+  int64_t rows, k, batch_rows, pitch;
+  int64_t groups;  // k / 32
+  int64_t chunks;  // items along K: ceil(groups / kItemGroups)
+  int64_t items;   // ceil(rows / kItemRows) · chunks
+};
+
+// 16 codes times `scale` as bf16, two 16-byte stores.
+__device__ __forceinline__ void store_bf16x16(__nv_bfloat16* out, const uint4& codes, float scale) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  float v[2][8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float f[4];
+    cuda::quant::e4m3x4_to_float(w[i], f);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[i / 2][4 * (i % 2) + j] = f[j] * scale;
+  }
+  uint4* o = reinterpret_cast<uint4*>(out);
+  o[0] = cuda::pack_bf16x8(v[0]);
+  o[1] = cuda::pack_bf16x8(v[1]);
+}
+
+__global__ void __launch_bounds__(kThreads, cuda::quant::kMaxCtasPerSm)
+    mxfp8_to_bf16_kernel(DequantParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t half = lane % 2 * kHalf;
+  for (int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; item < p.items;
+       item += int64_t(gridDim.x) * kWarps) {
+    const int64_t row = item / p.chunks * kItemRows + lane / 2;
+    if (row >= p.rows) continue;  // a's last row block; nothing below is warp-collective
+    const int64_t g0 = item % p.chunks * kItemGroups;
+    const uint8_t* codes = p.codes + row * p.k + half;
+    const uint8_t* scales =
+        p.scales + row / p.batch_rows * p.groups * p.pitch + row % p.batch_rows;
+    uint4 c[kItemGroups] = {};
+    uint8_t s[kItemGroups] = {};
+#pragma unroll
+    for (int u = 0; u < kItemGroups; ++u) {
+      const int64_t g = g0 + u;
+      if (g >= p.groups) continue;
+      c[u] = __ldg(reinterpret_cast<const uint4*>(codes + g * kMxfp8ScaleGroup));
+      s[u] = __ldg(scales + g * p.pitch);
+    }
+#pragma unroll
+    for (int u = 0; u < kItemGroups; ++u) {
+      const int64_t g = g0 + u;
+      if (g < p.groups)
+        store_bf16x16(p.out + row * p.k + half + g * kMxfp8ScaleGroup, c[u],
+                      formats::ue8m0_to_float(s[u]));
+    }
+  }
+}
+
+// codes [rows, K] (a's [M_cap, K] or b's [E, N, K]) with their scales into out (same shape).
+void launch_dequantize(const TensorView& codes, const TensorView& scales, const TensorView& out,
+                       int64_t batch_rows, int64_t pitch, cudaStream_t stream) {
+  const int64_t k = codes.size(codes.rank - 1), rows = codes.numel() / k;
+  if (rows == 0) return;
+  const int64_t groups = k / kMxfp8ScaleGroup;
+  const int64_t chunks = (groups + kItemGroups - 1) / kItemGroups;
+  const DequantParams p{.codes = codes.as<const uint8_t>(),
+                        .scales = scales.as<const uint8_t>(),
+                        .out = out.as<__nv_bfloat16>(),
+                        .rows = rows,
+                        .k = k,
+                        .batch_rows = batch_rows,
+                        .pitch = pitch,
+                        .groups = groups,
+                        .chunks = chunks,
+                        .items = (rows + kItemRows - 1) / kItemRows * chunks};
+  const auto ctas = static_cast<unsigned>(
+      cuda::quant::grid_stride_ctas(p.items, kWarps, cuda::device_sm_count()));
+  mxfp8_to_bf16_kernel<<<ctas, kThreads, 0, stream>>>(p);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+Mxfp8Workspace mxfp8_workspace(int64_t m_cap, int64_t experts, int64_t n, int64_t k) {
+  const size_t bf16 = sizeof(__nv_bfloat16);
+  const size_t a_bytes = cuda::align_bytes(bf16 * static_cast<size_t>(m_cap * k));
+  return {.b_offset = a_bytes,
+          .bytes = a_bytes + cuda::align_bytes(bf16 * static_cast<size_t>(experts * n * k))};
+}
+
+GroupedGemmArgs mxfp8_bf16_gemm_args(const GroupedGemmFp8Args& args) {
+  const int64_t m_cap = args.a.size(0), e = args.b.size(0), n = args.b.size(1),
+                k = args.b.size(2);
+  auto* base = static_cast<std::byte*>(args.workspace.data);
+  return {.a = TensorView::contiguous(base, DType::kBFloat16, {m_cap, k}, Device::kCuda),
+          .b = TensorView::contiguous(base + mxfp8_workspace(m_cap, e, n, k).b_offset,
+                                      DType::kBFloat16, {e, n, k}, Device::kCuda),
+          .offsets = args.offsets,
+          .d = args.d,
+          .epilogue = args.epilogue,
+          .activation = args.activation,
+          .clamped_swiglu = args.clamped_swiglu,
+          .bias = args.bias,
+          .row_scale = args.row_scale,
+          .pre_activation = args.pre_activation};
+}
+
+void launch_mxfp8_dequantize(const GroupedGemmFp8Args& args, cudaStream_t stream) {
+  const GroupedGemmArgs bf16 = mxfp8_bf16_gemm_args(args);
+  const int64_t m_cap = args.a.size(0), n = args.b.size(1);
+  launch_dequantize(args.a, args.a_scales, bf16.a, m_cap, mxfp8_scale_rows(m_cap), stream);
+  launch_dequantize(args.b, args.b_scales, bf16.b, n, n, stream);
+}
+
+}  // namespace moefuse::gemm::fp8
