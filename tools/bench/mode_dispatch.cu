@@ -30,6 +30,7 @@
 #include "bench/timing.h"
 #include "bench/torch_runner.h"
 #include "cuda/check.h"
+#include "cuda/dispatch/permute_tuning.h"
 #include "cuda/device.h"
 #include "cuda/router/router_gemm.h"
 #include "moefuse/config.h"
@@ -195,7 +196,7 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
   // Read x once, write k code rows (1 byte an element) and their scales; row_of and token_of_row.
   const double quant_bytes =
       act + 1.0 * T * H * k + 4.0 * scale_groups * scale_pitch + 4.0 * T * k + 4.0 * R;
-  const std::vector<Kernel> kernels = {
+  std::vector<Kernel> kernels = {
       {"router_topk", "router", 4.0 * T * E + 8.0 * T * k, Target::kTorch, route},
       {"router_backward", "router_backward", 8.0 * T * E + 8.0 * T * k, Target::kNone,
        [&](cudaStream_t s) {
@@ -250,6 +251,20 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
                           d_probs_out.view(DType::kFloat32, {T, k}), none, s);
        }},
   };
+  // Other launch shapes of the permute next to the library's (32 KiB stages, as many one-warp
+  // CTAs as fit): which one, if any, reaches the copy target (cuda/dispatch/permute_tuning.h).
+  using Tuning = cuda::PermuteTuning;
+  for (const Tuning t : {Tuning{.stage_bytes = 8 << 10}, Tuning{.stage_bytes = 16 << 10},
+                         Tuning{.stage_bytes = 64 << 10},
+                         Tuning{.stage_bytes = 32 << 10, .ctas_per_sm = 2},
+                         Tuning{.stage_bytes = 16 << 10, .ctas_per_sm = 4}}) {
+    const std::string ctas = t.ctas_per_sm ? std::to_string(t.ctas_per_sm) + "/SM" : "max";
+    kernels.push_back({"permute " + std::to_string(t.stage_bytes >> 10) + "K " + ctas, "",
+                       permute_bytes, Target::kNone, [&, t](cudaStream_t s) {
+                         cuda::permute_tuned(x.view(DType::kBFloat16, {T, H}), v_row_of, v_tor,
+                                             xs.view(DType::kBFloat16, {R, H}), none, t, s);
+                       }});
+  }
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
   const TorchTimes torch = torch_times(c, T);
   time_kernels(name, kernels, torch, report, stream);

@@ -43,6 +43,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/dispatch/dispatch_args.h"
+#include "cuda/dispatch/permute_tuning.h"
 #include "cuda/dispatch/rows.cuh"
 #include "cuda/quant/vec16.cuh"
 #include "cuda/router/checks.h"
@@ -61,11 +62,10 @@ using cutlass::arch::ClusterTransactionBarrier;
 
 constexpr int kStages = 2;
 constexpr int kMaxGroupTokens = 8;
-// Bytes of x rows a stage aims to hold. Copy: enough in flight per block that 3–4 blocks an SM
-// cover HBM latency, small enough that they fit. Quantising: a quarter of that, so that ~8
-// blocks (warps) an SM share the quantisation arithmetic (~5 instructions an element) while
-// still holding ~64 KB of loads in flight an SM.
-constexpr int64_t kStageBytesTarget = 32 * 1024;
+// Bytes of x rows a stage aims to hold. Copy (PermuteTuning's default): enough in flight per
+// block that 3–4 blocks an SM cover HBM latency, small enough that they fit. Quantising: a
+// quarter of that, so that ~8 blocks (warps) an SM share the quantisation arithmetic (~5
+// instructions an element) while still holding ~64 KB of loads in flight an SM.
 constexpr int64_t kQuantStageBytesTarget = 8 * 1024;
 // The opt-in limit (227 KiB on Hopper) bounds static + dynamic shared memory together: leave
 // 1 KiB for the static part (mbarriers, row indices: ~0.5 KiB), or cudaFuncSetAttribute fails
@@ -238,9 +238,8 @@ struct StagePlan {
   int64_t group, smem;
 };
 
-StagePlan plan_stages(int64_t hidden, bool quantise) {
+StagePlan plan_stages(int64_t hidden, bool quantise, int64_t target) {
   const int64_t row_bytes = hidden * 2;
-  const int64_t target = quantise ? kQuantStageBytesTarget : kStageBytesTarget;
   const int64_t group = std::clamp<int64_t>(target / row_bytes, 1, kMaxGroupTokens);
   const int64_t bytes_per_element = quantise ? 3 : 2;
   const int64_t smem = kStages * group * hidden * bytes_per_element;
@@ -278,8 +277,9 @@ PermuteParams row_params(const RowsShape& s, const StagePlan& plan, const Tensor
 }
 
 // The persistent grid: one block per group or zero chunk, at most what fits on the device.
+// ctas_per_sm: 0 for as many as fit.
 template <bool kQuantise>
-void launch_permute(const PermuteParams& p, int64_t smem, cudaStream_t stream) {
+void launch_permute(const PermuteParams& p, int64_t smem, int ctas_per_sm, cudaStream_t stream) {
   if (p.groups == 0 && p.zero_chunks == 0) return;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(permute_kernel<kQuantise>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -287,6 +287,7 @@ void launch_permute(const PermuteParams& p, int64_t smem, cudaStream_t stream) {
   int per_sm = 0;
   MOEFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, permute_kernel<kQuantise>, 32, static_cast<size_t>(smem)));
+  if (ctas_per_sm > 0) per_sm = std::min(per_sm, ctas_per_sm);
   const int work = std::max(p.groups, p.zero_chunks);
   const int blocks = std::max(1, std::min(work, device_sm_count() * std::max(per_sm, 1)));
   permute_kernel<kQuantise><<<blocks, 32, smem, stream>>>(p);
@@ -296,15 +297,22 @@ void launch_permute(const PermuteParams& p, int64_t smem, cudaStream_t stream) {
 }  // namespace
 }  // namespace cuda
 
+void cuda::permute_tuned(const TensorView& x, const TensorView& row_of,
+                         const TensorView& token_of_row, const TensorView& xs,
+                         const TensorView& health, const PermuteTuning& tuning,
+                         cudaStream_t stream) {
+  const RowsShape s = check_permute(x, row_of, token_of_row, xs);
+  int32_t* flag = expect_health(health);
+  const StagePlan plan = plan_stages(s.hidden, /*quantise=*/false, tuning.stage_bytes);
+  expect_launchable(stream);
+  const PermuteParams p =
+      row_params(s, plan, x, row_of, token_of_row, xs.as<uint8_t>(), s.hidden * 2, flag);
+  launch_permute<false>(p, plan.smem, tuning.ctas_per_sm, stream);
+}
+
 void permute(const TensorView& x, const TensorView& row_of, const TensorView& token_of_row,
              const TensorView& xs, const TensorView& health, cudaStream_t stream) {
-  const cuda::RowsShape s = cuda::check_permute(x, row_of, token_of_row, xs);
-  int32_t* flag = cuda::expect_health(health);
-  const cuda::StagePlan plan = cuda::plan_stages(s.hidden, /*quantise=*/false);
-  cuda::expect_launchable(stream);
-  const cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
-                                                 xs.as<uint8_t>(), s.hidden * 2, flag);
-  cuda::launch_permute<false>(p, plan.smem, stream);
+  cuda::permute_tuned(x, row_of, token_of_row, xs, health, {}, stream);
 }
 
 void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
@@ -314,7 +322,8 @@ void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
   const cuda::RowsShape s =
       cuda::check_permute_quantize_fp8(x, row_of, token_of_row, xs_fp8, xs_scales);
   int32_t* flag = cuda::expect_health(health);
-  const cuda::StagePlan plan = cuda::plan_stages(s.hidden, /*quantise=*/true);
+  const cuda::StagePlan plan =
+      cuda::plan_stages(s.hidden, /*quantise=*/true, cuda::kQuantStageBytesTarget);
   cuda::expect_launchable(stream);
   cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
                                            xs_fp8.as<uint8_t>(), s.hidden, flag);
@@ -322,7 +331,7 @@ void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
   p.scale_groups = static_cast<int>(fp8_scale_groups(s.hidden));
   p.scale_pitch = static_cast<int>(fp8_scale_rows(s.rows));
   p.zero_chunks = static_cast<int>((p.scale_pitch + 31) / 32);
-  cuda::launch_permute<true>(p, plan.smem, stream);
+  cuda::launch_permute<true>(p, plan.smem, /*ctas_per_sm=*/0, stream);
 }
 
 }  // namespace moefuse

@@ -1,0 +1,25 @@
+// The permute kernel's launch shape (permute.cu), for the benchmark's sweep: `moefuse-bench
+// dispatch` times `permute` as the library runs it and a few other shapes next to it, so one GPU
+// run shows whether another shape reaches the copy-bandwidth target (run 9: 0.82 of copy on
+// qwen3 and gpt-oss, target 0.85). The defaults are the library's choice.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "moefuse/tensor.h"
+
+namespace moefuse::cuda {
+
+struct PermuteTuning {
+  int64_t stage_bytes = 32 * 1024;  // x rows a stage aims to hold (at least one row, at most 8)
+  int ctas_per_sm = 0;              // one-warp CTAs an SM; 0: as many as fit
+};
+
+// permute (moefuse/dispatch.h) with the given launch shape; the same validation and results.
+void permute_tuned(const TensorView& x, const TensorView& row_of, const TensorView& token_of_row,
+                   const TensorView& xs, const TensorView& health, const PermuteTuning& tuning,
+                   cudaStream_t stream);
+
+}  // namespace moefuse::cuda
