@@ -253,13 +253,20 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
   };
   // Other launch shapes of the permute next to the library's (32 KiB stages, as many one-warp
   // CTAs as fit): which one, if any, reaches the copy target (cuda/dispatch/permute_tuning.h).
+  // Named by what runs, rows a stage and CTAs an SM; a shape equal to one already timed (the
+  // stage target rounds to whole rows, at most 8) is left out.
   using Tuning = cuda::PermuteTuning;
+  std::vector<std::pair<int64_t, int>> timed = {
+      {cuda::permute_stage_rows(H, Tuning{}.stage_bytes), 0}};
   for (const Tuning t : {Tuning{.stage_bytes = 8 << 10}, Tuning{.stage_bytes = 16 << 10},
                          Tuning{.stage_bytes = 64 << 10},
                          Tuning{.stage_bytes = 32 << 10, .ctas_per_sm = 2},
                          Tuning{.stage_bytes = 16 << 10, .ctas_per_sm = 4}}) {
-    const std::string ctas = t.ctas_per_sm ? std::to_string(t.ctas_per_sm) + "/SM" : "max";
-    kernels.push_back({"permute " + std::to_string(t.stage_bytes >> 10) + "K " + ctas, "",
+    const std::pair<int64_t, int> shape{cuda::permute_stage_rows(H, t.stage_bytes), t.ctas_per_sm};
+    if (std::find(timed.begin(), timed.end(), shape) != timed.end()) continue;
+    timed.push_back(shape);
+    const std::string ctas = t.ctas_per_sm ? std::to_string(t.ctas_per_sm) + "/SM" : "max/SM";
+    kernels.push_back({"permute " + std::to_string(shape.first) + " rows " + ctas, "",
                        permute_bytes, Target::kNone, [&, t](cudaStream_t s) {
                          cuda::permute_tuned(x.view(DType::kBFloat16, {T, H}), v_row_of, v_tor,
                                              xs.view(DType::kBFloat16, {R, H}), none, t, s);

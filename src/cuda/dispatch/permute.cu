@@ -239,8 +239,7 @@ struct StagePlan {
 };
 
 StagePlan plan_stages(int64_t hidden, bool quantise, int64_t target) {
-  const int64_t row_bytes = hidden * 2;
-  const int64_t group = std::clamp<int64_t>(target / row_bytes, 1, kMaxGroupTokens);
+  const int64_t group = permute_stage_rows(hidden, target);
   const int64_t bytes_per_element = quantise ? 3 : 2;
   const int64_t smem = kStages * group * hidden * bytes_per_element;
   MOEFUSE_EXPECT(smem <= kMaxDynamicSmem, "x.shape[1]",
@@ -296,6 +295,10 @@ void launch_permute(const PermuteParams& p, int64_t smem, int ctas_per_sm, cudaS
 
 }  // namespace
 }  // namespace cuda
+
+int64_t cuda::permute_stage_rows(int64_t hidden, int64_t stage_bytes) {
+  return std::clamp<int64_t>(stage_bytes / (hidden * 2), 1, kMaxGroupTokens);
+}
 
 void cuda::permute_tuned(const TensorView& x, const TensorView& row_of,
                          const TensorView& token_of_row, const TensorView& xs,

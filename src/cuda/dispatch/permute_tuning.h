@@ -17,6 +17,10 @@ struct PermuteTuning {
   int ctas_per_sm = 0;              // one-warp CTAs an SM; 0: as many as fit
 };
 
+// Rows of x a stage holds for a row of `hidden` bf16 and a stage_bytes target: the launch shape
+// that actually runs (targets that round to the same rows are the same launch).
+int64_t permute_stage_rows(int64_t hidden, int64_t stage_bytes);
+
 // permute (moefuse/dispatch.h) with the given launch shape; the same validation and results.
 void permute_tuned(const TensorView& x, const TensorView& row_of, const TensorView& token_of_row,
                    const TensorView& xs, const TensorView& health, const PermuteTuning& tuning,
