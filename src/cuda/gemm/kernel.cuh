@@ -76,8 +76,8 @@ __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const E
     const TileRows rows = tile_rows<kBlockM>(p, c);
     handoff.wait_full();
     dispatch_epilogue_op(ep.op, [&](auto op) {
-      drain_tile<decltype(op)::value>(handoff.tile, p, ep, rows.first, rows.end,
-                                      c.n_block * kBlockN, worker, kWorkers);
+      drain_staged_tile<decltype(op)::value, kBlockM, kBlockN, kTilePitch>(
+          handoff.tile, p, ep, rows.first, rows.end, c.n_block * kBlockN, worker, kWorkers);
     });
     handoff.release();
   }

@@ -65,10 +65,10 @@
 
 #include "cuda/gemm/common/stage_accumulators.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
+#include "cuda/gemm/epilogues/drain_staged_tile.cuh"
 #include "cuda/gemm/fp8/dglu_epilogue.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
 #include "cuda/gemm/fp8/mainloop.cuh"
-#include "cuda/gemm/fp8/tile_epilogue.cuh"
 
 namespace moefuse::gemm::fp8 {
 
@@ -103,8 +103,9 @@ __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
     const TileRows rows = tile_rows<kBlockM>(p, w.tile);
     handoff.wait_full();
     dispatch_epilogue_op(ep.op, [&](auto op) {
-      drain_tile<decltype(op)::value>(handoff.tile, p, ep, rows.first, rows.end,
-                                      w.tile.n_block * kBlockN, worker, kEpilogueThreads);
+      drain_staged_tile<decltype(op)::value, kBlockM, kBlockN, kTilePitch>(
+          handoff.tile, p, ep, rows.first, rows.end, w.tile.n_block * kBlockN, worker,
+          kEpilogueThreads);
     });
     handoff.release();
   }
