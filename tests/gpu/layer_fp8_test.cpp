@@ -66,16 +66,6 @@ MoeConfig bias_fp8_preset(const std::string& name) {
   return c;
 }
 
-class Stream {
- public:
-  Stream() { MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  operator cudaStream_t() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
 // The reference layer's views over a LayerData (reference layout).
 struct RefInputs {
   test::LayerData d;
@@ -254,7 +244,7 @@ void check_step(const MoeConfig& c, int64_t T, const std::string& what,
                 bool router_vs_bf16 = true, bool recompute = false) {
   SCOPED_TRACE(what + " T=" + std::to_string(T) + (recompute ? " recompute_pre" : " cached pre") +
                " seed=" + std::to_string(test::seed()));
-  Stream stream;
+  test::Stream stream;
   const LayerOptions o{.mode = LayerMode::kFused, .recompute_pre = recompute};
   MoeLayer layer(c, o);
   test::DeviceLayer d(c, o, T);
@@ -357,7 +347,7 @@ TEST(LayerFp8Recompute, CachedPreEqualsRecomputedPreBitForBit) {
     const int64_t T = 200;
     SCOPED_TRACE(name + " seed=" + std::to_string(test::seed()));
     const test::LayerData data = test::LayerData::random(c, T);
-    Stream stream;
+    test::Stream stream;
     test::StepResult results[2];
     std::vector<uint16_t> pre[2];
     for (bool recompute : {false, true}) {
@@ -399,7 +389,7 @@ TEST(LayerFp8Graph, PrepareForwardBackwardCaptureOnceReplayOnNewInputs) {
   const MoeConfig c = fp8_preset("deepseek-v3");
   const LayerOptions o{.mode = LayerMode::kFused};
   const int64_t T = 200;
-  Stream stream;
+  test::Stream stream;
   MoeLayer layer(c, o);
   test::DeviceLayer d(c, o, T);
   d.upload(test::LayerData::random(c, T));

@@ -12,16 +12,6 @@
 namespace moefuse {
 namespace {
 
-class Stream {
- public:
-  Stream() { MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  operator cudaStream_t() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
 test::StepResult eager_step(MoeLayer& layer, test::DeviceLayer& d, cudaStream_t stream) {
   d.poison();
   d.forward(layer, stream);
@@ -32,7 +22,7 @@ test::StepResult eager_step(MoeLayer& layer, test::DeviceLayer& d, cudaStream_t 
 
 void capture_replay(const MoeConfig& config, const LayerOptions& options) {
   const int64_t T = 200;
-  Stream stream;
+  test::Stream stream;
   MoeLayer layer(config, options);
   test::DeviceLayer d(config, options, T);
   d.upload(test::LayerData::random(config, T));
@@ -83,7 +73,7 @@ TEST(LayerDeterminism, RepeatedRunsAreBitwiseIdentical) {
                    " seed=" + std::to_string(test::seed()));
       const MoeConfig c = test::scaled_preset(name);
       const LayerOptions o{.mode = mode};
-      Stream stream;
+      test::Stream stream;
       MoeLayer layer(c, o);
       // Enough tokens that many CTAs share every expert's rows and the wgrad reductions are long.
       const int64_t T = 2048;

@@ -70,6 +70,17 @@ inline std::vector<float> deinterleaved(const MoeConfig& c, std::vector<float> v
 }
 
 // Everything one layer call reads and writes on the device, sized for (config, options, T).
+// A non-blocking stream owned for one test (the layer's own streams are non-blocking too).
+class Stream {
+ public:
+  Stream() { MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s_); }
+  operator cudaStream_t() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
 struct DeviceLayer {
   MoeConfig c;
   int64_t T;
