@@ -66,6 +66,16 @@ void expect_hopper(int ordinal) {
                        std::to_string(minor));
 }
 
+// The last stream this thread saw pass the check, and its device. A layer pass calls ~20 entry
+// points on the same stream, each of which would otherwise repeat the driver queries below. A
+// handle destroyed and reissued for another device's stream then passes here and fails at its
+// first launch with a CudaError, as a stream being captured does.
+struct CheckedStream {
+  cudaStream_t stream = nullptr;
+  int device = -1;
+};
+thread_local CheckedStream t_last_checked;
+
 }  // namespace
 
 int expect_launchable(cudaStream_t stream) {
@@ -79,6 +89,7 @@ int expect_launchable(cudaStream_t stream) {
   }
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
     return ordinal;
+  if (stream == t_last_checked.stream && ordinal == t_last_checked.device) return ordinal;
   // cudaStreamGetDevice is not permitted on a capturing stream: it fails and invalidates the
   // capture (run 10). A stream being captured is taken as it is; one of another device fails at
   // its first launch, with a CudaError. cudaStreamIsCapturing is permitted during capture, and a
@@ -108,6 +119,7 @@ int expect_launchable(cudaStream_t stream) {
   MOEFUSE_EXPECT(stream_device == ordinal, "stream",
                  "a stream of the current device " + std::to_string(ordinal),
                  "one of device " + std::to_string(stream_device));
+  t_last_checked = {.stream = stream, .device = ordinal};
   return ordinal;
 }
 
