@@ -30,9 +30,12 @@
 //     the previous phase: the peer issues it after its empty[s] completed, which needs our
 //     consumers' release of the previous round, which follows their wait on that phase.
 //   consumers (256 threads): wait full[s] (parity phase); read their rows' two activation
-//     scales and the weight scale; 4 wgmma m64n128k32 into a fresh fp32 block accumulator (the
-//     first with scale-d 0); commit; wait_group 0 (every lane of the warp is past it:
-//     .sync.aligned); lanes 0 and 1 arrive on empty[s] of CTA 0 and CTA 1; then promote:
+//     scales, and the weight scale by the lane that releases the stage in this CTA (lane rank:
+//     its read precedes that arrive in its own program order, which racecheck and the memory
+//     model both see; a __syncwarp between other lanes' reads and the arrive did not satisfy
+//     racecheck), passed to the warp by a shuffle; 4 wgmma m64n128k32 into a fresh fp32 block
+//     accumulator (the first with scale-d 0); commit; wait_group 0 (every lane of the warp is
+//     past it: .sync.aligned); lanes 0 and 1 arrive on empty[s] of CTA 0 and CTA 1; then promote:
 //     acc += block · (a_scale · b_scale).
 //     A phantom's consumers wait full[s] and release, without wgmma (the release must follow the
 //     wait, or the next round's copies could land in this round's phase).
@@ -249,6 +252,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const 
   // Lane c (< kClusterSize) releases the stage in CTA c; the other lanes do not arrive.
   const bool releases = lane < kClusterSize;
   const uint32_t empty_in_cta = cluster_address(st.empty(0), lane % kClusterSize);
+  const uint32_t local_releaser = cute::block_rank_in_cluster();  // the lane that frees ours
   const int k_blocks = ceil_div(p.k, kBlockK);
   for (int kb = 0; kb < k_blocks; ++kb) {
     const uint32_t stage = pipe.stage;
@@ -256,7 +260,8 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const 
     const uint32_t slot = st.scale_slot(stage);
     const float a0 = ld_shared_f32(slot + row_offset);
     const float a1 = ld_shared_f32(slot + row_offset + 8 * 4);
-    const float b = ld_shared_f32(slot + kBScaleOffset);
+    const float b = __shfl_sync(
+        ~0u, lane == local_releaser ? ld_shared_f32(slot + kBScaleOffset) : 0.0f, local_releaser);
     const uint32_t desc_a = st.desc_a<kSlab>(stage), desc_b = st.desc_b(stage);
     fence_accumulators(block);
     turns.wait<kSlab>();
@@ -272,8 +277,6 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const 
     turns.pass<kSlab>();
     cute::warpgroup_wait<0>();
     fence_accumulators(block);
-    // The scale products before the release: every lane's use of its loads from the stage then
-    // precedes lanes 0 and 1's arrive in program order (not only by the warp's lockstep).
     const float s0 = a0 * b, s1 = a1 * b;
     if (releases) arrive_cluster_barrier(empty_in_cta + stage * uint32_t{sizeof(uint64_t)});
 #pragma unroll
