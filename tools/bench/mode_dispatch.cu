@@ -251,14 +251,14 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
                           d_probs_out.view(DType::kFloat32, {T, k}), none, s);
        }},
   };
-  // Other launch shapes of the permute next to the library's (32 KiB stages, as many one-warp
+  // Other launch shapes of the permute next to the library's (8 KiB stages, as many one-warp
   // CTAs as fit): which one, if any, reaches the copy target (cuda/dispatch/permute_tuning.h).
   // Named by what runs, rows a stage and CTAs an SM; a shape equal to one already timed (the
   // stage target rounds to whole rows, at most 8) is left out.
   using Tuning = cuda::PermuteTuning;
   std::vector<std::pair<int64_t, int>> timed = {
       {cuda::permute_stage_rows(H, Tuning{}.stage_bytes), 0}};
-  for (const Tuning t : {Tuning{.stage_bytes = 8 << 10}, Tuning{.stage_bytes = 16 << 10},
+  for (const Tuning t : {Tuning{.stage_bytes = 16 << 10}, Tuning{.stage_bytes = 32 << 10},
                          Tuning{.stage_bytes = 64 << 10},
                          Tuning{.stage_bytes = 32 << 10, .ctas_per_sm = 2},
                          Tuning{.stage_bytes = 16 << 10, .ctas_per_sm = 4}}) {

@@ -1,7 +1,9 @@
 // The permute kernel's launch shape (permute.cu), for the benchmark's sweep: `moefuse-bench
 // dispatch` times `permute` as the library runs it and a few other shapes next to it, so one GPU
-// run shows whether another shape reaches the copy-bandwidth target (run 9: 0.82 of copy on
-// qwen3 and gpt-oss, target 0.85). The defaults are the library's choice.
+// run shows whether another shape reaches the copy-bandwidth target (issue 4: 0.85). The defaults
+// are the library's choice: in run 11's sweep (bench/results/2026-11-29_h200_run11_dispatch.json)
+// 8 KiB stages at as many CTAs as fit were the best or within 1% of it on every preset (qwen3
+// 0.88 of copy with 2 rows a stage, where 32 KiB stages of 8 rows gave 0.83).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +15,7 @@
 namespace moefuse::cuda {
 
 struct PermuteTuning {
-  int64_t stage_bytes = 32 * 1024;  // x rows a stage aims to hold (at least one row, at most 8)
+  int64_t stage_bytes = 8 * 1024;  // x rows a stage aims to hold (at least one row, at most 8)
   int ctas_per_sm = 0;              // one-warp CTAs an SM; 0: as many as fit
 };
 
