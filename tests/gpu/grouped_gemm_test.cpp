@@ -471,43 +471,6 @@ TEST(GroupedGemm, BitwiseRepeatable) {
   EXPECT_TRUE(first == runner.raw_d());
 }
 
-// A row's result must not depend on the kind of tile it lands in (common/tile_kind.h): a tile of
-// at most 64 rows or 128 columns runs m64n128 wgmma instead of m64n256. The layer's promise that
-// one token's routing does not change another token's output bits (LayerNonFinite) rests on it.
-TEST(GroupedGemm, HalfTilesGiveTheBitsOfFullTiles) {
-  MOEFUSE_REQUIRE_HOPPER();
-  const int64_t m = 65, k = 320, n = 512, n_short = 384;
-  DeviceBuffer a(m * k * 2), b(n * k * 2), offsets(2 * 4), d(m * n * 2);
-  a.upload(to_bf16(test::random_normal(m * k)));
-  b.upload(to_bf16(test::random_normal(n * k, 1.0f / std::sqrt(float(k)))));
-  // D of rows [0, rows) and columns [0, cols): B's first `cols` rows (a prefix of the buffer).
-  auto run = [&](int rows, int64_t cols) {
-    offsets.upload(std::vector<int32_t>{0, rows});
-    MOEFUSE_CUDA_CHECK(cudaMemset(d.ptr, 0xFF, d.bytes));
-    grouped_gemm({.a = a.view(DType::kBFloat16, {m, k}),
-                  .b = b.view(DType::kBFloat16, {1, cols, k}),
-                  .offsets = offsets.view(DType::kInt32, {2}),
-                  .d = d.view(DType::kBFloat16, {m, cols})},
-                 nullptr);
-    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> out = d.download<uint16_t>();
-    out.resize(m * cols);
-    return out;
-  };
-  const std::vector<uint16_t> full = run(65, n);            // rows 0-63 in a full tile
-  const std::vector<uint16_t> row_half = run(64, n);        // the same rows in a row-half tile
-  const std::vector<uint16_t> col_half = run(65, n_short);  // columns 256-383: column-half
-  int64_t row_half_diffs = 0, col_half_diffs = 0;
-  for (int64_t r = 0; r < 64; ++r)
-    for (int64_t c = 0; c < n; ++c) row_half_diffs += row_half[r * n + c] != full[r * n + c];
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t c = 0; c < n_short; ++c)
-      col_half_diffs += col_half[r * n_short + c] != full[r * n + c];
-  EXPECT_EQ(row_half_diffs, 0) << "of 64 x " << n << " elements differ (row-half vs full)";
-  EXPECT_EQ(col_half_diffs, 0) << "of " << m << " x " << n_short
-                               << " elements differ (column-half vs full)";
-}
-
 TEST(GroupedGemm, InterleaveOnTheDeviceMatchesTheHost) {
   MOEFUSE_REQUIRE_HOPPER();
   const int64_t e = 3, f = 40, h = 24;

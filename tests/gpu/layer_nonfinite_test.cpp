@@ -2,9 +2,8 @@
 // propagation confined to what the bad values reach, plus the router's health flag. A token whose
 // x holds a NaN or an Inf has non-finite logits (flag kHealthNonFiniteLogit) and a non-finite y;
 // every other token's y is bit for bit what it is without the bad token (rows are independent in
-// every GEMM, the combine and the shared expert; the bad tokens move other experts' row counts,
-// and with them the kind of tile a row lands in, which GroupedGemm.HalfTilesGiveTheBitsOfFullTiles
-// shows leaves its bits alone), and its dx stays finite. Sums over tokens (the
+// every GEMM, the combine and the shared expert: every tile runs the same wgmma shape, so a row's
+// bits do not depend on where the bad tokens move it), and its dx stays finite. Sums over tokens (the
 // weight gradients of the experts the token reached, d_w_router, the aux loss) may turn
 // non-finite; they are not checked here.
 #include <cuda_runtime.h>

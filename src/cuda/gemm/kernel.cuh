@@ -10,9 +10,9 @@
 //               draining each finished tile from shared memory to global memory
 //               (epilogues/tile_epilogue.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
-//               fp32 registers each (rows 0-63 and 64-127 of the tile, or half tiles split
-//               by common/tile_kind.h), then either the hand-off to the epilogue warps (bf16 output: the next tile's MMAs overlap this
-//               tile's stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
+//               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
+//               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
+//               stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
 //               and the gather variant, whose producer needs all of warpgroup 0).
 //
 // Barriers (all mbarriers, initialised once; parity waits; phase bits start at 0):
@@ -118,22 +118,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
       const TileRows rows = tile_rows<kBlockM>(p, c);
+      consume_tile<kGather>(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
-        // Every kind leaves the tile's data at its place in the tile buffer (tile_kind.h).
-        const int n0 = c.n_block * kBlockN;
-        const TileKind kind = tile_kind(rows.end - rows.first, p.n - n0, kBlockM, kBlockN);
-        const float* bias = ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr;
-        with_tile_kind(kind, [&](auto kind_constant) {
-          constexpr TileKind kKind = decltype(kind_constant)::value;
-          consume_tile<kGather, kKind>(acc, p, smem, pipe, slab);
-          const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
-          handoff.acquire();
-          stage_accumulators<kKind == TileKind::kFull ? kBlockN : kBlockN / 2, kTilePitch>(
-              acc, handoff.tile, g.first_row, g.first_col, bias, n0, p.n);
-          handoff.publish();
-        });
+        handoff.acquire();
+        stage_accumulators<kBlockM, kBlockN, kTilePitch>(
+            acc, handoff.tile, slab,
+            ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr,
+            c.n_block * kBlockN, p.n);
+        handoff.publish();
       } else {
-        consume_tile<kGather, TileKind::kFull>(acc, p, smem, pipe, slab);
         epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,
                             rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kBlockN);
       }

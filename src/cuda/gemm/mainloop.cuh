@@ -26,7 +26,6 @@
 #include "cuda/gemm/common/handoff_layout.cuh"
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
-#include "cuda/gemm/common/tile_kind.h"
 #include "cuda/gemm/common/tile_rows.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/config.h"
@@ -115,21 +114,13 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// One tile's K loop for consumer warpgroup `slab` (0 or 1): its part of the tile by kKind
-// (common/tile_kind.h; the half kinds in the overlapped variant only), m64n256 into acc or
-// m64n128 into acc[0, 64).
-template <bool kGather, TileKind kKind>
+// One tile's K loop for consumer warpgroup `slab` (0 or 1: rows 64·slab .. 64·slab + 63).
+template <bool kGather>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProblem& p,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab) {
-  constexpr bool kHalf = kKind != TileKind::kFull;
-  constexpr int kUsed = kHalf ? 64 : 128;  // accumulators the tile's wgmma writes
-  // A's and B's rows (M and N; K-major) are 128 bytes each: both offsets are multiples of the
-  // 1024-byte swizzle atom, so the descriptors need no base offset.
-  const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
-  const int a_offset = g.first_row * 128, b_offset = g.first_col * 128;
 #pragma unroll
-  for (int i = 0; i < kUsed; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
   const int k_blocks = ceil_div(p.k, kBlockK);
   int previous_stage = -1;
@@ -137,18 +128,14 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProble
     ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
     // cp.async wrote A through the generic proxy; wgmma reads through the async proxy.
     if constexpr (kGather) cutlass::arch::fence_view_async_shared();
-    const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + a_offset);
-    const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage) + b_offset);
+    const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + slab * (kBlockM / 2) * 128);
+    const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage));
     cute::warpgroup_arrive();
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
       // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
-      if constexpr (kHalf)
-        wgmma_m64n128k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
-                                             std::make_index_sequence<64>{});
-      else
-        wgmma_m64n256k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
-                                             std::make_index_sequence<128>{});
+      wgmma_m64n256k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
+                                           std::make_index_sequence<128>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();

@@ -6,11 +6,11 @@
 // dGLU (FC2 dgrad): the buffer holds g = dys·W2[e] (bf16) for output columns f of F. Warp w
 // finishes tile rows w, w + 3, ... six at a time (the six rows' pre loads in flight together:
 // run 9's profile found these warps latency-bound on them with four; g is read from the buffer
-// only when used, so the registers go to loads in flight; eight rows spill within the kernel's
-// 168 registers); lane l finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte loads of
-// g from the buffer and of the saved pre (GLU: gate f0.. at interleaved column 2·f0, up 8
-// columns later — the interleave of 8; squared ReLU: column f0), the activation and its
-// derivatives, 16-byte stores of
+// only when used, so the registers go to loads in flight; eight spill within the kernel's 168
+// registers); lane l
+// finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte loads of g from the buffer and of
+// the saved pre (GLU: gate f0.. at interleaved column 2·f0, up 8 columns later — the interleave
+// of 8; squared ReLU: column f0), the activation and its derivatives, 16-byte stores of
 // d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and scaled_act = p·act. A warp thus reads
 // and writes whole rows: 1 KiB of pre and d_pre, 512 bytes of scaled_act (GLU).
 //   dp: each lane sums g·act over its 8 columns in order, a xor-shuffle tree adds the 32 lanes,

@@ -12,9 +12,8 @@
 //   warpgroup 0, warps 1-3 (epilogue warps): drain each finished tile from the tile buffer:
 //               plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh).
 //   warpgroups 1, 2 (consumers): wgmma m64n256k16 (A K-major, B MN-major) into 128 fp32
-//               registers each (or half tiles split by common/tile_kind.h), hand the tile over (tile_handoff.cuh:
-//               bf16 for bf16 D and the dGLU's g, two fp32 halves for fp32 D) and go on with the
-//               next tile.
+//               registers each, hand the tile over (tile_handoff.cuh: bf16 for bf16 D and the
+//               dGLU's g, two fp32 halves for fp32 D) and go on with the next tile.
 // Synchronisation: the stage mbarriers (mainloop.cuh) and the hand-off's tile_full/tile_empty
 // (common/tile_handoff.cuh, protocol and hand walk there); no named barrier.
 #pragma once
@@ -78,15 +77,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[128];
   PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const TileRows rows = tile_rows<kBlockM>(p, c);
-    const TileKind kind =
-        tile_kind(rows.end - rows.first, p.n - c.n_block * kBlockN, kBlockM, kBlockN);
-    with_tile_kind(kind, [&](auto kind_constant) {
-      constexpr TileKind kKind = decltype(kind_constant)::value;
-      consume_tile<Major::K, Major::MN, kKind>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
-      hand_off_tile<kKind>(acc, handoff, slab, fp32_handoff);
-    });
+    consume_tile<Major::K, Major::MN>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
+    hand_off_tile(acc, handoff, slab, fp32_handoff);
   }
 }
 

@@ -28,7 +28,6 @@
 #include "cuda/gemm/common/handoff_layout.cuh"
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
-#include "cuda/gemm/common/tile_kind.h"
 #include "cuda/gemm/common/wgmma.cuh"
 
 namespace moefuse::gemm::bwd {
@@ -82,41 +81,25 @@ __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int sla
 
 // One tile's K loop for consumer warpgroup `slab`. `prepare(stage, kb)` runs after the stage's
 // full barrier, before its wgmmas (tail zeroing, proxy fences); it must be uniform per warpgroup.
-// The warpgroup's part of the tile by kKind (common/tile_kind.h; the half kinds in the dgrad
-// only, with K-major A): m64n256 into acc, or m64n128 into acc[0, 64). B's columns c start
-// c · 64 · 2 bytes into its stage in either major-ness (K-major rows of 128 bytes, or MN-major
-// chunks of 64 columns × 8 KiB): for c = 128, a multiple of the swizzle atom.
-template <Major kA, Major kB, TileKind kKind = TileKind::kFull, class Prepare>
+template <Major kA, Major kB, class Prepare>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab, Prepare&& prepare) {
-  constexpr bool kHalf = kKind != TileKind::kFull;
-  static_assert(!kHalf || kA == Major::K, "half tiles address A by K-major rows");
-  constexpr int kUsed = kHalf ? 64 : 128;  // accumulators the tile's wgmma writes
-  const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
-  const int b_offset = g.first_col * kBlockK * 2;
 #pragma unroll
-  for (int i = 0; i < kUsed; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
   int previous_stage = -1;
   for (int kb = 0; kb < k_blocks; ++kb) {
     ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
     prepare(pipe.stage, kb);
-    const uint64_t desc_a =
-        kHalf ? OperandDesc<kA>::make(smem.a_stage(pipe.stage) + g.first_row * 128)
-              : OperandDesc<kA>::make(a_slab<kA>(smem.a_stage(pipe.stage), slab));
-    const uint64_t desc_b = OperandDesc<kB>::make(smem.b_stage(pipe.stage) + b_offset);
+    const uint64_t desc_a = OperandDesc<kA>::make(a_slab<kA>(smem.a_stage(pipe.stage), slab));
+    const uint64_t desc_b = OperandDesc<kB>::make(smem.b_stage(pipe.stage));
     cute::warpgroup_arrive();
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
-      if constexpr (kHalf)
-        wgmma_m64n128k16<kA, kB>(desc_a + OperandDesc<kA>::kStep * k,
-                                 desc_b + OperandDesc<kB>::kStep * k, acc,
-                                 std::make_index_sequence<64>{});
-      else
-        wgmma_m64n256k16<kA, kB>(desc_a + OperandDesc<kA>::kStep * k,
-                                 desc_b + OperandDesc<kB>::kStep * k, acc,
-                                 std::make_index_sequence<128>{});
+      wgmma_m64n256k16<kA, kB>(desc_a + OperandDesc<kA>::kStep * k,
+                               desc_b + OperandDesc<kB>::kStep * k, acc,
+                               std::make_index_sequence<128>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();

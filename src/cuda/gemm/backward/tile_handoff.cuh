@@ -27,61 +27,39 @@ namespace moefuse::gemm::bwd {
 
 static_assert(kTileRowBytes == kBlockN * 2, "a buffer row is one bf16 tile row");
 
-// Consumer side: accumulator octets j0 .. j0 + kOctets - 1 of the calling thread (acc[4j ..
-// 4j + 3]) as T into the buffer, rows first_row + 0..63, octet j at columns first_col + 8(j - j0).
-template <class T, int kOctets>
-__device__ __forceinline__ void stage_octets(const float (&acc)[128], uint8_t* tile,
-                                             int first_row, int first_col, int j0) {
+// Consumer side: part kPart of warpgroup `slab`'s 64 × 256 accumulators as T (columns
+// [kPart · 512 / sizeof(T), ...) of the tile) into the buffer's rows 64·slab .. 64·slab + 63.
+template <class T, int kPart>
+__device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* tile, int slab) {
+  constexpr int kJ = kTileRowBytes / int{sizeof(T)} / 8;  // column octets per part
   const AccPosition pos = AccPosition::of_thread();
-  uint8_t* row0 = tile + (first_row + pos.row) * kTilePitch;
+  uint8_t* row0 = tile + (slab * (kBlockM / 2) + pos.row) * kTilePitch;
 #pragma unroll
-  for (int jj = 0; jj < kOctets; ++jj) {
-    const int j = j0 + jj;
-    const int col = first_col + 8 * jj + pos.col;
+  for (int jj = 0; jj < kJ; ++jj) {
+    const int j = kPart * kJ + jj;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      cuda::store_pair(reinterpret_cast<T*>(row0 + 8 * h * kTilePitch + col * int{sizeof(T)}),
-                       acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      cuda::store_pair(
+          reinterpret_cast<T*>(row0 + 8 * h * kTilePitch + (8 * jj + pos.col) * int{sizeof(T)}),
+          acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
   }
 }
 
-// Consumer side: part kPart (tile columns [kPart · kCols, +kCols), kCols = 512 / sizeof(T)) of
-// warpgroup `slab`'s accumulators into the buffer: where the warpgroup's columns (by kKind,
-// common/tile_kind.h) meet the part's, which is in whole 128-column halves or not at all (bf16:
-// every kind writes into the one part; fp32 row-half tiles: warpgroup p in part p; fp32
-// column-half tiles: both in part 0).
-template <class T, int kPart, TileKind kKind>
-__device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* tile, int slab) {
-  constexpr int kCols = kTileRowBytes / int{sizeof(T)};
-  constexpr int kSlabCols = kKind == TileKind::kFull ? kBlockN : kBlockN / 2;
-  constexpr int kWidth = kSlabCols < kCols ? kSlabCols : kCols;
-  // The first octet must be a constant (registers cannot be indexed at run time): a full slab's
-  // part starts at octet kPart · kCols / 8; a half slab (128 columns) is written whole or not.
-  constexpr int kFirstOctet = kKind == TileKind::kFull ? kPart * kCols / 8 : 0;
-  const SlabGeometry g = slab_geometry(kKind, slab, kBlockM, kBlockN);
-  const int first = max(g.first_col, kPart * kCols);
-  const int end = min(g.first_col + kSlabCols, (kPart + 1) * kCols);
-  if (first < end)
-    stage_octets<T, kWidth / 8>(acc, tile, g.first_row, first - kPart * kCols, kFirstOctet);
-}
-
-template <class T, int kPart, TileKind kKind>
+template <class T, int kPart>
 __device__ __forceinline__ void send_part(const float (&acc)[128], TileHandoff& h, int slab) {
   h.acquire();
-  stage_part<T, kPart, kKind>(acc, h.tile, slab);
+  stage_part<T, kPart>(acc, h.tile, slab);
   h.publish();
 }
 
-// Consumer side of one tile: fp32 in two parts, or bf16 in one. Both warpgroups take part in
-// every part's hand-off, also where a half tile gives one of them nothing to write.
-template <TileKind kKind = TileKind::kFull>
+// Consumer side of one tile: fp32 in two parts, or bf16 in one.
 __device__ __forceinline__ void hand_off_tile(const float (&acc)[128], TileHandoff& h, int slab,
                                               bool fp32) {
   if (fp32) {
-    send_part<float, 0, kKind>(acc, h, slab);
-    send_part<float, 1, kKind>(acc, h, slab);
+    send_part<float, 0>(acc, h, slab);
+    send_part<float, 1>(acc, h, slab);
   } else {
-    send_part<__nv_bfloat16, 0, kKind>(acc, h, slab);
+    send_part<__nv_bfloat16, 0>(acc, h, slab);
   }
 }
 

@@ -20,15 +20,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(uint64_t desc_a, uint64_t desc_
   Mma::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
-// The same for 128 columns into the first 64 registers of acc (the forward's half tiles).
-template <Major kA, Major kB, size_t... I>
-__device__ __forceinline__ void wgmma_m64n128k16(uint64_t desc_a, uint64_t desc_b,
-                                                 float (&acc)[128], std::index_sequence<I...>) {
-  static_assert(sizeof...(I) == 64);
-  using Mma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<kA, kB>;
-  Mma::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-
 // Keeps the compiler from moving accumulator reads or writes across a wgmma fence point.
 template <int N>
 __device__ __forceinline__ void fence_accumulators(float (&acc)[N]) {

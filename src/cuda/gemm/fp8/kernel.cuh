@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int n0 = c.n_block * kBlockN;
       if constexpr (kOverlap) {
         handoff.acquire();
-        stage_accumulators<kBlockN, kTilePitch>(
-            acc, handoff.tile, slab * (kBlockM / 2), 0,
+        stage_accumulators<kBlockM, kBlockN, kTilePitch>(
+            acc, handoff.tile, slab,
             ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr, n0, p.n);
         handoff.publish();
       } else {
