@@ -219,6 +219,42 @@ void route_backward(const RouterOptions& options, int64_t top_k, const TensorVie
   }
 }
 
+void route_backward_error_scale(const RouterOptions& options, int64_t top_k,
+                                const TensorView& logits, const TensorView& expert_idx,
+                                const TensorView& d_probs_scale, const TensorView& d_logits_scale) {
+  expect_f32(logits, "logits", {kAnyExtent, kAnyExtent});
+  const int64_t T = logits.size(0), E = logits.size(1);
+  validate_options(options, top_k, E);
+  expect_i32(expert_idx, "expert_idx", {T, top_k});
+  expect_f32(d_probs_scale, "d_probs_scale", {T, top_k});
+  expect_f32(d_logits_scale, "d_logits_scale", {T, E});
+  expect_finite(logits, "logits");
+  expect_values_in(expert_idx, "expert_idx", 0, E);
+  const double c = std::fabs(options.routed_scaling_factor);
+  // The bound of x_j − <w, x>: (1 − w_j)|x_j| + Σ_{i≠j} w_i|x_i| = (1 − 2w_j)|x_j| + <w, |x|>.
+  const auto centred = [](double w_j, double abs_x_j, double w_dot_abs_x) {
+    return (1.0 - 2.0 * w_j) * abs_x_j + w_dot_abs_x;
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    const TokenRouting r(options, logits.as<const float>() + t * E, E);
+    const int32_t* id = expert_idx.as<const int32_t>() + t * top_k;
+    const float* m = d_probs_scale.as<const float>() + t * top_k;
+    double sum = 0, dot = 0;
+    for (int64_t j = 0; j < top_k; ++j) sum += r.score()[id[j]];
+    for (int64_t j = 0; j < top_k; ++j) dot += m[j] * (r.score()[id[j]] / sum);
+    std::vector<double> d_score(E);
+    for (int64_t j = 0; j < top_k; ++j)
+      d_score[id[j]] = options.renormalize ? c * centred(r.score()[id[j]] / sum, m[j], dot) / sum
+                                           : c * m[j];
+    double dsp = 0;
+    for (int64_t e = 0; e < E; ++e) dsp += d_score[e] * r.p[e];
+    for (int64_t e = 0; e < E; ++e)
+      d_logits_scale.as<float>()[t * E + e] = static_cast<float>(
+          is_sigmoid(options) ? d_score[e] * r.s[e] * (1.0 - r.s[e])
+                              : r.p[e] * centred(r.p[e], d_score[e], dsp));
+  }
+}
+
 void router_logits_backward(const TensorView& x, const TensorView& w_router,
                             const TensorView& d_logits, const TensorView& dx_accumulate,
                             const TensorView& d_w_router) {

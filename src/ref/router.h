@@ -50,6 +50,17 @@ void route_backward(const RouterOptions& options, int64_t top_k, const TensorVie
                     const TensorView& expert_idx, const TensorView& counts,
                     const TensorView& d_probs, const TensorView& d_logits);
 
+// How errors in d_probs reach route_backward's d_logits, for tests that bound a d_logits computed
+// from rounded d_probs: d_logits_scale [T, E] = |J|·d_probs_scale [T, k] (d_probs_scale >= 0),
+// J = ∂d_logits/∂d_probs. d_logits is linear in d_probs (the aux and z terms carry no error), so
+// that is route_backward's formulas without the losses and with each centring x_j − Σ_i w_i x_i
+// (Σ w = 1) replaced by its bound (1 − w_j)|x_j| + Σ_{i≠j} w_i|x_i|. It stays large where the
+// centring cancels (two experts of about equal gradient) and d_logits is small; it is small where
+// one weight is near 1 and d_logits is small too.
+void route_backward_error_scale(const RouterOptions& options, int64_t top_k,
+                                const TensorView& logits, const TensorView& expert_idx,
+                                const TensorView& d_probs_scale, const TensorView& d_logits_scale);
+
 // dx [T, H] += d_logits · w_router ("+=" so the layer can add it to the expert path's dx);
 // d_w_router [E, H] = d_logits^T · x.
 void router_logits_backward(const TensorView& x, const TensorView& w_router,

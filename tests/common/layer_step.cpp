@@ -1,10 +1,12 @@
 #include "common/layer_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "common/test_util.h"
 #include "ref/bf16_bits.h"
+#include "ref/router.h"
 
 namespace moefuse::test {
 namespace {
@@ -12,6 +14,46 @@ namespace {
 std::vector<float> bf16_values(std::vector<float> v) {
   for (float& x : v) x = ref::bf16_value(ref::bf16_bits(x));
   return v;
+}
+
+// StepResult::d_w_router_error_scale. The GPU forms each d_probs entry as dp = Σ_f g_f·act_f
+// (the FC2 dgrad's bf16 g = dy·W2[e], act of the bf16 pre): F rounded terms whose independent
+// errors add in quadrature, to sqrt(Σ_f (g_f·act_f)²) per unit of relative error. A cancelling
+// sum keeps that error while dp shrinks (fuzz case 147: terms of 12.8 and 11.4 in quadrature
+// sum to −0.09 and −2.19, and the softmax centres their difference). The router's backward
+// carries the scale to d_logits (ref::route_backward_error_scale), and d_w_router =
+// Σ_t d_logits[t]ᵀ·x[t] adds the tokens', independent again, in quadrature. `f` is mutable only
+// for the reference's views.
+std::vector<float> d_w_router_error_scale(const LayerData& d, ref::LayerForward& f) {
+  const MoeConfig& c = d.c;
+  const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, k = c.top_k;
+  std::vector<float> dp_scale(T * k), dl_scale(T * E);
+  std::vector<double> g(F);
+  for (int64_t a = 0; a < T * k; ++a) {
+    const int64_t t = a / k, e = f.expert_idx[a];
+    std::fill(g.begin(), g.end(), 0.0);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < F; ++i) g[i] += double(d.dy[t * H + h]) * d.w2[(e * H + h) * F + i];
+    const float* act = f.act.data() + f.row_of[a] * F;
+    double sum = 0;
+    for (int64_t i = 0; i < F; ++i) sum += (g[i] * act[i]) * (g[i] * act[i]);
+    dp_scale[a] = static_cast<float>(std::sqrt(sum));
+  }
+  auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(v.data(), DType::kFloat32, shape);
+  };
+  ref::route_backward_error_scale(
+      c.router, k, f32(f.logits, {T, E}),
+      TensorView::contiguous(f.expert_idx.data(), DType::kInt32, {T, k}), f32(dp_scale, {T, k}),
+      f32(dl_scale, {T, E}));
+  std::vector<double> sum(E * H);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h)
+        sum[e * H + h] += std::pow(double(dl_scale[t * E + e]) * d.x[t * H + h], 2);
+  std::vector<float> out(E * H);
+  for (int64_t i = 0; i < E * H; ++i) out[i] = static_cast<float>(std::sqrt(sum[i]));
+  return out;
 }
 
 }  // namespace
@@ -74,7 +116,7 @@ StepResult reference_step(const LayerData& d, ReferenceBackward backward) {
       .shared_w1 = f32(in.sw1, {s.fc1_width(), H}),
       .shared_w2 = f32(in.sw2, {H, s.ffn})};
   const TensorView x = f32(in.x, {T, H});
-  const ref::LayerForward fwd = ref::layer_forward(c, w, x);
+  ref::LayerForward fwd = ref::layer_forward(c, w, x);
   std::vector<float> dx(T * H), dwr(E * H), dw1(E * fc1 * H), dw2(E * H * F),
       db1(bias ? E * fc1 : 0), db2(bias ? E * H : 0), dsw1(shared ? s.fc1_width() * H : 0),
       dsw2(shared ? H * s.ffn : 0);
@@ -94,6 +136,7 @@ StepResult reference_step(const LayerData& d, ReferenceBackward backward) {
                {"d_w2", dw2}};
   if (bias) r.tensors.push_back({"d_b1", db1}), r.tensors.push_back({"d_b2", db2});
   if (shared) r.tensors.push_back({"d_shared_w1", dsw1}), r.tensors.push_back({"d_shared_w2", dsw2});
+  r.d_w_router_error_scale = d_w_router_error_scale(d, fwd);
   return r;
 }
 
@@ -141,10 +184,15 @@ std::vector<std::string> step_mismatches(const StepResult& got, const StepResult
       out.push_back(m.str());
       continue;
     }
+    // d_w_router: also what rounding d_probs' terms gives where they cancel (layer_step.h).
+    const double bound =
+        name == "d_w_router"
+            ? std::max(tolerance(name), kDpTermError * rms(want.d_w_router_error_scale) / rms(w))
+            : tolerance(name);
     const double err = rel_norm_error(g, w);
-    if (err <= tolerance(name)) continue;
+    if (err <= bound) continue;
     const MaxDiff worst = max_abs_diff(g, w);
-    m << name << ": rel-norm error " << err << " > " << tolerance(name) << "; worst element ["
+    m << name << ": rel-norm error " << err << " > " << bound << "; worst element ["
       << worst.at << "] got " << g[worst.at] << " want " << w[worst.at];
     out.push_back(m.str());
   }

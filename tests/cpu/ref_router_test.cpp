@@ -201,6 +201,39 @@ TEST(RefRouter, TopOneRenormalisedGradientIsExactlyZero) {
   }
 }
 
+// d_logits is linear in d_probs: moving each d_probs entry by up to its scale moves d_logits by at
+// most route_backward_error_scale, and the worst of a few sign patterns comes near that.
+TEST(RefRouter, ErrorScaleBoundsHowFarDProbsMoveDLogits) {
+  const int64_t T = 7, E = 8, k = 3;
+  for (RouterKind kind : {RouterKind::kSoftmaxTopK, RouterKind::kSigmoidGroupTopK}) {
+    for (bool renormalize : {true, false}) {
+      RouterOptions o{.kind = kind, .renormalize = renormalize, .routed_scaling_factor = 2.5f,
+                      .aux_loss_coeff = 0.01f, .z_loss_coeff = 1e-3f};
+      if (kind == RouterKind::kSigmoidGroupTopK) o.num_groups = 4, o.topk_groups = 2;
+      auto logits = gapped_logits(T, E);
+      auto base = run_route(o, k, logits, E);
+      auto dp = random_normal(T * k), scale = random_uniform(T * k, 0.5f, 1.0f);
+      std::vector<float> bound(T * E), d0(T * E), d1(T * E);
+      ref::route_backward_error_scale(o, k, f32(logits, {T, E}), i32(base.idx, {T, k}),
+                                      f32(scale, {T, k}), f32(bound, {T, E}));
+      route_backward(o, k, f32(logits, {T, E}), i32(base.idx, {T, k}), i32(base.counts, {E}),
+                     f32(dp, {T, k}), f32(d0, {T, E}));
+      double worst = 0;  // the largest |d1 − d0| / bound seen
+      for (int draw = 0; draw < 64; ++draw) {
+        auto moved = dp;
+        for (int64_t i = 0; i < T * k; ++i) moved[i] += (rng()() & 1 ? 1.0f : -1.0f) * scale[i];
+        route_backward(o, k, f32(logits, {T, E}), i32(base.idx, {T, k}), i32(base.counts, {E}),
+                       f32(moved, {T, k}), f32(d1, {T, E}));
+        for (int64_t i = 0; i < T * E; ++i) {
+          ASSERT_LE(std::fabs(d1[i] - d0[i]), bound[i] * (1 + 1e-5) + 1e-6) << i;
+          if (bound[i] > 1e-3) worst = std::max(worst, double(std::fabs(d1[i] - d0[i]) / bound[i]));
+        }
+      }
+      EXPECT_GT(worst, 0.5) << router_kind_name(kind) << (renormalize ? " renormalised" : "");
+    }
+  }
+}
+
 TEST(RefRouter, LogitsBackwardMatchesFiniteDifferencesAndAccumulates) {
   const int64_t T = 13, H = 24, E = 6;
   auto x = random_normal(T * H), w = random_normal(E * H), g = random_normal(T * E);
