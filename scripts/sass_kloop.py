@@ -37,7 +37,8 @@ def main():
         name = function.split("\n", 1)[0].strip()
         if "grouped_gemm_fp8_kernel" not in name:
             continue
-        code = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", function)]
+        code = [(int(a, 16), t)
+                for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", function)]
         index = {a: i for i, (a, _) in enumerate(code)}
         loops = []
         for i, (address, text) in enumerate(code):
@@ -49,8 +50,9 @@ def main():
                 if sum("QGMMA" in t for _, t in body) == 4 and len(body) < 400:
                     loops.append(body)
         # Innermost: no other such loop nested inside.
-        inner = [b for b in loops if not any(o is not b and b[0][0] <= o[0][0] and o[-1][0] <= b[-1][0]
-                                             for o in loops)]
+        inner = [b for b in loops
+                 if not any(o is not b and b[0][0] <= o[0][0] and o[-1][0] <= b[-1][0]
+                            for o in loops)]
         instance = re.search(r"grouped_gemm_fp8_kernelI(.*?)EEv", name).group(1)
         for body in sorted(inner):
             counts = collections.Counter(kind(t) for _, t in body)

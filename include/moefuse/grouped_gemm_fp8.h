@@ -67,8 +67,8 @@
 // Every product of the GEMM is then exact and accumulates in the tensor cores' fp32-range
 // accumulator (not IEEE fp32 summation: groups of products aligned and truncated): D is the
 // reference's (the fp64 sum of the exact dequantised products, src/ref/grouped_gemm_fp8.h) up to
-// that accumulation, with bf16 d rounded like the BF16 GEMM's. Cost: the passes move M_cap·K·3 and E·N·K·3
-// bytes (read e4m3, write bf16) and the GEMM runs at BF16 tensor-core speed, not FP8's; the
+// that accumulation, with bf16 d rounded like the BF16 GEMM's. Cost: the passes move M_cap·K·3
+// and E·N·K·3 bytes (read e4m3, write bf16) and the GEMM runs at BF16 tensor-core speed, not FP8's; the
 // workspace holds M_cap·K·2 + E·N·K·2 bytes (grouped_gemm_fp8_workspace_size).
 // The range ends, where bf16 (like fp32) cannot hold deq(x) exactly and the fp64 reference can;
 // quantize_mxfp8's output reaches them only in blocks holding a value within about 3 % of

@@ -7,8 +7,8 @@
 //   D[r] = epilogue(h') · row_scale[r]                                  rounded to D's dtype
 //   pre_activation[r] = bf16(h)                    (optional) h's order
 // h' is the kernel's contract: with bf16 D its consumers hand h to the epilogue warps as bf16
-// (epilogues/drain_staged_tile.cuh), so the activation reads exactly the saved pre-activation; the fp32
-// instantiation applies it to the fp32 h. The difference matters in the FP8 layer, where act is
+// (epilogues/drain_staged_tile.cuh), so the activation reads exactly the saved pre-activation;
+// the fp32 instantiation applies it to the fp32 h. The difference matters in the FP8 layer, where act is
 // quantised to E4M3 again: an act one bf16 step off flips E4M3 codes near their rounding points.
 // with the activations of expert_mlp.h (activation_forward) applied to h in the reference
 // [gate; up] order (the GLU columns of h are interleaved as glu_interleaved_row says, the

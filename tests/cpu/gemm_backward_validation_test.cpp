@@ -169,7 +169,9 @@ TEST(GemmBackwardValidation, WgradRejectsBadArguments) {
   expect_rejects(v, with([](auto& a) {
                    a.d = at(a.b, 64, DType::kFloat32, {kE, 2 * kF, kH});
                  }), "d");
-  expect_rejects(v, with([](auto& a) { a.d = at(a.a, 0, DType::kFloat32, {kE, 2 * kF, kH}); }), "d");
+  expect_rejects(v, with([](auto& a) {
+                   a.d = at(a.a, 0, DType::kFloat32, {kE, 2 * kF, kH});
+                 }), "d");
   expect_rejects(v, with([](auto& a) {
                    a.gather_index = dev(DType::kInt32, {kM});
                    a.b = dev(DType::kBFloat16, {37, kH});

@@ -255,8 +255,9 @@ TEST(Fp8WgradValidation, NamesTheBadArgument) {
   check([&](auto& a) { a.d = f32(v.d, {2, 8, 16}); }, "d");
   check([&](auto& a) { a.d.dtype = DType::kBFloat16; }, "d");
   check([&](auto& a) { a.d = f32(v.sa, {2, 16, 8}); }, "d");  // d over a_scales
-  check([&](auto& a) { a.d = TensorView::contiguous(v.bt.data() + 16, DType::kFloat32, {2, 16, 8}); },
-        "d");  // d over bt
+  check([&](auto& a) {
+    a.d = TensorView::contiguous(v.bt.data() + 16, DType::kFloat32, {2, 16, 8});
+  }, "d");  // d over bt
   // The GPU entry point validates before any CUDA call.
   expect_invalid([&] { grouped_gemm_fp8_wgrad(v.args(), nullptr); }, "at");
   // The reference checks the offsets' values: decreasing, and more groups than the capacity.
@@ -285,8 +286,9 @@ TEST(Fp8ColwiseQuantValidation, NamesTheBadArgument) {
   expect_invalid([&] { run(f32(x, {100, 16}), i32(off, {2}), e4m3(xt, {16, 128}), f32(sc, {16, 1})); },
                  "scales");
   // Outputs over the input or each other.
-  expect_invalid([&] { run(f32(x, {100, 16}), i32(off, {2}), e4m3(xt, {16, 128}), f32(x, {1, 16})); },
-                 "scales");
+  expect_invalid(
+      [&] { run(f32(x, {100, 16}), i32(off, {2}), e4m3(xt, {16, 128}), f32(x, {1, 16})); },
+      "scales");
   expect_invalid([&] {
     run(f32(x, {100, 16}), i32(off, {2}), e4m3(xt, {16, 128}),
         TensorView::contiguous(xt.data() + 64, DType::kFloat32, {1, 16}));

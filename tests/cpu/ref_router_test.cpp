@@ -234,6 +234,19 @@ TEST(RefRouter, ErrorScaleBoundsHowFarDProbsMoveDLogits) {
   }
 }
 
+TEST(RefRouter, ErrorScaleRejectsBadShapesByName) {
+  const int64_t T = 5, E = 6, k = 2;
+  const RouterOptions o{.kind = RouterKind::kSoftmaxTopK, .renormalize = true};
+  auto logits = gapped_logits(T, E);
+  auto base = run_route(o, k, logits, E);
+  std::vector<float> scale(T * k, 1.0f), bound(T * E);
+  auto call = [&](const TensorView& s, const TensorView& b) {
+    ref::route_backward_error_scale(o, k, f32(logits, {T, E}), i32(base.idx, {T, k}), s, b);
+  };
+  expect_invalid([&] { call(f32(scale, {T, k - 1}), f32(bound, {T, E})); }, "d_probs_scale");
+  expect_invalid([&] { call(f32(scale, {T, k}), f32(bound, {T, E - 1})); }, "d_logits_scale");
+}
+
 TEST(RefRouter, LogitsBackwardMatchesFiniteDifferencesAndAccumulates) {
   const int64_t T = 13, H = 24, E = 6;
   auto x = random_normal(T * H), w = random_normal(E * H), g = random_normal(T * E);

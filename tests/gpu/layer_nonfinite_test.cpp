@@ -3,8 +3,8 @@
 // x holds a NaN or an Inf has non-finite logits (flag kHealthNonFiniteLogit) and a non-finite y;
 // every other token's y is bit for bit what it is without the bad token (rows are independent in
 // every GEMM, the combine and the shared expert: every tile runs the same wgmma shape, so a row's
-// bits do not depend on where the bad tokens move it), and its dx stays finite. Sums over tokens (the
-// weight gradients of the experts the token reached, d_w_router, the aux loss) may turn
+// bits do not depend on where the bad tokens move it), and its dx stays finite. Sums over tokens
+// (the weight gradients of the experts the token reached, d_w_router, the aux loss) may turn
 // non-finite; they are not checked here.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -33,7 +33,9 @@
 //     scales, and the weight scale by the lane that releases the stage in this CTA (lane rank:
 //     its read precedes that arrive in its own program order, which racecheck and the memory
 //     model both see; a __syncwarp between other lanes' reads and the arrive did not satisfy
-//     racecheck), passed to the warp by a shuffle; 4 wgmma m64n128k32 into a fresh fp32 block
+//     racecheck), passed to the warp by a shuffle. The row scales are rewritten only by the next
+//     round's TMA; every lane has used its two (the products below) before the arrive is
+//     issued, the warp being convergent there. 4 wgmma m64n128k32 into a fresh fp32 block
 //     accumulator (the first with scale-d 0); commit; wait_group 0 (every lane of the warp is
 //     past it: .sync.aligned); lanes 0 and 1 arrive on empty[s] of CTA 0 and CTA 1; then promote:
 //     acc += block · (a_scale · b_scale).
