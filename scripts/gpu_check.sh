@@ -30,18 +30,13 @@ if [[ " $stages " == *" tests "* ]]; then
   # tests fail alone (and name themselves), and the single-threaded CPU references run in parallel.
   # A test stopped by TEST_TIMEOUT is reported as TIMEOUT (a hang, or a reference too slow).
   echo "== GPU tests (one process each, ${TEST_JOBS:-16} at a time)"
-  # Each line ends with the test's wall time, so the slow ones (CPU references) can be found.
   run_one() {
-    local log rc start=$EPOCHREALTIME
+    local log
     log=$(timeout "${TEST_TIMEOUT:-300}" "$BUILD/moefuse_gpu_tests" --gtest_filter="$1" 2>&1)
-    rc=$?
-    local took
-    took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f s", b - a}')
-    case $rc in
-      0) grep -q '^\[  SKIPPED \] 1 test' <<< "$log" && echo "SKIPPED $1 ($took)" ||
-           echo "PASSED $1 ($took)" ;;
-      124) echo "TIMEOUT $1 ($took)" ;;
-      *) echo "FAILED $1 ($took)"
+    case $? in
+      0) grep -q '^\[  SKIPPED \] 1 test' <<< "$log" && echo "SKIPPED $1" || echo "PASSED $1" ;;
+      124) echo "TIMEOUT $1" ;;
+      *) echo "FAILED $1"
          grep -vE '^(\[ +(RUN|OK) +\]|\[[-=]+\]|Note: |Running main|$)' <<< "$log" | head -n 60 ;;
     esac
   }
@@ -86,10 +81,12 @@ fi
 
 # compute-sanitizer's four tools over the GPU tests, one process per test (a finding names its
 # test). racecheck and initcheck run a kernel 10-100x slower, so SANITIZE_FILTER defaults to a
-# fast subset (about 35 tests) that still reaches every kernel family: router top-k and backward,
+# fast subset (43 tests) that still reaches every kernel family: router top-k and backward,
 # dispatch, the quantisers, the bf16 and FP8 grouped GEMMs (forward, dgrad, wgrad) and the whole
-# layer (fused, unfused, recompute, shared expert, FP8, graphs) at test size; left out are the
-# exhaustive codec sweeps (every float) and the repeats of the same kernels at more shapes.
+# layer (fused, unfused, recompute, shared expert, FP8, graphs, NaN/Inf inputs) at test size, plus
+# the FP8 GEMM at DeepGEMM's K (run 11's racecheck hazard showed in that test, 56 K blocks a
+# tile, and not in the subset's small-K FP8 tests); left out are the exhaustive codec sweeps
+# (every float) and the repeats of the same kernels at more shapes.
 # SANITIZE_FILTER='*' runs everything.
 # SANITIZE_TOOLS picks tools, SANITIZE_TIMEOUT bounds each test under each tool.
 # Reports located only in cuBLAS's kernels (the router's logits GEMMs: nvjet_*, cublasLt::*) are
@@ -133,10 +130,11 @@ if [[ " $stages " == *" sanitize "* ]]; then
     'Router*' 'Dispatch*' 'ExpertOffsets.*' 'QuantGpu.Blockwise*' 'QuantGpu.Mxfp8*'
     'GroupedGemm.SkewedRouting*' 'GroupedGemm.GatherFusedFc1' 'GroupedGemmBackward.DgradRagged*'
     'GroupedGemmBackward.WgradGather*' 'GroupedGemmFp8.Fc1EveryActivation'
+    'GroupedGemmFp8.DeepGemmShapeRagged'
     'GroupedGemmMxfp8.Fc1SwiGluBiasAndPreActivation' 'Fp8Dgrad.Fc1Dgrad*'
     'GroupedGemmFp8Wgrad.RaggedExperts*' 'Layer/LayerReference.*/qwen3_*'
     'Layer/LayerReference.*/deepseek_fused' 'LayerGraph.*'
-    'Layer/LayerFp8.ForwardAndBackwardMatch*/deepseek' 'LayerFp8Edges.*'
+    'Layer/LayerFp8.ForwardAndBackwardMatch*/deepseek' 'LayerFp8Edges.*' 'LayerNonFinite.*'
   )
   filter=${SANITIZE_FILTER:-$(IFS=:; echo "${default_filter[*]}")}
   tests=$("$BUILD/moefuse_gpu_tests" --gtest_list_tests --gtest_filter="$filter" |
