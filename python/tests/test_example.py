@@ -80,3 +80,36 @@ def test_torch_grouped_backend_on_the_cpu_fails_with_a_message(tmp_path):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "torch-grouped" in proc.stderr and "--device cuda" in proc.stderr, proc.stderr
+
+
+def load_example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_moe_lm", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("masters", ["fp32", "none"])
+def test_fp32_master_weights_keep_steps_below_bf16_spacing(masters):
+    # A bf16 weight of 1.0 with a constant gradient: AdamW moves it by about lr a step, 1e-4,
+    # below half of bf16's spacing under 1.0 (2^-9). In place every step rounds back to 1.0; an
+    # fp32 master accumulates them (about 0.011 over 200 steps of the schedule).
+    example = load_example()
+    from types import SimpleNamespace
+
+    model = torch.nn.Linear(1, 1, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    args = SimpleNamespace(master_weights=masters, torch_dtype=torch.bfloat16, lr=1e-4)
+    opt = example.Optimiser(torch, model, args, steps=200)
+    for _ in range(200):
+        model.weight.grad = torch.ones_like(model.weight)
+        opt.step()
+        assert model.weight.grad is None
+    w = model.weight.item()
+    if masters == "fp32":
+        assert 0.985 < w < 0.995, w
+    else:
+        assert w == 1.0
