@@ -9,10 +9,13 @@
 // Work: a CTA converts blocks of 32 rows × 512 of K (16 scale groups), grid-stride. It first
 // stages the block's 32 × 16 scale bytes in shared memory (for each group the 32 rows' scales are
 // 32 consecutive bytes of a scale row, so the loads take whole sectors), then each warp converts
-// 4 rows: lane l takes elements 16l .. 16l + 15 of the row's 512 (group l / 2), so a warp reads
-// 512 contiguous bytes of codes and writes 1 KiB of contiguous bf16 per row. A lane issues its 4
-// rows' loads before converting any. The first version (run 11) gave each warp 16 rows × 64 of K:
-// its stores touched 16 rows at once and the passes ran at 1.1 TB/s, a quarter of copy.
+// 4 rows, each in two halves of 256 elements: lane l takes elements 8l .. 8l + 7 of a half
+// (group l / 4 of the half's 8), so every load instruction of the warp reads 256 contiguous
+// bytes of codes and every store instruction writes 512 contiguous bytes of bf16: whole sectors,
+// none shared between instructions. A lane issues its 8 loads (4 rows × 2 halves) before
+// converting any. The first version (run 11) gave each warp 16 rows × 64 of K: each of its store
+// instructions wrote half of every sector it touched, in 16 rows, and the passes ran at 1.1 TB/s,
+// a quarter of copy.
 //
 // Conversion, exact but at the range ends (moefuse/grouped_gemm_fp8.h): the hardware E4M3
 // decode (quant/vec16.cuh, = formats::e4m3_to_float), the fp32 product with
@@ -29,11 +32,11 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstddef>
 
 #include "cuda/check.h"
 #include "cuda/packed_values.cuh"
-#include "cuda/quant/grid.h"
 #include "cuda/quant/vec16.cuh"
 #include "cuda/router/checks.h"
 #include "cuda/sm_count.h"
@@ -45,10 +48,14 @@ namespace {
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kBlockRows = 32;
+// Six CTAs an SM (1536 threads, 40 registers each): at the grid's eight ptxas kept one value in
+// local memory; six keep 8 loads of 8 bytes in flight a lane, ~96 KB an SM, enough for HBM.
+inline constexpr int kCtasPerSm = 6;
 inline constexpr int kRowsPerWarp = kBlockRows / kWarps;
-inline constexpr int kBlockGroups = 16;                       // 512 of K: 16 codes a lane
-inline constexpr int kLaneCodes = cuda::quant::kVec;           // one 16-byte load
-static_assert(kBlockGroups * kMxfp8ScaleGroup == 32 * kLaneCodes, "a warp covers a block's K");
+inline constexpr int kBlockGroups = 16;  // 512 of K
+inline constexpr int kLaneCodes = 8;      // a lane's codes in each half: one 8-byte load
+inline constexpr int kHalfCols = 32 * kLaneCodes;
+static_assert(kBlockGroups * kMxfp8ScaleGroup == 2 * kHalfCols, "two halves cover a block's K");
 
 struct DequantParams {
   const uint8_t* codes;   // [rows, k] e4m3
@@ -60,23 +67,20 @@ struct DequantParams {
   int64_t blocks;    // ceil(rows / kBlockRows) · k_blocks
 };
 
-// 16 codes times `scale` as bf16, two 16-byte stores.
-__device__ __forceinline__ void store_bf16x16(__nv_bfloat16* out, const uint4& codes, float scale) {
-  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  float v[2][8];
+// 8 codes times `scale` as bf16, one 16-byte store.
+__device__ __forceinline__ void store_bf16x8(__nv_bfloat16* out, const uint2& codes, float scale) {
+  float v[8];
+  float f[4];
+  cuda::quant::e4m3x4_to_float(codes.x, f);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float f[4];
-    cuda::quant::e4m3x4_to_float(w[i], f);
+  for (int j = 0; j < 4; ++j) v[j] = f[j] * scale;
+  cuda::quant::e4m3x4_to_float(codes.y, f);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[i / 2][4 * (i % 2) + j] = f[j] * scale;
-  }
-  uint4* o = reinterpret_cast<uint4*>(out);
-  o[0] = cuda::pack_bf16x8(v[0]);
-  o[1] = cuda::pack_bf16x8(v[1]);
+  for (int j = 0; j < 4; ++j) v[4 + j] = f[j] * scale;
+  *reinterpret_cast<uint4*>(out) = cuda::pack_bf16x8(v);
 }
 
-__global__ void __launch_bounds__(kThreads, cuda::quant::kMaxCtasPerSm)
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
     mxfp8_to_bf16_kernel(DequantParams p) {
   __shared__ uint8_t block_scales[kBlockGroups][kBlockRows];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -95,22 +99,32 @@ __global__ void __launch_bounds__(kThreads, cuda::quant::kMaxCtasPerSm)
                                         g * p.pitch + row % p.batch_rows);
     }
     __syncthreads();
-    const int64_t col = g0 * kMxfp8ScaleGroup + lane * kLaneCodes;  // this lane's first element
-    uint4 c[kRowsPerWarp];
+    // This lane's first element in each half of the block's 512 columns.
+    const int64_t col0 = g0 * kMxfp8ScaleGroup + lane * kLaneCodes;
+    uint2 c[kRowsPerWarp][2];
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t rr = row0 + warp * kRowsPerWarp + i;
-      c[i] = rr < p.rows && col < p.k
-                 ? __ldg(reinterpret_cast<const uint4*>(p.codes + rr * p.k + col))
-                 : uint4{};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = col0 + h * kHalfCols;
+        c[i][h] = rr < p.rows && col < p.k
+                      ? __ldg(reinterpret_cast<const uint2*>(p.codes + rr * p.k + col))
+                      : uint2{};
+      }
     }
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int local = warp * kRowsPerWarp + i;
       const int64_t rr = row0 + local;
-      if (rr < p.rows && col < p.k)
-        store_bf16x16(p.out + rr * p.k + col, c[i],
-                      formats::ue8m0_to_float(block_scales[lane / 2][local]));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = col0 + h * kHalfCols;
+        // K % 32 == 0: a lane's 8 columns lie wholly inside K or wholly past it.
+        if (rr < p.rows && col < p.k)
+          store_bf16x8(p.out + rr * p.k + col, c[i][h],
+                       formats::ue8m0_to_float(block_scales[h * 8 + lane / 4][local]));
+      }
     }
     __syncthreads();  // the next block's scales overwrite these
   }
@@ -133,8 +147,9 @@ void launch_dequantize(const TensorView& codes, const TensorView& scales, const 
                         .groups = groups,
                         .k_blocks = k_blocks,
                         .blocks = (rows + kBlockRows - 1) / kBlockRows * k_blocks};
+  // One wave of resident CTAs (grid-stride), no more: a second wave would finish alone.
   const auto ctas = static_cast<unsigned>(
-      cuda::quant::grid_stride_ctas(p.blocks, 1, cuda::device_sm_count()));
+      std::min<int64_t>(p.blocks, int64_t{cuda::device_sm_count()} * kCtasPerSm));
   mxfp8_to_bf16_kernel<<<ctas, kThreads, 0, stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
