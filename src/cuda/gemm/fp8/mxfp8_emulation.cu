@@ -147,7 +147,8 @@ void launch_dequantize(const TensorView& codes, const TensorView& scales, const 
                         .groups = groups,
                         .k_blocks = k_blocks,
                         .blocks = (rows + kBlockRows - 1) / kBlockRows * k_blocks};
-  // One wave of resident CTAs (grid-stride), no more: a second wave would finish alone.
+  // One wave of resident CTAs (grid-stride): a grid of 8 an SM would leave a second wave of 2 an
+  // SM, with a third of the loads in flight, for the last quarter of the work.
   const auto ctas = static_cast<unsigned>(
       std::min<int64_t>(p.blocks, int64_t{cuda::device_sm_count()} * kCtasPerSm));
   mxfp8_to_bf16_kernel<<<ctas, kThreads, 0, stream>>>(p);
