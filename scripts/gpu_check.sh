@@ -30,13 +30,18 @@ if [[ " $stages " == *" tests "* ]]; then
   # tests fail alone (and name themselves), and the single-threaded CPU references run in parallel.
   # A test stopped by TEST_TIMEOUT is reported as TIMEOUT (a hang, or a reference too slow).
   echo "== GPU tests (one process each, ${TEST_JOBS:-16} at a time)"
+  # Each line ends with the test's wall time, so the slow ones (CPU references) can be found.
   run_one() {
-    local log
+    local log rc start=$EPOCHREALTIME
     log=$(timeout "${TEST_TIMEOUT:-300}" "$BUILD/moefuse_gpu_tests" --gtest_filter="$1" 2>&1)
-    case $? in
-      0) grep -q '^\[  SKIPPED \] 1 test' <<< "$log" && echo "SKIPPED $1" || echo "PASSED $1" ;;
-      124) echo "TIMEOUT $1" ;;
-      *) echo "FAILED $1"
+    rc=$?
+    local took
+    took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f s", b - a}')
+    case $rc in
+      0) grep -q '^\[  SKIPPED \] 1 test' <<< "$log" && echo "SKIPPED $1 ($took)" ||
+           echo "PASSED $1 ($took)" ;;
+      124) echo "TIMEOUT $1 ($took)" ;;
+      *) echo "FAILED $1 ($took)"
          grep -vE '^(\[ +(RUN|OK) +\]|\[[-=]+\]|Note: |Running main|$)' <<< "$log" | head -n 60 ;;
     esac
   }
