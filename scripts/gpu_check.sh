@@ -54,8 +54,13 @@ if [[ " $stages " == *" tests "* ]]; then
   awk '$1 == "PASSED" {p++} $1 == "SKIPPED" {s++} $1 == "FAILED" {f++} $1 == "TIMEOUT" {t++}
        END {printf "GPU tests: %d passed, %d failed, %d timed out, %d skipped\n", p, f, t, s}
        END {exit (f + t > 0)}' "$OUT/tests.log" || status=1
+  # --gtest_brief prints only failures and the summary; all of it goes to the log (run 12 lost a
+  # failing CPU test's name to a tail of the summary's last lines).
   echo "== CPU tests"
-  env -u GTEST_FILTER "$BUILD/moefuse_cpu_tests" --gtest_brief=1 2>&1 | tail -n 3 | tee -a "$OUT/tests.log" || status=1
+  env -u GTEST_FILTER "$BUILD/moefuse_cpu_tests" --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 ||
+    status=1
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|^\[==' "$OUT/cpu_tests.log" | tail -n 40 |
+    tee -a "$OUT/tests.log"
 fi
 
 # The Python package against the library built here: pip install as the README says (no build
