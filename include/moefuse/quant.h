@@ -10,11 +10,13 @@
 //   128x128: q [N, K] or [E, N, K] e4m3, scales [ceil(N/128), ceil(K/128)] (or [E, ...]) fp32
 //   MXFP8:   q [M, K] e4m3,  scales [M, ceil(K/32)] e8m0
 //   NVFP4:   q [M, K] e2m1 (two per byte, low nibble first), block_scales [M, ceil(K/16)] e4m3,
-//            amax [1] fp32 (written: max |x|), tensor_scale [1] fp32 (written: decode scale)
+//            amax [1] fp32 (quantize_nvfp4 writes max |x|; quantize_nvfp4_with_amax reads it),
+//            tensor_scale [1] fp32 (written: decode scale), amax and tensor_scale distinct
 //
 // Every call enqueues on `stream` only, allocates nothing and never synchronises: all of them
-// are CUDA-graph safe (NVFP4 quantise is a memset plus two kernels). Bad arguments throw
-// moefuse::InvalidArgument naming the argument; launch failures throw moefuse::CudaError.
+// are CUDA-graph safe (quantize_nvfp4 is a memset plus two kernels, quantize_nvfp4_with_amax one
+// kernel). Bad arguments throw moefuse::InvalidArgument naming the argument; launch failures
+// throw moefuse::CudaError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,8 +31,24 @@ void quantize_fp8_blockwise_128x128(const TensorView& w, const TensorView& q,
                                     const TensorView& scales, cudaStream_t stream);
 void quantize_mxfp8(const TensorView& x, const TensorView& q, const TensorView& scales,
                     cudaStream_t stream);
+// NVFP4 in two passes over x: max |x| into `amax` (NaN ignored), then quantize_nvfp4_with_amax.
 void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,
                     const TensorView& amax, const TensorView& tensor_scale, cudaStream_t stream);
+// NVFP4 in one pass over x, for callers that already hold the tensor amax (computed by the op
+// that produced x, or delayed scaling): `amax` is read on the device only, never by the host, so
+// the call stays sync-free and capturable, and the value it reads is the one on the stream when
+// the kernel runs. With amax = max |x| the output is bit-identical to quantize_nvfp4's.
+// tensor_scale = 1 / enc, enc = 2688 / amax capped at FLT_MAX (docs/formats.md), with amax taken
+// as given:
+// - amax < max |x|: a block whose own amax exceeds the given one gets the largest block scale,
+//   448 (E4M3 satfinite), and its elements beyond ~amax the code +-6 (E2M1 saturates), so they
+//   dequantise to +-2688 * tensor_scale (~ +-amax); the other blocks quantise as usual against
+//   this tensor scale. Nothing becomes NaN or Inf.
+// - amax 0, +-Inf, NaN or negative: enc = 1, tensor_scale = 1, as quantize_nvfp4 does for an
+//   all-zero tensor or one holding an Inf: block scales e4m3(block_amax / 6), saturating at 448.
+void quantize_nvfp4_with_amax(const TensorView& x, const TensorView& q,
+                              const TensorView& block_scales, const TensorView& amax,
+                              const TensorView& tensor_scale, cudaStream_t stream);
 
 void dequantize_fp8_blockwise_1x128(const TensorView& q, const TensorView& scales,
                                     const TensorView& x, cudaStream_t stream);

@@ -48,10 +48,11 @@ MOEFUSE_HD uint8_t mx_scale_code(float amax) { return ue8m0_ceil(amax / kE4M3Max
 
 // ---- NVFP4: E2M1 values, one E4M3 scale per 16 elements, one fp32 scale per tensor
 // (Transformer Engine's definition): x ~ e2m1 * e4m3_block_scale * tensor_scale.
-// Encode scale of the tensor: 448 * 6 / amax, capped at FLT_MAX; 1 when amax is 0 or Inf.
+// Encode scale of the tensor: 448 * 6 / amax, capped at FLT_MAX; 1 when amax is 0, Inf, NaN or
+// negative (no max |x| is; a caller-given amax can be, and must not silently scale x to ~0).
 MOEFUSE_HD float nvfp4_tensor_encode_scale(float amax) {
   const float s = (kE4M3Max * kE2M1Max) / amax;
-  if (amax == 0.0f || s == 0.0f) return 1.0f;
+  if (amax == 0.0f || !(s > 0.0f)) return 1.0f;
   return s < kF32Max ? s : kF32Max;
 }
 

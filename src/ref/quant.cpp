@@ -103,6 +103,43 @@ void expect_even_columns(int64_t k, std::string_view name) {
                  std::to_string(k) + " columns");
 }
 
+// The views of an NVFP4 quantise; returns {M, K}.
+std::pair<int64_t, int64_t> expect_nvfp4_quantize(const TensorView& x, const TensorView& q,
+                                                  const TensorView& block_scales,
+                                                  const TensorView& tensor_scale) {
+  auto [m, k] = matrix_extents(x, "x", DType::kFloat32);
+  expect_even_columns(k, "x");
+  expect_tensor(q, "q", DType::kFloat4E2M1, Device::kCpu, {m, k});
+  expect_tensor(block_scales, "block_scales", DType::kFloat8E4M3, Device::kCpu,
+                {m, ceil_div(k, kNvfp4Block)});
+  expect_tensor(tensor_scale, "tensor_scale", DType::kFloat32, Device::kCpu, {1});
+  return {m, k};
+}
+
+// NVFP4 of checked views against the tensor amax `amax`, whatever it is (the GPU kernel's
+// arithmetic: an amax below max |x| saturates, see moefuse/quant.h).
+void quantize_nvfp4_given(const TensorView& x, const TensorView& q, const TensorView& block_scales,
+                          float amax, const TensorView& tensor_scale) {
+  const int64_t m = x.size(0), k = x.size(1);
+  const float* xs = x.as<const float>();
+  const float encode = nvfp4_tensor_encode_scale(amax);
+  const float ts = nvfp4_tensor_scale(encode);
+  *tensor_scale.as<float>() = ts;
+  uint8_t* packed = q.as<uint8_t>();
+  uint8_t* bs = block_scales.as<uint8_t>();
+  for_each_tile(Tiling{1, m, k, 1, kNvfp4Block}, [&](int64_t s, auto each) {
+    uint32_t block_amax = 0;
+    each([&](int64_t i) { block_amax = max_bits(block_amax, amax_bits(xs[i])); });
+    bs[s] = nvfp4_block_scale_code(bits_float(block_amax), encode);
+    const float multiplier = nvfp4_value_multiplier(bs[s], ts);
+    each([&](int64_t i) {
+      const uint8_t code = e2m1_from_float(xs[i] * multiplier);
+      uint8_t& byte = packed[i / 2];
+      byte = i % 2 == 0 ? pack_e2m1x2(code, byte >> 4) : pack_e2m1x2(byte, code);
+    });
+  });
+}
+
 }  // namespace
 
 void quantize_fp8_blockwise_1x128(const TensorView& x, const TensorView& q,
@@ -174,31 +211,21 @@ void dequantize_mxfp8(const TensorView& q, const TensorView& scales, const Tenso
 
 void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,
                     const TensorView& tensor_scale) {
-  auto [m, k] = matrix_extents(x, "x", DType::kFloat32);
-  expect_even_columns(k, "x");
-  expect_tensor(q, "q", DType::kFloat4E2M1, Device::kCpu, {m, k});
-  expect_tensor(block_scales, "block_scales", DType::kFloat8E4M3, Device::kCpu,
-                {m, ceil_div(k, kNvfp4Block)});
-  expect_tensor(tensor_scale, "tensor_scale", DType::kFloat32, Device::kCpu, {1});
+  auto [m, k] = expect_nvfp4_quantize(x, q, block_scales, tensor_scale);
   const float* xs = x.as<const float>();
   uint32_t amax = 0;
   for (int64_t i = 0; i < m * k; ++i) amax = max_bits(amax, amax_bits(xs[i]));
-  const float encode = nvfp4_tensor_encode_scale(bits_float(amax));
-  const float ts = nvfp4_tensor_scale(encode);
-  *tensor_scale.as<float>() = ts;
-  uint8_t* packed = q.as<uint8_t>();
-  uint8_t* bs = block_scales.as<uint8_t>();
-  for_each_tile(Tiling{1, m, k, 1, kNvfp4Block}, [&](int64_t s, auto each) {
-    uint32_t block_amax = 0;
-    each([&](int64_t i) { block_amax = max_bits(block_amax, amax_bits(xs[i])); });
-    bs[s] = nvfp4_block_scale_code(bits_float(block_amax), encode);
-    const float multiplier = nvfp4_value_multiplier(bs[s], ts);
-    each([&](int64_t i) {
-      const uint8_t code = e2m1_from_float(xs[i] * multiplier);
-      uint8_t& byte = packed[i / 2];
-      byte = i % 2 == 0 ? pack_e2m1x2(code, byte >> 4) : pack_e2m1x2(byte, code);
-    });
-  });
+  quantize_nvfp4_given(x, q, block_scales, bits_float(amax), tensor_scale);
+}
+
+void quantize_nvfp4_with_amax(const TensorView& x, const TensorView& q,
+                              const TensorView& block_scales, const TensorView& amax,
+                              const TensorView& tensor_scale) {
+  expect_nvfp4_quantize(x, q, block_scales, tensor_scale);
+  expect_tensor(amax, "amax", DType::kFloat32, Device::kCpu, {1});
+  MOEFUSE_EXPECT(amax.data != tensor_scale.data, "tensor_scale", "a buffer distinct from amax",
+                 "the amax buffer");
+  quantize_nvfp4_given(x, q, block_scales, *amax.as<const float>(), tensor_scale);
 }
 
 void dequantize_nvfp4(const TensorView& q, const TensorView& block_scales,

@@ -42,6 +42,12 @@ void dequantize_mxfp8(const TensorView& q, const TensorView& scales, const Tenso
 // up to rounding; docs/formats.md).
 void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,
                     const TensorView& tensor_scale);
+// The same with the tensor amax given, amax [1] fp32 (distinct from tensor_scale), as
+// moefuse::quantize_nvfp4_with_amax: an amax below max |x| saturates block scales at 448 and
+// codes at +-6; 0, Inf and NaN behave as that header says. quantize_nvfp4 is this with max |x|.
+void quantize_nvfp4_with_amax(const TensorView& x, const TensorView& q,
+                              const TensorView& block_scales, const TensorView& amax,
+                              const TensorView& tensor_scale);
 void dequantize_nvfp4(const TensorView& q, const TensorView& block_scales,
                       const TensorView& tensor_scale, const TensorView& x);
 

@@ -256,5 +256,115 @@ TEST(QuantNvfp4, AllZeroTensorAndNaN) {
   EXPECT_EQ(q[0], 0x77) << "1.0 is the block max (6) and NaN encodes as +6";
 }
 
+// quantize_nvfp4_with_amax on the CPU: outputs {q, block scales, tensor scale} for a given amax.
+struct Nvfp4Out {
+  std::vector<uint8_t> q, bs;
+  std::vector<float> ts = {kNaN};
+  Nvfp4Out(int64_t m, int64_t k) : q(m * k / 2, 0xAA), bs(m * ceil_div(k, 16), 0xAA) {}
+};
+Nvfp4Out nvfp4_given(std::vector<float>& x, int64_t m, int64_t k, float amax) {
+  Nvfp4Out o(m, k);
+  std::vector<float> a = {amax};
+  quantize_nvfp4_with_amax(f32(x, {m, k}), u8(o.q, DType::kFloat4E2M1, {m, k}),
+                           u8(o.bs, DType::kFloat8E4M3, {m, ceil_div(k, 16)}), f32(a, {1}),
+                           f32(o.ts, {1}));
+  return o;
+}
+
+TEST(QuantNvfp4, GivenAmaxHandComputedSaturation) {
+  // Given amax 2 (true 8): encode scale 1344, tensor scale 1/1344. Block 0 (amax 8) wants scale
+  // e4m3(8 * 224) = 1792 and saturates to 448, so its multiplier is ~3: 8 and 2 clamp to +-6
+  // (dequantised +-2 = the given amax), 1 and 0.5 stay exact. Block 1 (amax 0.25) is unaffected:
+  // scale 56, multiplier 24.
+  std::vector<float> x(32, 0.0f);
+  const float block0[] = {8.0f, -8.0f, 2.0f, 1.0f, -1.0f, 0.5f};
+  std::copy(std::begin(block0), std::end(block0), x.begin());
+  x[16] = 0.25f, x[17] = -0.125f;
+  const Nvfp4Out o = nvfp4_given(x, 1, 32, 2.0f);
+  EXPECT_EQ(o.ts[0], 1.0f / 1344.0f);
+  EXPECT_EQ(o.bs, (std::vector<uint8_t>{0x7E, 0x66}));  // 448, 56
+  EXPECT_EQ(std::vector<uint8_t>(o.q.begin(), o.q.begin() + 3),
+            (std::vector<uint8_t>{0xF7, 0x57, 0x3D}));  // 6, -6 | 6, 3 | -3, 1.5
+  EXPECT_EQ(o.q[8], 0xD7) << "0.25 -> 6, -0.125 -> -3";
+  std::vector<float> back(32, kNaN);
+  std::vector<uint8_t> q = o.q, bs = o.bs;
+  std::vector<float> ts = o.ts;
+  dequantize_nvfp4(u8(q, DType::kFloat4E2M1, {1, 32}), u8(bs, DType::kFloat8E4M3, {1, 2}),
+                   f32(ts, {1}), f32(back, {1, 32}));
+  const float want[] = {2.0f, -2.0f, 2.0f, 1.0f, -1.0f, 0.5f};
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(back[i], want[i], 1e-6) << i;
+  EXPECT_NEAR(back[16], 0.25f, 1e-7);
+  EXPECT_NEAR(back[17], -0.125f, 1e-7);
+}
+
+TEST(QuantNvfp4, GivenAmaxBelowTrueSaturatesExactlyThere) {
+  const int64_t m = 9, k = 80, blocks = k / 16;
+  auto x = wide_range(m * k);
+  uint32_t bits = 0;
+  for (float v : x) bits = formats::max_bits(bits, formats::amax_bits(v));
+  const float true_amax = formats::bits_float(bits);
+  // The true amax reproduces quantize_nvfp4.
+  Nvfp4Out plain(m, k);
+  quantize_nvfp4(f32(x, {m, k}), u8(plain.q, DType::kFloat4E2M1, {m, k}),
+                 u8(plain.bs, DType::kFloat8E4M3, {m, blocks}), f32(plain.ts, {1}));
+  const Nvfp4Out same = nvfp4_given(x, m, k, true_amax);
+  EXPECT_EQ(same.q, plain.q);
+  EXPECT_EQ(same.bs, plain.bs);
+  EXPECT_EQ(same.ts, plain.ts);
+  // A quarter of it: blocks at or above the given amax get scale 448 and their elements at or
+  // above it dequantise to exactly +-6 * 448 * tensor scale; any element whose scaled value
+  // exceeds 6 (also in a block whose scale rounded down) clamps to 6; the rest round as usual.
+  const float given = true_amax / 4;
+  Nvfp4Out o = nvfp4_given(x, m, k, given);
+  EXPECT_EQ(o.ts[0], 1.0f / (2688.0f / given));
+  std::vector<float> back(m * k, kNaN);
+  dequantize_nvfp4(u8(o.q, DType::kFloat4E2M1, {m, k}), u8(o.bs, DType::kFloat8E4M3, {m, blocks}),
+                   f32(o.ts, {1}), f32(back, {m, k}));
+  int64_t saturated = 0;
+  const float clamped = 6.0f * 448.0f * o.ts[0];
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float block_amax = 0;
+      for (int64_t c = b * 16; c < b * 16 + 16; ++c)
+        block_amax = std::max(block_amax, std::fabs(x[r * k + c]));
+      if (block_amax >= given) EXPECT_EQ(o.bs[r * blocks + b], 0x7E) << r << ", " << b;
+    }
+  for (int64_t i = 0; i < m * k; ++i) {
+    const uint8_t code = o.bs[(i / k) * blocks + (i % k) / 16];
+    const float mult = formats::nvfp4_value_multiplier(code, o.ts[0]);
+    const double v = std::fabs(double(x[i]) * mult);
+    if (std::fabs(x[i]) >= given) {
+      ++saturated;
+      ASSERT_EQ(back[i], std::copysign(clamped, x[i])) << "element " << i;
+    } else if (v > 6) {
+      ASSERT_EQ(back[i], std::copysign(6.0f * e4m3_to_float(code) * o.ts[0], x[i])) << i;
+    }
+    if (v > 6) continue;
+    const double bound = std::max(0.25, v / 4) / mult * (1 + 1e-5);
+    ASSERT_LE(std::fabs(double(back[i]) - double(x[i])), bound) << "element " << i << " x " << x[i];
+  }
+  EXPECT_GT(saturated, 0) << "a quarter of the true amax must saturate something";
+}
+
+TEST(QuantNvfp4, GivenAmaxZeroInfNaN) {
+  std::vector<float> x = wide_range(2 * 32);
+  x[3] = 0.0f;
+  // 0, +-Inf, NaN and negative: tensor scale 1 (as quantize_nvfp4 for an all-zero tensor or one
+  // with an Inf); a NaN amax must not scale the tensor to ~0 (encode scale FLT_MAX).
+  const Nvfp4Out zero = nvfp4_given(x, 2, 32, 0.0f);
+  EXPECT_EQ(zero.ts[0], 1.0f);
+  for (float amax : {kInf, -kInf, kNaN, -1.0f}) {
+    const Nvfp4Out o = nvfp4_given(x, 2, 32, amax);
+    EXPECT_EQ(o.ts, zero.ts);
+    EXPECT_EQ(o.bs, zero.bs);
+    EXPECT_EQ(o.q, zero.q);
+  }
+  for (int b = 0; b < 4; ++b) {
+    float block_amax = 0;
+    for (int i = b * 16; i < b * 16 + 16; ++i) block_amax = std::max(block_amax, std::fabs(x[i]));
+    EXPECT_EQ(zero.bs[b], formats::e4m3_from_float(block_amax * (1.0f / 6.0f))) << b;
+  }
+}
+
 }  // namespace
 }  // namespace moefuse::ref

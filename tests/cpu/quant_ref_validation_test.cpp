@@ -135,5 +135,39 @@ TEST(QuantRefValidation, Nvfp4) {
   expect_invalid([&] { dequantize_nvfp4(b.qv(fp4), b.bv(e4m3, 10), b.tsv(), b.qv()); }, "x");
 }
 
+TEST(QuantRefValidation, Nvfp4WithAmax) {
+  Buffers b;
+  const DType fp4 = DType::kFloat4E2M1, e4m3 = DType::kFloat8E4M3;
+  float amax = 1.0f;
+  const auto av = TensorView::contiguous(&amax, DType::kFloat32, {1});
+  auto call = [&](const TensorView& a, const TensorView& ts) {
+    quantize_nvfp4_with_amax(b.xv(), b.qv(fp4), b.bv(e4m3, 10), a, ts);
+  };
+  EXPECT_NO_THROW(call(av, b.tsv()));
+  auto bf16_amax = av;
+  bf16_amax.dtype = DType::kBFloat16;
+  expect_invalid([&] { call(bf16_amax, b.tsv()); }, "amax");
+  expect_invalid([&] { call(TensorView::contiguous(b.x.data(), DType::kFloat32, {2}), b.tsv()); },
+                 "amax");
+  expect_invalid([&] { call(TensorView::contiguous(&amax, DType::kFloat32, {1, 1}), b.tsv()); },
+                 "amax");
+  auto cuda_amax = av;
+  cuda_amax.device = Device::kCuda;
+  expect_invalid([&] { call(cuda_amax, b.tsv()); }, "amax");
+  auto null_amax = av;
+  null_amax.data = nullptr;
+  expect_invalid([&] { call(null_amax, b.tsv()); }, "amax");
+  expect_invalid([&] { call(b.tsv(), b.tsv()); }, "tensor_scale");
+  // The other views are checked as quantize_nvfp4 checks them.
+  auto odd_x = TensorView::contiguous(b.x.data(), DType::kFloat32, {2, 159});
+  auto odd_q = TensorView::contiguous(b.q.data(), fp4, {2, 159});
+  expect_invalid([&] { quantize_nvfp4_with_amax(odd_x, odd_q, b.bv(e4m3, 10), av, b.tsv()); },
+                 "x");
+  expect_invalid([&] { quantize_nvfp4_with_amax(b.xv(), b.qv(), b.bv(e4m3, 10), av, b.tsv()); },
+                 "q");
+  expect_invalid([&] { quantize_nvfp4_with_amax(b.xv(), b.qv(fp4), b.bv(e4m3, 9), av, b.tsv()); },
+                 "block_scales");
+}
+
 }  // namespace
 }  // namespace moefuse::ref

@@ -19,6 +19,7 @@
 #include "cuda/check.h"
 #include "cuda/quant/dequant_kernel.cuh"
 #include "cuda/quant/vec16.cuh"
+#include "formats/recipes.h"
 #include "moefuse/error.h"
 #include "moefuse/quant.h"
 #include "ref/quant.h"
@@ -233,6 +234,60 @@ TEST(QuantGpu, Nvfp4MatchesReferenceBytes) {
       }
 }
 
+// quantize_nvfp4_with_amax: given the amax quantize_nvfp4 computed on the device, the same bytes
+// as quantize_nvfp4; given half the true amax (blocks saturate) or twice it, the reference's bytes.
+// The given amax is an input: it must come back unchanged.
+TEST(QuantGpu, Nvfp4WithAmaxMatchesQuantizeAndReference) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (DType in : kInputs)
+    for (Shape s : kShapes)
+      for (bool specials : {false, true}) {  // with an Inf, every given amax is Inf
+        SCOPED_TRACE("x [" + std::to_string(s.m) + ", " + std::to_string(s.k) + "] " +
+                     std::string(dtype_name(in)) + (specials ? " with NaN/Inf" : "") +
+                     ", seed " + std::to_string(test::seed()));
+        const int64_t g = ceil_div(s.k, 16);
+        Input x(test_data(s.m, s.k, 16, specials), in);
+        const TensorView xv = x.dev.view(in, {s.m, s.k});
+        DeviceBuffer q(s.m * s.k / 2), sc(s.m * g), amax(4), ts(4);
+        DeviceBuffer gq(s.m * s.k / 2), gsc(s.m * g), gts(4);
+        quantize_nvfp4(xv, q.view(DType::kFloat4E2M1, {s.m, s.k}),
+                       sc.view(DType::kFloat8E4M3, {s.m, g}), amax.view(DType::kFloat32, {1}),
+                       ts.view(DType::kFloat32, {1}), nullptr);
+        quantize_nvfp4_with_amax(xv, gq.view(DType::kFloat4E2M1, {s.m, s.k}),
+                                 gsc.view(DType::kFloat8E4M3, {s.m, g}),
+                                 amax.view(DType::kFloat32, {1}), gts.view(DType::kFloat32, {1}),
+                                 nullptr);
+        expect_same_bytes(as_bytes(gts.download<float>()), as_bytes(ts.download<float>()), 4,
+                          "tensor scale, true amax");
+        expect_same_bytes(gq.download<uint8_t>(), q.download<uint8_t>(), s.k / 2,
+                          "values, true amax");
+        expect_same_bytes(gsc.download<uint8_t>(), sc.download<uint8_t>(), g,
+                          "block scales, true amax");
+        uint32_t true_amax = 0;
+        for (float v : x.ref) true_amax = formats::max_bits(true_amax, formats::amax_bits(v));
+        for (float factor : {0.5f, 2.0f}) {
+          SCOPED_TRACE("given amax = " + std::to_string(factor) + " x true amax");
+          std::vector<float> given = {formats::bits_float(true_amax) * factor};
+          DeviceBuffer damax(4), fq(s.m * s.k / 2), fsc(s.m * g), fts(4);
+          damax.upload(given);
+          quantize_nvfp4_with_amax(xv, fq.view(DType::kFloat4E2M1, {s.m, s.k}),
+                                   fsc.view(DType::kFloat8E4M3, {s.m, g}),
+                                   damax.view(DType::kFloat32, {1}),
+                                   fts.view(DType::kFloat32, {1}), nullptr);
+          std::vector<uint8_t> rq(s.m * s.k / 2), rs(s.m * g);
+          std::vector<float> rts(1);
+          ref::quantize_nvfp4_with_amax(host(x.ref, {s.m, s.k}),
+                                        host(rq, DType::kFloat4E2M1, {s.m, s.k}),
+                                        host(rs, DType::kFloat8E4M3, {s.m, g}), host(given, {1}),
+                                        host(rts, {1}));
+          expect_same_bytes(as_bytes(fts.download<float>()), as_bytes(rts), 4, "tensor scale");
+          expect_same_bytes(fq.download<uint8_t>(), rq, s.k / 2, "values");
+          expect_same_bytes(fsc.download<uint8_t>(), rs, g, "block scales");
+          expect_same_bytes(as_bytes(damax.download<float>()), as_bytes(given), 4, "given amax");
+        }
+      }
+}
+
 TEST(QuantGpu, Blockwise128x128MatchesReferenceBytes) {
   MOEFUSE_REQUIRE_HOPPER();
   struct W { int64_t e, n, k; };
@@ -440,6 +495,26 @@ TEST(QuantGpuValidation, RejectsBadArguments) {
   expect_invalid([&] { quantize_nvfp4(x, fp4, bs, dev(DType::kFloat32, {2}), other, nullptr); }, "amax");
   expect_invalid([&] { quantize_nvfp4(x, fp4, bs, one, dev(DType::kInt32, {1}), nullptr); }, "tensor_scale");
   expect_invalid([&] { quantize_nvfp4(x, fp4, bs, one, one, nullptr); }, "tensor_scale");
+  // The given amax is checked like quantize_nvfp4's (it shares the checks), after x, q, scales.
+  auto with_amax = [&](const TensorView& a, const TensorView& t) {
+    quantize_nvfp4_with_amax(x, fp4, bs, a, t, nullptr);
+  };
+  expect_invalid([&] { with_amax(dev(DType::kBFloat16, {1}, 64), other); }, "amax");
+  expect_invalid([&] { with_amax(dev(DType::kFloat32, {2}, 64), other); }, "amax");
+  expect_invalid([&] { with_amax(dev(DType::kFloat32, {1, 1}, 64), other); }, "amax");
+  auto host_amax = one;
+  host_amax.device = Device::kCpu;
+  expect_invalid([&] { with_amax(host_amax, other); }, "amax");
+  expect_invalid([&] { with_amax(one, one); }, "tensor_scale");
+  expect_invalid([&] { with_amax(one, dev(DType::kFloat32, {2}, 128)); }, "tensor_scale");
+  expect_invalid([&] { quantize_nvfp4_with_amax(x, q, bs, one, other, nullptr); }, "q");
+  expect_invalid([&] {
+    quantize_nvfp4_with_amax(dev(DType::kBFloat16, {2, 152}), dev(DType::kFloat4E2M1, {2, 152}),
+                             dev(DType::kFloat8E4M3, {2, 10}), one, other, nullptr);
+  }, "x");
+  expect_invalid([&] {
+    quantize_nvfp4_with_amax(x, fp4, dev(DType::kFloat8E4M3, {2, 9}), one, other, nullptr);
+  }, "block_scales");
   expect_invalid([&] { quantize_fp8_blockwise_128x128(dev(DType::kBFloat16, {1, 1, 2, 160}), q, dev(DType::kFloat32, {1, 2}), nullptr); }, "w");
   expect_invalid([&] { quantize_fp8_blockwise_128x128(x, dev(DType::kFloat8E4M3, {1, 2, 160}), dev(DType::kFloat32, {1, 2}), nullptr); }, "q");
   expect_invalid([&] { quantize_fp8_blockwise_128x128(x, q, dev(DType::kFloat32, {1, 1}), nullptr); }, "scales");

@@ -118,6 +118,14 @@ int run_quant(Args& args) {
                         dev(scales, DType::kFloat8E4M3, {m, g16}), dev(amax, DType::kFloat32, {1}),
                         dev(ts, DType::kFloat32, {1}), s);
        }},
+      // One pass over x: the amax the row above leaves in `amax` (the true one) is the input.
+      {"quantize nvfp4 (given amax)", act, mk * (in_bytes + 0.5) + m * g16 * 1.0,
+       [&](cudaStream_t s) {
+         quantize_nvfp4_with_amax(dev(x, in, {m, k}), dev(q, DType::kFloat4E2M1, {m, k}),
+                                  dev(scales, DType::kFloat8E4M3, {m, g16}),
+                                  dev(amax, DType::kFloat32, {1}), dev(ts, DType::kFloat32, {1}),
+                                  s);
+       }},
       {"quantize 128x128 fp8", wsh, nk * (in_bytes + 1) + experts * bn * g128 * 4.0,
        [&](cudaStream_t s) {
          quantize_fp8_blockwise_128x128(dev(x, in, {experts, n, k}),

@@ -2,6 +2,9 @@
 // rows_kernel.cuh (1xG groups) and blocks_kernel.cuh (128x128 blocks).
 #include <cuda_bf16.h>
 
+#include <cstdint>
+#include <utility>
+
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/quant/blocks_kernel.cuh"
@@ -32,6 +35,35 @@ void launch_rows(const TensorView& x, RowQuantParams p, cudaStream_t stream) {
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
+// The checks of both NVFP4 quantisers; returns {M, K}. amax and tensor_scale must differ: every
+// CTA reads amax while the first one writes tensor_scale.
+std::pair<int64_t, int64_t> expect_nvfp4(const TensorView& x, const TensorView& q,
+                                         const TensorView& block_scales, const TensorView& amax,
+                                         const TensorView& tensor_scale) {
+  auto [m, k] = expect_input_matrix(x, "x");
+  expect_device_tensor(q, "q", DType::kFloat4E2M1, {m, k});
+  expect_tensor(block_scales, "block_scales", DType::kFloat8E4M3, Device::kCuda,
+                {m, ceil_div(k, formats::kNvfp4Block)});
+  expect_tensor(amax, "amax", DType::kFloat32, Device::kCuda, {1});
+  expect_tensor(tensor_scale, "tensor_scale", DType::kFloat32, Device::kCuda, {1});
+  MOEFUSE_EXPECT(amax.data != tensor_scale.data, "tensor_scale", "a buffer distinct from amax",
+                 "the amax buffer");
+  return {m, k};
+}
+
+// The NVFP4 quantise pass (views already checked): tensor scale and block scales from the amax
+// that is in `amax` when the kernel runs.
+void launch_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,
+                  const TensorView& amax, const TensorView& tensor_scale, cudaStream_t stream) {
+  launch_rows<Nvfp4Recipe>(x,
+                           {.x = x.data,
+                            .q = q.as<uint8_t>(),
+                            .scales = block_scales.data,
+                            .amax = amax.as<const float>(),
+                            .tensor_scale = tensor_scale.as<float>()},
+                           stream);
+}
+
 }  // namespace
 
 void quantize_fp8_blockwise_1x128(const TensorView& x, const TensorView& q,
@@ -59,14 +91,7 @@ void quantize_mxfp8(const TensorView& x, const TensorView& q, const TensorView& 
 
 void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,
                     const TensorView& amax, const TensorView& tensor_scale, cudaStream_t stream) {
-  auto [m, k] = expect_input_matrix(x, "x");
-  expect_device_tensor(q, "q", DType::kFloat4E2M1, {m, k});
-  expect_tensor(block_scales, "block_scales", DType::kFloat8E4M3, Device::kCuda,
-                {m, ceil_div(k, formats::kNvfp4Block)});
-  expect_tensor(amax, "amax", DType::kFloat32, Device::kCuda, {1});
-  expect_tensor(tensor_scale, "tensor_scale", DType::kFloat32, Device::kCuda, {1});
-  MOEFUSE_EXPECT(amax.data != tensor_scale.data, "tensor_scale", "a buffer distinct from amax",
-                 "the amax buffer");
+  auto [m, k] = expect_nvfp4(x, q, block_scales, amax, tensor_scale);
   cuda::expect_launchable(stream);
   MOEFUSE_CUDA_CHECK(cudaMemsetAsync(amax.data, 0, sizeof(float), stream));
   const int64_t vectors = m * k / kVec;
@@ -80,13 +105,15 @@ void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& 
       amax_kernel<<<ctas, kRowsThreads, 0, stream>>>(x.as<const float>(), vectors, bits);
     MOEFUSE_CUDA_CHECK_LAUNCH();
   }
-  launch_rows<Nvfp4Recipe>(x,
-                           {.x = x.data,
-                            .q = q.as<uint8_t>(),
-                            .scales = block_scales.data,
-                            .amax = amax.as<const float>(),
-                            .tensor_scale = tensor_scale.as<float>()},
-                           stream);
+  launch_nvfp4(x, q, block_scales, amax, tensor_scale, stream);
+}
+
+void quantize_nvfp4_with_amax(const TensorView& x, const TensorView& q,
+                              const TensorView& block_scales, const TensorView& amax,
+                              const TensorView& tensor_scale, cudaStream_t stream) {
+  expect_nvfp4(x, q, block_scales, amax, tensor_scale);
+  cuda::expect_launchable(stream);
+  launch_nvfp4(x, q, block_scales, amax, tensor_scale, stream);
 }
 
 void quantize_fp8_blockwise_128x128(const TensorView& w, const TensorView& q,

@@ -20,7 +20,7 @@ struct RowQuantParams {
   const void* x = nullptr;     // [rows, cols] bf16 or fp32
   uint8_t* q = nullptr;        // e4m3 [rows, cols] or packed e2m1
   void* scales = nullptr;      // [rows, groups_per_row]
-  const float* amax = nullptr;       // NVFP4: tensor amax, written by amax_kernel
+  const float* amax = nullptr;       // NVFP4: tensor amax, from amax_kernel or the caller
   float* tensor_scale = nullptr;     // NVFP4: decode scale out
   int64_t rows = 0, cols = 0, groups_per_row = 0;
 };
