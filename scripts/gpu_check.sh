@@ -4,7 +4,8 @@
 # Build here first (scripts/build.sh) and carry build/release; results land in $OUT (default
 # ./gpu-out), at most 8 files so that the device tool brings them all back.
 #
-#   scripts/gpu_check.sh [tests] [python] [example] [gaps] [sanitize] [fuzz] [sass] [bench] [profile]
+#   scripts/gpu_check.sh [tests] [python] [example] [gaps] [sanitize] [ep] [fuzz] [sass] [bench]
+#                        [profile]
 #   (default: tests python sass bench)
 # Environment: GTEST_FILTER narrows the GPU tests; TEST_TIMEOUT bounds each test and
 # BENCH_TIMEOUT each bench mode (seconds); BENCH_MODES lists the bench modes to run;
@@ -161,6 +162,22 @@ if [[ " $stages " == *" sanitize "* ]]; then
                      t, c + f + to + n + p, f, e, to, p, n}
          END {exit (f + to > 0)}' "$OUT/sanitize.log" | tee -a "$OUT/sanitize.log" || status=1
   done
+fi
+
+# Expert parallelism over NCCL's device API (tests/gpu_ep): needs two or more sm_90 GPUs of one
+# NVLink domain, else its tests skip; not built when configure found no NCCL. NVLink multicast
+# stays off (NCCL_NVLS_ENABLE=0, the device machines' policy). NCCL_DEBUG=VERSION logs the
+# libnccl that loaded: the device API's structs must match the headers built against.
+if [[ " $stages " == *" ep "* ]]; then
+  echo "== EP tests (NCCL)"
+  if [[ -x $BUILD/moefuse_ep_tests ]]; then
+    NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-VERSION} timeout "${TEST_TIMEOUT:-300}" \
+      "$BUILD/moefuse_ep_tests" > "$OUT/ep_tests.log" 2>&1 || status=1
+    grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|NCCL version|EpComm' "$OUT/ep_tests.log" |
+      head -n 40
+  else
+    echo "moefuse_ep_tests not built (no NCCL at configure time)"
+  fi
 fi
 
 # The fuzz harness for FUZZ_SECONDS (default 300): random layers forward + backward against the

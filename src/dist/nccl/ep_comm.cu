@@ -1,0 +1,201 @@
+// EpComm: the NCCL resources of one rank (windows, device communicator) and the launches of the
+// transfer kernels (ep_kernels.cuh).
+#include "dist/nccl/ep_comm.h"
+
+#include <climits>
+#include <string>
+
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/sm_count.h"
+#include "dist/nccl/ep_kernels.cuh"
+#include "dist/nccl/nccl_check.h"
+#include "moefuse/error.h"
+
+namespace moefuse::dist {
+namespace {
+
+// Before NCCL 2.29 the device API's structs carry no version: the kernels read ncclDevComm at
+// the offsets of the headers built against, and ncclDevCommCreate of 2.29+ rejects an
+// ncclDevCommRequirements without its magic. So a library of the same minor release is needed.
+// From 2.29 both structs are versioned and a library accepts the layouts of older headers.
+void expect_device_api_abi(ncclComm_t comm) {
+  int runtime = 0;
+  MOEFUSE_NCCL_CHECK(comm, ncclGetVersion(&runtime));
+  const bool versioned = NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0);
+  const bool ok = versioned ? runtime >= NCCL_VERSION_CODE
+                            : runtime / 100 == NCCL_VERSION_CODE / 100;
+  if (!ok)
+    throw NotSupported("EpComm: built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
+                       " but the loaded libnccl is " + std::to_string(runtime) +
+                       "; the device API's structs differ between these releases");
+}
+
+void set_smem_limit(const void* kernel, size_t bytes) {
+  MOEFUSE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+}  // namespace
+
+EpComm::EpComm(ncclComm_t comm, const EpCommArgs& args) : comm_(comm), args_(args) {
+  MOEFUSE_EXPECT(comm != nullptr, "comm", "an NCCL communicator", "null");
+  MOEFUSE_NCCL_CHECK(comm, ncclCommCount(comm, &ranks_));
+  MOEFUSE_NCCL_CHECK(comm, ncclCommUserRank(comm, &rank_));
+  const std::string r = std::to_string(ranks_);
+  MOEFUSE_EXPECT(args.experts > 0 && args.experts % ranks_ == 0, "experts",
+                 "a positive multiple of the ranks (" + r + ")", std::to_string(args.experts));
+  MOEFUSE_EXPECT(args.hidden > 0 && args.hidden % 8 == 0, "hidden",
+                 "a positive multiple of 8 (16-byte rows)", std::to_string(args.hidden));
+  // Offsets are int32: every rank's rows, and all rows one rank can receive, must fit.
+  MOEFUSE_EXPECT(args.send_bound > 0 && args.send_bound * ranks_ <= INT32_MAX, "send_bound",
+                 "in [1, INT32_MAX / ranks (" + r + ")]", std::to_string(args.send_bound));
+  MOEFUSE_EXPECT(args.capacity > 0 && args.capacity <= INT32_MAX, "capacity",
+                 "in [1, INT32_MAX]", std::to_string(args.capacity));
+
+  const int device = cuda::expect_launchable(nullptr);
+  MOEFUSE_NCCL_CHECK(comm, ncclCommCuDevice(comm, &device_));
+  MOEFUSE_EXPECT(device_ == device, "comm", "a communicator of the current device (" +
+                 std::to_string(device) + ")", "one of device " + std::to_string(device_));
+  expect_device_api_abi(comm);
+  const int lsa_ranks = ncclTeamLsa(comm).nRanks;
+  if (lsa_ranks != ranks_)
+    throw NotSupported("EpComm: " + std::to_string(lsa_ranks) + " of the " + r + " ranks are " +
+                       "load/store-reachable (NCCL's LSA team); expert parallelism over the " +
+                       "device API needs all ranks in one NVLink domain with P2P access");
+
+  // Every rank must launch the same grid (CTA b meets CTA b of each peer at LSA barrier b):
+  // identical GPUs and arguments give the same count.
+  threads_ = detail::kEpThreads;
+  dispatch_smem_ = detail::ep_dispatch_smem(args.experts, ranks_);
+  return_smem_ = detail::ep_return_smem(args.experts);
+  set_smem_limit(reinterpret_cast<const void*>(detail::ep_dispatch_kernel), dispatch_smem_);
+  set_smem_limit(reinterpret_cast<const void*>(detail::ep_return_kernel), return_smem_);
+  int per_sm = 0;
+  MOEFUSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, detail::ep_dispatch_kernel, threads_, dispatch_smem_));
+  if (per_sm == 0)
+    throw NotSupported("EpComm: the dispatch kernel's shared memory (" +
+                       std::to_string(dispatch_smem_) + " bytes for E = " +
+                       std::to_string(args.experts) + ", R = " + r + ") does not fit an SM");
+  ctas_ = (per_sm < detail::kEpCtasPerSm ? per_sm : detail::kEpCtasPerSm) *
+          cuda::device_sm_count();
+
+  try {
+    const size_t offsets_bytes = size_t(ranks_) * (args.experts + 1) * sizeof(int32_t);
+    const size_t row_bytes = size_t(args.hidden) * 2;
+    const size_t recv_bytes = size_t(args.capacity) * row_bytes;
+    const size_t ret_bytes = size_t(args.send_bound) * row_bytes;
+    MOEFUSE_NCCL_CHECK(comm, ncclMemAlloc(&offsets_, offsets_bytes));
+    MOEFUSE_NCCL_CHECK(comm, ncclMemAlloc(&recv_, recv_bytes));
+    MOEFUSE_NCCL_CHECK(comm, ncclMemAlloc(&ret_, ret_bytes));
+    MOEFUSE_CUDA_CHECK(cudaMalloc(&local_, (experts_local() + 2) * sizeof(int32_t)));
+    // Zero offsets: a return_rows before any dispatch moves nothing. Synchronised, so that
+    // kernels on any stream (non-blocking ones included) see the zeros.
+    MOEFUSE_CUDA_CHECK(cudaMemset(offsets_, 0, offsets_bytes));
+    MOEFUSE_CUDA_CHECK(cudaMemset(local_, 0, (experts_local() + 2) * sizeof(int32_t)));
+    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+
+    // Collective, in the same order on every rank; symmetric windows need equal sizes.
+    MOEFUSE_NCCL_CHECK(comm, ncclCommWindowRegister(comm, offsets_, offsets_bytes, &offsets_win_,
+                                                    NCCL_WIN_COLL_SYMMETRIC));
+    MOEFUSE_NCCL_CHECK(comm, ncclCommWindowRegister(comm, recv_, recv_bytes, &recv_win_,
+                                                    NCCL_WIN_COLL_SYMMETRIC));
+    MOEFUSE_NCCL_CHECK(comm, ncclCommWindowRegister(comm, ret_, ret_bytes, &ret_win_,
+                                                    NCCL_WIN_COLL_SYMMETRIC));
+
+    // LSA barriers only: no multimem (NVLink SHARP stays off), no GIN.
+#ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
+    ncclDevCommRequirements reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;
+#else
+    ncclDevCommRequirements reqs{};  // NCCL < 2.29: zero is "none" for every requirement
+#endif
+    reqs.lsaMultimem = false;
+    reqs.lsaBarrierCount = ctas_;
+    MOEFUSE_NCCL_CHECK(comm, ncclDevCommCreate(comm, &reqs, &dev_comm_));
+    dev_comm_created_ = true;
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+EpComm::~EpComm() { release(); }
+
+// The reverse of construction; errors are ignored (a destructor cannot report them).
+void EpComm::release() noexcept {
+  if (dev_comm_created_) ncclDevCommDestroy(comm_, &dev_comm_);
+  dev_comm_created_ = false;
+  for (ncclWindow_t* w : {&ret_win_, &recv_win_, &offsets_win_}) {
+    if (*w != nullptr) ncclCommWindowDeregister(comm_, *w);
+    *w = nullptr;
+  }
+  for (void** p : {&ret_, &recv_, &offsets_}) {
+    if (*p != nullptr) ncclMemFree(*p);
+    *p = nullptr;
+  }
+  if (local_ != nullptr) cudaFree(local_);
+  local_ = nullptr;
+}
+
+int EpComm::experts_local() const { return experts_per_rank(args_.experts, ranks_); }
+
+void EpComm::expect_stream(cudaStream_t stream) const {
+  const int device = cuda::expect_launchable(stream);
+  MOEFUSE_EXPECT(device == device_, "stream",
+                 "launched with the communicator's device (" + std::to_string(device_) +
+                     ") current", "current device " + std::to_string(device));
+}
+
+detail::EpKernelParams EpComm::params() const {
+  return {.comm = dev_comm_,
+          .offsets_win = offsets_win_,
+          .recv_win = recv_win_,
+          .ret_win = ret_win_,
+          .experts = args_.experts,
+          .row_vecs = args_.hidden / 8,
+          .send_bound = args_.send_bound,
+          .capacity = args_.capacity,
+          .recv_offsets = local_,
+          .flags = local_ + experts_local() + 1};
+}
+
+void EpComm::dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream) {
+  expect_tensor(xs, "xs", DType::kBFloat16, Device::kCuda, {args_.send_bound, args_.hidden});
+  expect_aligned(xs, "xs");
+  expect_tensor(offsets, "offsets", DType::kInt32, Device::kCuda, {args_.experts + 1});
+  expect_stream(stream);
+  detail::ep_dispatch_kernel<<<ctas_, threads_, dispatch_smem_, stream>>>(
+      params(), xs.as<const uint4>(), offsets.as<const int32_t>());
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void EpComm::return_rows(const TensorView& ys_recv, cudaStream_t stream) {
+  expect_tensor(ys_recv, "ys_recv", DType::kBFloat16, Device::kCuda,
+                {args_.capacity, args_.hidden});
+  expect_aligned(ys_recv, "ys_recv");
+  expect_stream(stream);
+  detail::ep_return_kernel<<<ctas_, threads_, return_smem_, stream>>>(
+      params(), ys_recv.as<const uint4>());
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+TensorView EpComm::received() const {
+  return TensorView::contiguous(recv_, DType::kBFloat16, {args_.capacity, args_.hidden},
+                                Device::kCuda);
+}
+
+TensorView EpComm::receive_offsets() const {
+  return TensorView::contiguous(local_, DType::kInt32, {experts_local() + 1}, Device::kCuda);
+}
+
+TensorView EpComm::returned() const {
+  return TensorView::contiguous(ret_, DType::kBFloat16, {args_.send_bound, args_.hidden},
+                                Device::kCuda);
+}
+
+TensorView EpComm::flags() const {
+  return TensorView::contiguous(local_ + experts_local() + 1, DType::kInt32, {1}, Device::kCuda);
+}
+
+}  // namespace moefuse::dist

@@ -1,0 +1,108 @@
+// Expert-parallel (EP) transport over NCCL's device API: one rank's windows, device communicator
+// and the two transfer kernels, dispatch (rows to the experts' owners) and return_rows (expert
+// outputs back to their sources). Where each row goes is dist/ep_layout.h.
+//
+// Peers are reached by load/store over NVLink (NCCL's LSA team), so every rank of the
+// communicator must be LSA-reachable from every other (one NVLink domain). No call synchronises
+// with the host and none allocates after construction: dispatch and return_rows are CUDA-graph
+// capturable, and the host never learns the row counts.
+//
+// Protocol (the kernels of all ranks wait on each other's barriers):
+//   - every rank calls the constructor with the same arguments, and dispatch / return_rows in the
+//     same sequence, each on one stream at a time (the calls of one EpComm are stream-ordered);
+//   - all ranks' kernels must be able to run concurrently: never wait for one rank's stream before
+//     every rank has launched the matching call;
+//   - received(), receive_offsets() and returned() hold the last call's results until this rank's
+//     next dispatch or return_rows: each kernel starts with a barrier, so no peer writes into this
+//     rank's windows before this rank's earlier work on the stream (their readers) has finished;
+//   - destroy only after the streams that ran the kernels are synchronised.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdint>
+
+#include "moefuse/tensor.h"
+
+namespace moefuse::dist {
+
+namespace detail {
+struct EpKernelParams;
+}
+
+// Bits the kernels OR into flags() (never cleared by them; read and reset them with
+// read_health_flags / reset_health_flags of moefuse/health.h). Every rank computes them from the
+// same gathered offsets, so all ranks set the same bits in the same call.
+enum EpFlag : int32_t {
+  // Some rank receives more rows than `capacity`: rows past it are neither written nor returned
+  // (their returned() rows keep old contents) and receive_offsets() is clamped to capacity.
+  kEpRowsOverflow = 1 << 0,
+  // Some rank's offsets are not a non-decreasing sequence in [0, send_bound]: nothing is
+  // transferred and receive_offsets() is all zeros.
+  kEpBadOffsets = 1 << 1,
+};
+
+struct EpCommArgs {
+  int experts = 0;          // E, a multiple of the communicator's size R
+  int hidden = 0;           // H, a multiple of 8 (rows move as 16-byte vectors)
+  int64_t send_bound = 0;   // rows a rank may permute at most (T_max·k): xs is [send_bound, H]
+  int64_t capacity = 0;     // rows a rank may receive at most; R·send_bound never overflows
+};
+
+class EpComm {
+ public:
+  // Collective over `comm`: every rank calls it, with equal args. Allocates (ncclMemAlloc) and
+  // registers the symmetric windows, creates the device communicator with one LSA barrier per CTA
+  // of the transfer kernels. Throws InvalidArgument on bad args, NotSupported when a peer is not
+  // LSA-reachable or the runtime NCCL's device-API ABI differs from the headers built against,
+  // moefuse::Error when an NCCL call fails. `comm` must outlive this object; the current device
+  // must be comm's.
+  EpComm(ncclComm_t comm, const EpCommArgs& args);
+  ~EpComm();
+  EpComm(const EpComm&) = delete;
+  EpComm& operator=(const EpComm&) = delete;
+
+  // xs: [send_bound, H] bf16, this rank's permuted rows, expert-contiguous; offsets: [E + 1] int32
+  // on the device (expert e's rows at [offsets[e], offsets[e+1])). Both stay unread by the host.
+  // Afterwards received() holds this rank's experts' rows in the receive layout (ep_layout.h)
+  // and receive_offsets() their per-expert offsets. Asynchronous on `stream`; graph-safe: yes.
+  void dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream);
+
+  // ys_recv: [capacity, H] bf16, one output row per received row, in the receive layout (it may be
+  // received() itself). Uses the offsets of the last dispatch. Afterwards returned() holds this
+  // rank's rows in its own xs layout. Asynchronous on `stream`; graph-safe: yes.
+  void return_rows(const TensorView& ys_recv, cudaStream_t stream);
+
+  TensorView received() const;         // [capacity, H] bf16
+  TensorView receive_offsets() const;  // [E / R + 1] int32
+  TensorView returned() const;         // [send_bound, H] bf16
+  TensorView flags() const;            // [1] int32, EpFlag bits
+
+  int rank() const { return rank_; }
+  int ranks() const { return ranks_; }
+
+ private:
+  ncclComm_t comm_;
+  EpCommArgs args_;
+  int rank_ = 0, ranks_ = 0, device_ = -1;
+  int ctas_ = 0;  // CTAs of each transfer kernel, one LSA barrier each
+  int threads_ = 0;
+  size_t dispatch_smem_ = 0, return_smem_ = 0;
+
+  // Windows: peers write into them. offsets: [R][E + 1] int32 (row s written by rank s).
+  void *offsets_ = nullptr, *recv_ = nullptr, *ret_ = nullptr;
+  ncclWindow_t offsets_win_ = nullptr, recv_win_ = nullptr, ret_win_ = nullptr;
+  ncclDevComm dev_comm_{};
+  bool dev_comm_created_ = false;
+  // Local only: receive offsets [E/R + 1] int32 and the flag word, one allocation.
+  int32_t* local_ = nullptr;
+
+  int experts_local() const;
+  void expect_stream(cudaStream_t stream) const;
+  detail::EpKernelParams params() const;
+  void release() noexcept;
+};
+
+}  // namespace moefuse::dist
