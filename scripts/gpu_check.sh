@@ -166,12 +166,18 @@ fi
 
 # Expert parallelism over NCCL's device API (tests/gpu_ep): needs two or more sm_90 GPUs of one
 # NVLink domain, else its tests skip; not built when configure found no NCCL. NVLink multicast
-# stays off (NCCL_NVLS_ENABLE=0, the device machines' policy). NCCL_DEBUG=VERSION logs the
-# libnccl that loaded: the device API's structs must match the headers built against.
+# stays off (NCCL_NVLS_ENABLE=0, the device machines' policy). The device API's structs must match
+# the headers of the build (before NCCL 2.29: the same release, or EpComm refuses), so
+# NCCL_LIBRARY_DIR, else the python venv's nvidia-nccl, goes first on the loader path (run 12:
+# the H200 machine's default libnccl was 2.28.3, its torch venv's 2.28.9 as here);
+# NCCL_DEBUG=VERSION logs the one that loaded.
 if [[ " $stages " == *" ep "* ]]; then
   echo "== EP tests (NCCL)"
   if [[ -x $BUILD/moefuse_ep_tests ]]; then
-    NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-VERSION} timeout "${TEST_TIMEOUT:-300}" \
+    nccl_dir=${NCCL_LIBRARY_DIR:-$(python3 -c 'import nvidia.nccl as n, os
+print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)}
+    LD_LIBRARY_PATH=${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0 \
+      NCCL_DEBUG=${NCCL_DEBUG:-VERSION} timeout "${TEST_TIMEOUT:-300}" \
       "$BUILD/moefuse_ep_tests" > "$OUT/ep_tests.log" 2>&1 || status=1
     grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|NCCL version|EpComm' "$OUT/ep_tests.log" |
       head -n 40

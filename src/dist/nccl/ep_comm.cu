@@ -17,14 +17,15 @@ namespace {
 
 // Before NCCL 2.29 the device API's structs carry no version: the kernels read ncclDevComm at
 // the offsets of the headers built against, and ncclDevCommCreate of 2.29+ rejects an
-// ncclDevCommRequirements without its magic. So a library of the same minor release is needed.
-// From 2.29 both structs are versioned and a library accepts the layouts of older headers.
+// ncclDevCommRequirements without its magic. So the very release built against is needed: run
+// 12 built against 2.28.9 and loaded 2.28.3, and the first dispatch faulted (illegal address);
+// with 2.28.9 loaded, the same binary passed. From 2.29 both structs are versioned and a
+// library accepts the layouts of older headers.
 void expect_device_api_abi(ncclComm_t comm) {
   int runtime = 0;
   MOEFUSE_NCCL_CHECK(comm, ncclGetVersion(&runtime));
   const bool versioned = NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0);
-  const bool ok = versioned ? runtime >= NCCL_VERSION_CODE
-                            : runtime / 100 == NCCL_VERSION_CODE / 100;
+  const bool ok = versioned ? runtime >= NCCL_VERSION_CODE : runtime == NCCL_VERSION_CODE;
   if (!ok)
     throw NotSupported("EpComm: built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
                        " but the loaded libnccl is " + std::to_string(runtime) +
