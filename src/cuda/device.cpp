@@ -42,6 +42,34 @@ bool hopper_available(std::string* why) {
   return true;
 }
 
+int hopper_devices(int min_count, std::string* why) {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+    return 0;
+  }
+  if (n < min_count) {
+    if (why) *why = std::to_string(n) + " CUDA device(s), " + std::to_string(min_count) + " needed";
+    return 0;
+  }
+  for (int d = 0; d < n; ++d) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+      cudaGetLastError();
+      major = minor = 0;
+    }
+    if (major != 9 || minor != 0) {
+      if (why)
+        *why = "device " + std::to_string(d) + " is sm_" + std::to_string(major * 10 + minor);
+      return 0;
+    }
+  }
+  return n;
+}
+
 namespace {
 
 // Per device ordinal: true once it was seen to be sm_90. Only the positive answer is kept: the

@@ -24,6 +24,10 @@ DeviceInfo current_device(std::string* why = nullptr);
 // not (for GTEST_SKIP and for the benchmark's "no GPU" message).
 bool hopper_available(std::string* why = nullptr);
 
+// The number of CUDA devices when there are at least `min_count` and every one is sm_90, else 0
+// with `why` set: what the multi-GPU tests and moefuse-ep-bench need. Never throws.
+int hopper_devices(int min_count, std::string* why = nullptr);
+
 // The check every public GPU entry point makes after validating its arguments and before any CUDA
 // work; returns the current device's ordinal. Legal during stream capture (see device.cpp):
 //   NotSupported unless the current device is sm_90 ("no CUDA device: <why>" without one). The

@@ -23,6 +23,7 @@
 
 #include "common/test_util.h"
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "dist/ep_layout.h"
 #include "dist/nccl/ep_comm.h"
 #include "moefuse/health.h"
@@ -33,33 +34,9 @@ namespace {
 constexpr auto kDeadline = std::chrono::seconds(60);
 constexpr uint16_t kPoison = 0xFFFF;  // a NaN bf16: the random rows never hold it
 
-// The number of GPUs when there are at least two and all are sm_90, else 0 with `why` set.
-int hopper_gpus(std::string* why) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    *why = "no CUDA device";
-    return 0;
-  }
-  if (n < 2) {
-    *why = std::to_string(n) + " CUDA device(s)";
-    return 0;
-  }
-  for (int d = 0; d < n; ++d) {
-    cudaDeviceProp prop{};
-    MOEFUSE_CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
-    if (prop.major != 9) {
-      *why = "device " + std::to_string(d) + " is sm_" +
-             std::to_string(prop.major * 10 + prop.minor);
-      return 0;
-    }
-  }
-  return n;
-}
-
 #define MOEFUSE_REQUIRE_HOPPER_GPUS(gpus)                                       \
   std::string moefuse_why_;                                                     \
-  const int gpus = hopper_gpus(&moefuse_why_);                                  \
+  const int gpus = cuda::hopper_devices(2, &moefuse_why_);                      \
   if (gpus == 0) GTEST_SKIP() << "needs >= 2 sm_90 GPUs: " << moefuse_why_
 
 // Runs body(rank, stage) on one thread per rank. Exceptions fail the test; a rank still running
