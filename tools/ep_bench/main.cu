@@ -199,7 +199,8 @@ void run_ranks(const Options& o, const Workload& w, std::vector<RankState>& stat
       abort_run("no rank finished a step for " + std::to_string(kStallLimit.count()) +
                 " s (a hang?); stuck:" + stuck);
     }
-    bench::progress("[" + std::to_string(states[slowest].steps + 1) + "/" +
+    // After its last step a rank still tears down (stage "check") until it finishes.
+    bench::progress("[" + std::to_string(std::min(states[slowest].steps + 1, kSteps)) + "/" +
                     std::to_string(kSteps) + "] " + states[slowest].stage.load() + " on " +
                     std::to_string(o.ranks) + " GPUs");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
