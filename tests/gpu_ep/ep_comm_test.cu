@@ -1,94 +1,28 @@
-// EpComm (dist/nccl/ep_comm.h) on the GPUs of this machine: one process, one thread per rank
-// (the ranks' kernels wait on each other's barriers, so they must all be launched). The received
-// rows, receive offsets and returned rows are compared bit for bit with dist/ep_layout.h on the
-// host; outputs are poisoned first, so an unwritten row fails. A watchdog ends the process with a
-// message instead of hanging when a rank never finishes (a barrier that never completes).
+// EpComm (dist/nccl/ep_comm.h) on the GPUs of this machine, one thread per rank (ep_harness.h).
+// The received rows, receive offsets and returned rows are compared bit for bit with
+// dist/ep_layout.h on the host; outputs are poisoned first, so an unwritten row fails.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/test_util.h"
 #include "cuda/check.h"
-#include "cuda/device.h"
 #include "dist/ep_layout.h"
 #include "dist/nccl/ep_comm.h"
+#include "gpu_ep/ep_harness.h"
 #include "moefuse/health.h"
 
 namespace moefuse::dist {
 namespace {
 
-constexpr auto kDeadline = std::chrono::seconds(60);
 constexpr uint16_t kPoison = 0xFFFF;  // a NaN bf16: the random rows never hold it
-
-#define MOEFUSE_REQUIRE_HOPPER_GPUS(gpus)                                       \
-  std::string moefuse_why_;                                                     \
-  const int gpus = cuda::hopper_devices(2, &moefuse_why_);                      \
-  if (gpus == 0) GTEST_SKIP() << "needs >= 2 sm_90 GPUs: " << moefuse_why_
-
-// Runs body(rank, stage) on one thread per rank. Exceptions fail the test; a rank still running
-// after kDeadline ends the process (its kernels cannot be cancelled) naming each late rank's stage.
-void run_ranks(int ranks, const std::function<void(int, std::atomic<const char*>&)>& body) {
-  std::vector<std::atomic<const char*>> stage(ranks);
-  std::vector<std::string> errors(ranks);
-  std::mutex mutex;
-  std::condition_variable finished;
-  int done = 0;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    stage[r] = "start";
-    threads.emplace_back([&, r] {
-      try {
-        body(r, stage[r]);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-      stage[r] = "done";
-      std::lock_guard lock(mutex);
-      ++done;
-      finished.notify_all();
-    });
-  }
-  {
-    std::unique_lock lock(mutex);
-    if (!finished.wait_for(lock, kDeadline, [&] { return done == ranks; })) {
-      std::string late;
-      for (int r = 0; r < ranks; ++r) late += " rank " + std::to_string(r) + ": " + stage[r].load();
-      std::fprintf(stderr, "EpComm test: ranks still running after %llds (hang?);%s\n",
-                   static_cast<long long>(kDeadline.count()), late.c_str());
-      std::fflush(stderr);
-      std::_Exit(EXIT_FAILURE);
-    }
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < ranks; ++r)
-    EXPECT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
-}
-
-// Communicators over devices 0..ranks-1; NVLink multicast stays off (device policy).
-std::vector<ncclComm_t> make_comms(int ranks) {
-  setenv("NCCL_NVLS_ENABLE", "0", 0);
-  std::vector<ncclComm_t> comms(ranks);
-  std::vector<int> devices(ranks);
-  for (int r = 0; r < ranks; ++r) devices[r] = r;
-  const ncclResult_t status = ncclCommInitAll(comms.data(), ranks, devices.data());
-  if (status != ncclSuccess)
-    throw Error(std::string("ncclCommInitAll: ") + ncclGetErrorString(status));
-  return comms;
-}
 
 enum class Role { kRandom, kEmpty, kOneExpert, kAllToExpert0 };
 
@@ -211,9 +145,9 @@ void run_steps(int ranks, const Shape& c, const std::vector<std::vector<Role>>& 
       inputs.back().push_back(make_input(roles[r], c.experts, c.send_bound, c.hidden));
   }
   std::vector<std::vector<RankOutput>> outputs(steps.size(), std::vector<RankOutput>(ranks));
-  std::vector<ncclComm_t> comms = make_comms(ranks);
+  std::vector<ncclComm_t> comms = test::make_comms(ranks);
 
-  run_ranks(ranks, [&](int rank, std::atomic<const char*>& stage) {
+  test::run_ranks(ranks, [&](int rank, std::atomic<const char*>& stage) {
     MOEFUSE_CUDA_CHECK(cudaSetDevice(rank));
     cudaStream_t stream = nullptr;
     MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -279,17 +213,11 @@ void run_steps(int ranks, const Shape& c, const std::vector<std::vector<Role>>& 
   }
 }
 
-// The rank counts to run: all GPUs (at most 8), and 2 when there are more.
-std::vector<int> rank_counts(int gpus) {
-  const int all = std::min(gpus, 8);
-  return all > 2 ? std::vector<int>{all, 2} : std::vector<int>{all};
-}
-
 // On every rank count (rank_counts): step 0 with rank 0's rows all on one expert and rank 1
 // without rows, then two fully random steps; worst-case capacity (nothing dropped).
 void run_edge_then_random(int gpus, int experts_per_rank, int hidden, int64_t send_bound,
                           bool graph) {
-  for (int ranks : rank_counts(gpus)) {
+  for (int ranks : test::rank_counts(gpus)) {
     std::vector<std::vector<Role>> steps(3, std::vector<Role>(ranks, Role::kRandom));
     steps[0][0] = Role::kOneExpert;
     steps[0][1] = Role::kEmpty;
