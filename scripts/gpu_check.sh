@@ -179,7 +179,7 @@ print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)}
     LD_LIBRARY_PATH=${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0 \
       NCCL_DEBUG=${NCCL_DEBUG:-VERSION} timeout "${TEST_TIMEOUT:-300}" \
       "$BUILD/moefuse_ep_tests" > "$OUT/ep_tests.log" 2>&1 || status=1
-    grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|NCCL version|EpComm' "$OUT/ep_tests.log" |
+    grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[       OK |Failure|NCCL version' "$OUT/ep_tests.log" |
       head -n 40
   else
     echo "moefuse_ep_tests not built (no NCCL at configure time)"
