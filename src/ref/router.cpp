@@ -87,7 +87,48 @@ std::vector<int> select_experts(const RouterOptions& options, int64_t top_k,
   return eligible;
 }
 
+// The counts of `batch` sum to its tokens · k: k assignments a token.
+void expect_assignments(const RouterBatch& batch, int64_t top_k, const char* name) {
+  const int64_t sum = std::accumulate(batch.counts.begin(), batch.counts.end(), int64_t{0});
+  MOEFUSE_EXPECT(sum == batch.tokens * top_k, name,
+                 "a sum of T · k = " + std::to_string(batch.tokens * top_k), std::to_string(sum));
+}
+
+// The batch the losses average over: `batch`, checked against this call's own, or its own.
+RouterBatch whole_batch(const std::optional<RouterBatch>& batch, const RouterBatch& own,
+                        int64_t top_k) {
+  if (!batch) return own;
+  const size_t E = own.counts.size();
+  MOEFUSE_EXPECT(batch->counts.size() == E, "batch.counts", std::to_string(E) + " experts",
+                 std::to_string(batch->counts.size()));
+  MOEFUSE_EXPECT(batch->tokens >= own.tokens, "batch.tokens",
+                 "at least this call's " + std::to_string(own.tokens),
+                 std::to_string(batch->tokens));
+  for (size_t e = 0; e < E; ++e)
+    MOEFUSE_EXPECT(batch->counts[e] >= own.counts[e], "batch.counts",
+                   "at least this call's " + std::to_string(own.counts[e]) + " for expert " +
+                       std::to_string(e),
+                   std::to_string(batch->counts[e]));
+  expect_assignments(*batch, top_k, "batch.counts");
+  return *batch;
+}
+
+// f_i = counts_i / (T k) of the batch; 0 without tokens.
+std::vector<double> assignment_fractions(const RouterBatch& batch, int64_t top_k) {
+  std::vector<double> f(batch.counts.size());
+  for (size_t e = 0; e < f.size() && batch.tokens > 0; ++e)
+    f[e] = static_cast<double>(batch.counts[e]) / static_cast<double>(batch.tokens * top_k);
+  return f;
+}
+
 }  // namespace
+
+RouterBatch router_batch_part(int64_t tokens, const TensorView& counts) {
+  expect_i32(counts, "counts", {kAnyExtent});
+  MOEFUSE_EXPECT(tokens >= 0, "tokens", "at least 0", std::to_string(tokens));
+  const int32_t* c = counts.as<const int32_t>();
+  return {.tokens = tokens, .counts = std::vector<int64_t>(c, c + counts.size(0))};
+}
 
 void router_logits(const TensorView& x, const TensorView& w_router, const TensorView& logits) {
   expect_f32(w_router, "w_router", {kAnyExtent, kAnyExtent});
@@ -116,9 +157,7 @@ RouterLosses route(const RouterOptions& options, int64_t top_k, const TensorView
   const float* bias = options.use_score_bias ? score_bias.as<const float>() : nullptr;
   if (bias) expect_finite(score_bias, "score_bias");
 
-  RouterLosses losses{.f = std::vector<double>(E), .P = std::vector<double>(E)};
   std::vector<int64_t> count(E);
-  double z_sum = 0;
   for (int64_t t = 0; t < T; ++t) {
     const TokenRouting r(options, logits.as<const float>() + t * E, E);
     const std::vector<int> idx = select_experts(options, top_k, r, bias);
@@ -131,26 +170,46 @@ RouterLosses route(const RouterOptions& options, int64_t top_k, const TensorView
       expert_idx.as<int32_t>()[t * top_k + j] = idx[j];
       ++count[idx[j]];
     }
+  }
+  for (int64_t e = 0; e < E; ++e) counts.as<int32_t>()[e] = static_cast<int32_t>(count[e]);
+  return router_losses(options, top_k, logits, counts);
+}
+
+RouterLosses router_losses(const RouterOptions& options, int64_t top_k, const TensorView& logits,
+                           const TensorView& counts, const std::optional<RouterBatch>& batch) {
+  expect_f32(logits, "logits", {kAnyExtent, kAnyExtent});
+  const int64_t T = logits.size(0), E = logits.size(1);
+  validate_options(options, top_k, E);
+  expect_i32(counts, "counts", {E});
+  expect_finite(logits, "logits");
+  expect_values_in(counts, "counts", 0, T + 1);  // each expert at most once a token
+  const RouterBatch own = router_batch_part(T, counts);
+  expect_assignments(own, top_k, "counts");
+  const RouterBatch all = whole_batch(batch, own, top_k);
+
+  RouterLosses losses{.f = assignment_fractions(all, top_k), .P = std::vector<double>(E)};
+  double z_sum = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const TokenRouting r(options, logits.as<const float>() + t * E, E);
     const std::vector<double> q = r.q();
     for (int64_t e = 0; e < E; ++e) losses.P[e] += q[e];
     z_sum += r.lse * r.lse;
   }
-  for (int64_t e = 0; e < E; ++e) counts.as<int32_t>()[e] = static_cast<int32_t>(count[e]);
-  if (T == 0) return losses;  // no tokens: no assignments, both losses 0
+  if (all.tokens == 0) return losses;  // no tokens: no assignments, both losses 0
   double fp = 0;
   for (int64_t e = 0; e < E; ++e) {
-    losses.f[e] = static_cast<double>(count[e]) / static_cast<double>(T * top_k);
-    losses.P[e] /= static_cast<double>(T);
+    losses.P[e] /= static_cast<double>(all.tokens);
     fp += losses.f[e] * losses.P[e];
   }
   losses.aux_loss = options.aux_loss_coeff * static_cast<double>(E) * fp;
-  losses.z_loss = options.z_loss_coeff * z_sum / static_cast<double>(T);
+  losses.z_loss = options.z_loss_coeff * z_sum / static_cast<double>(all.tokens);
   return losses;
 }
 
 void route_backward(const RouterOptions& options, int64_t top_k, const TensorView& logits,
                     const TensorView& expert_idx, const TensorView& counts,
-                    const TensorView& d_probs, const TensorView& d_logits) {
+                    const TensorView& d_probs, const TensorView& d_logits,
+                    const std::optional<RouterBatch>& batch) {
   expect_f32(logits, "logits", {kAnyExtent, kAnyExtent});
   const int64_t T = logits.size(0), E = logits.size(1);
   validate_options(options, top_k, E);
@@ -177,14 +236,15 @@ void route_backward(const RouterOptions& options, int64_t top_k, const TensorVie
                    "the histogram of expert_idx (" + std::to_string(histogram[e]) + " for expert " +
                        std::to_string(e) + ")",
                    std::to_string(counts.as<const int32_t>()[e]));
+  const RouterBatch all = whole_batch(batch, {.tokens = T, .counts = histogram}, top_k);
+  const std::vector<double> f = assignment_fractions(all, top_k);
 
   const double c = options.routed_scaling_factor;
   // d aux / d q[t, i] = alpha * E * f_i / T, the same for every token.
   std::vector<double> dq(E);
-  for (int64_t e = 0; e < E && T > 0; ++e)
-    dq[e] = options.aux_loss_coeff * static_cast<double>(E) *
-            (static_cast<double>(histogram[e]) / static_cast<double>(T * top_k)) /
-            static_cast<double>(T);
+  for (int64_t e = 0; e < E && all.tokens > 0; ++e)
+    dq[e] = options.aux_loss_coeff * static_cast<double>(E) * f[e] /
+            static_cast<double>(all.tokens);
   for (int64_t t = 0; t < T; ++t) {
     const TokenRouting r(options, logits.as<const float>() + t * E, E);
     const int32_t* id = idx + t * top_k;
@@ -213,7 +273,7 @@ void route_backward(const RouterOptions& options, int64_t top_k, const TensorVie
         dl[e] = (d_score[e] + (dq[e] - dqq) / s_sum) * r.s[e] * (1.0 - r.s[e]);
     }
     // z = beta / T * sum_t lse_t^2: dl += 2 beta / T * lse_t * p.
-    const double dz = 2.0 * options.z_loss_coeff * r.lse / static_cast<double>(T);
+    const double dz = 2.0 * options.z_loss_coeff * r.lse / static_cast<double>(all.tokens);
     for (int64_t e = 0; e < E; ++e)
       d_logits.as<float>()[t * E + e] = static_cast<float>(dl[e] + dz * r.p[e]);
   }

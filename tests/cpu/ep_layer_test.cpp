@@ -12,8 +12,16 @@
 //     in fp32, as an all-reduce does (R - 1 roundings, each at most that much); one GPU rounds
 //     the whole sum once (one more). That is R + 1, plus one for the fp64 sums; seen: up to 2
 //     at R = 2 (one ulp), 3.5 at R = 8. R = 1 is bitwise.
-// The router's aux and z losses stay off: their gradients need f_i and P_i over the whole batch
-// (the counts and T of all ranks), where each rank's route_backward sees only its own tokens.
+// Two configs turn the router's aux and z losses on. Their f_i and means run over the whole
+// batch: the ranks' router_batch_parts are summed in rank order (the all-reduce of counts and T)
+// and every rank's router_losses and route_backward get that batch. Against ref::route and
+// route_backward over all T tokens at once, given the EP d_probs (the same upstream gradient):
+//   d_logits: bit for bit. A token's d_logits reads only its logits, d_probs, T and f_i, and
+//     T and the counts are integers, summed exactly in any order.
+//   aux and z: the ranks' shares summed in rank order within 2(T + E + R + 4)·2^-53 relative.
+//     Every term is >= 0, so each side is within n·2^-53 of the exact value for n roundings
+//     along its longest chain: one rank T + E + 3 (the P_i or lse² sum, two divisions, the
+//     product, the sum over E, two coefficient products), EP up to R more (the shares' sum).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,7 +50,7 @@ struct EpCase {
   Activation activation;
   RouterKind router;
   int64_t ffn, top_k;
-  bool expert_bias;
+  bool expert_bias, losses;  // losses: the aux and z losses on
 };
 
 void PrintTo(const EpCase& c, std::ostream* os) { *os << c.name; }
@@ -54,6 +62,7 @@ MoeConfig ep_config(const EpCase& p) {
               .routed_scaling_factor = 1.5f};
   if (p.router == RouterKind::kSigmoidGroupTopK)
     c.router.num_groups = 4, c.router.topk_groups = 2, c.router.use_score_bias = true;
+  if (p.losses) c.router.aux_loss_coeff = 0.1f, c.router.z_loss_coeff = 0.01f;
   return c;
 }
 
@@ -84,11 +93,13 @@ TensorView optional(std::vector<float>& v, std::initializer_list<int64_t> shape)
   return v.empty() ? TensorView{} : f32(v, shape);
 }
 
-// The EP step's results, concatenated in rank order (y, dx) or assembled from the owners'
-// slices (expert gradients, NaN where no rank wrote).
+// The EP step's results, concatenated in rank order (y, dx, d_probs, d_logits) or assembled
+// from the owners' slices (expert gradients, NaN where no rank wrote); the ranks' loss shares
+// summed in rank order.
 struct EpStep {
-  std::vector<float> y, dx, d_w1, d_b1, d_w2, d_b2, d_w_router;
+  std::vector<float> y, dx, d_probs, d_logits, d_w1, d_b1, d_w2, d_b2, d_w_router;
   std::vector<double> d_w_router_abs;  // Σ_s |rank s's partial d_w_router|
+  double aux_loss = 0, z_loss = 0;
 };
 
 EpStep run_ep(LayerData d, const std::vector<int64_t>& tokens) {
@@ -131,6 +142,18 @@ EpStep run_ep(LayerData d, const std::vector<int64_t>& tokens) {
     ref::permute(f32(r.x, {T, H}), i32(r.token_of_row, {r.rows}), f32(r.xs, {r.rows, H}));
     r.ys.resize(r.rows * H), r.dys.resize(r.rows * H), r.dxs.resize(r.rows * H);
     gathered.insert(gathered.end(), r.offsets.begin(), r.offsets.end());
+  }
+  // The all-reduce of the routing statistics, then each rank's share of the losses.
+  ref::RouterBatch batch{.counts = std::vector<int64_t>(E)};
+  for (Source& r : src) {
+    const ref::RouterBatch part = ref::router_batch_part(r.T, i32(r.counts, {E}));
+    batch.tokens += part.tokens;
+    for (int64_t e = 0; e < E; ++e) batch.counts[e] += part.counts[e];
+  }
+  for (Source& r : src) {
+    const ref::RouterLosses share =
+        ref::router_losses(c.router, k, f32(r.logits, {r.T, E}), i32(r.counts, {E}), batch);
+    out.aux_loss += share.aux_loss, out.z_loss += share.z_loss;
   }
   const TensorView offsets = i32(gathered, {R, E + 1});
   std::vector<Owner> own(R);
@@ -177,10 +200,13 @@ EpStep run_ep(LayerData d, const std::vector<int64_t>& tokens) {
     r.dx.resize(T * H), r.d_logits.resize(T * E), r.d_w_router.resize(E * H);
     ref::permute_backward(f32(r.dxs, {r.rows, H}), i32(r.row_of, {T, k}), f32(r.dx, {T, H}));
     ref::route_backward(c.router, k, f32(r.logits, {T, E}), i32(r.idx, {T, k}),
-                        i32(r.counts, {E}), f32(r.d_probs, {T, k}), f32(r.d_logits, {T, E}));
+                        i32(r.counts, {E}), f32(r.d_probs, {T, k}), f32(r.d_logits, {T, E}),
+                        batch);
     ref::router_logits_backward(f32(r.x, {T, H}), w_router, f32(r.d_logits, {T, E}),
                                 f32(r.dx, {T, H}), f32(r.d_w_router, {E, H}));
     out.dx.insert(out.dx.end(), r.dx.begin(), r.dx.end());
+    out.d_probs.insert(out.d_probs.end(), r.d_probs.begin(), r.d_probs.end());
+    out.d_logits.insert(out.d_logits.end(), r.d_logits.begin(), r.d_logits.end());
     for (int64_t i = 0; i < E * H; ++i) {  // the all-reduce, in fp32
       out.d_w_router[i] += r.d_w_router[i];
       out.d_w_router_abs[i] += std::abs(r.d_w_router[i]);
@@ -198,6 +224,27 @@ void expect_bitwise(const std::string& name, const std::vector<float>& got,
                     << ", one rank " << want[i];
       return;
     }
+}
+
+// The one-rank router on all T tokens: its losses and its d_logits from `d_probs` [T, k].
+struct RouterStep {
+  ref::RouterLosses losses;
+  std::vector<float> d_logits;
+};
+
+RouterStep one_rank_router(LayerData d, std::vector<float> d_probs) {
+  const MoeConfig& c = d.c;
+  const int64_t T = d.T, E = c.num_experts, H = c.hidden, k = c.top_k;
+  std::vector<float> logits(T * E), probs(T * k);
+  std::vector<int32_t> idx(T * k), counts(E);
+  ref::router_logits(f32(d.x, {T, H}), f32(d.w_router, {E, H}), f32(logits, {T, E}));
+  RouterStep out{.losses = ref::route(c.router, k, f32(logits, {T, E}),
+                                      optional(d.score_bias, {E}), i32(idx, {T, k}),
+                                      f32(probs, {T, k}), i32(counts, {E})),
+                 .d_logits = std::vector<float>(T * E)};
+  ref::route_backward(c.router, k, f32(logits, {T, E}), i32(idx, {T, k}), i32(counts, {E}),
+                      f32(d_probs, {T, k}), f32(out.d_logits, {T, E}));
+  return out;
 }
 
 // Per-rank token counts in [0, 20]: at R = 2 a rank of one; from R = 4 also a rank of none (at
@@ -235,6 +282,15 @@ TEST_P(EpLayer, MatchesOneRank) {
     expect_bitwise("d_w2", got.d_w2, want.at("d_w2"));
     expect_bitwise("d_b1", got.d_b1, want.at("d_b1"));
     expect_bitwise("d_b2", got.d_b2, want.at("d_b2"));
+    const RouterStep router = one_rank_router(d, got.d_probs);
+    expect_bitwise("d_logits", got.d_logits, router.d_logits);
+    const double losses_bound = 2.0 * double(T + c.num_experts + R + 4) * 0x1p-53;
+    EXPECT_LE(std::abs(got.aux_loss - router.losses.aux_loss),
+              losses_bound * router.losses.aux_loss)
+        << "aux: EP " << got.aux_loss << ", one rank " << router.losses.aux_loss;
+    EXPECT_LE(std::abs(got.z_loss - router.losses.z_loss), losses_bound * router.losses.z_loss)
+        << "z: EP " << got.z_loss << ", one rank " << router.losses.z_loss;
+    EXPECT_EQ(got.aux_loss > 0, c.router.aux_loss_coeff > 0);  // the losses on where meant
     const std::vector<float>& dwr = want.at("d_w_router");
     ASSERT_EQ(got.d_w_router.size(), dwr.size());
     for (size_t i = 0; i < dwr.size(); ++i)
@@ -245,11 +301,12 @@ TEST_P(EpLayer, MatchesOneRank) {
 }
 
 constexpr EpCase kCases[] = {
-    {"swiglu_softmax_k2_bias", Activation::kSwiGLU, RouterKind::kSoftmaxTopK, 32, 2, true},
-    {"clamped_swiglu_sigmoid_group_k4", Activation::kClampedSwiGLU,
-     RouterKind::kSigmoidGroupTopK, 64, 4, false},
+    {"swiglu_softmax_k2_bias_losses", Activation::kSwiGLU, RouterKind::kSoftmaxTopK, 32, 2,
+     true, true},
+    {"clamped_swiglu_sigmoid_group_k4_losses", Activation::kClampedSwiGLU,
+     RouterKind::kSigmoidGroupTopK, 64, 4, false, true},
     {"squared_relu_softmax_k4_bias", Activation::kSquaredReLU, RouterKind::kSoftmaxTopK, 32, 4,
-     true},
+     true, false},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, EpLayer,

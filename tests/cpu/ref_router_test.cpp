@@ -266,6 +266,38 @@ TEST(RefRouter, LogitsBackwardMatchesFiniteDifferencesAndAccumulates) {
   EXPECT_LT(finite_difference(w, d_w, 1e-2, loss).error, 1e-4);
 }
 
+// A part's own batch gives its losses bit for bit; a batch that cannot hold the part, or whose
+// counts do not sum to its tokens · k, is rejected by name.
+TEST(RefRouter, LossesOverABatchCheckItAgainstThePart) {
+  const int64_t T = 3, E = 4, k = 2;
+  std::vector<float> logits = random_normal(T * E), d_probs = random_normal(T * k), dl(T * E);
+  const RouterOptions o{.aux_loss_coeff = 0.1f, .z_loss_coeff = 0.01f};
+  Routed r = run_route(o, k, logits, E);
+  const TensorView L = f32(logits, {T, E}), C = i32(r.counts, {E});
+  const ref::RouterBatch own = ref::router_batch_part(T, C);
+  const ref::RouterLosses same = ref::router_losses(o, k, L, C, own);
+  EXPECT_EQ(same.aux_loss, r.losses.aux_loss);
+  EXPECT_EQ(same.z_loss, r.losses.z_loss);
+  const auto losses_over = [&](const ref::RouterBatch& b) { ref::router_losses(o, k, L, C, b); };
+  const auto backward_over = [&](const ref::RouterBatch& b) {
+    route_backward(o, k, L, i32(r.idx, {T, k}), C, f32(d_probs, {T, k}), f32(dl, {T, E}), b);
+  };
+  ref::RouterBatch bad = own;
+  bad.tokens = T - 1;
+  expect_invalid([&] { losses_over(bad); }, "batch.tokens");
+  expect_invalid([&] { backward_over(bad); }, "batch.tokens");
+  bad = own, bad.tokens += 1;
+  expect_invalid([&] { losses_over(bad); }, "batch.counts");  // sums to T·k, not (T + 1)·k
+  bad = own, bad.counts.pop_back();
+  expect_invalid([&] { backward_over(bad); }, "batch.counts");
+  bad = own, bad.counts[r.idx[0]] -= 1, bad.counts[(r.idx[0] + 1) % E] += 1;
+  expect_invalid([&] { losses_over(bad); }, "batch.counts");  // below the part's count
+  std::vector<int32_t> counts_bad = r.counts;
+  counts_bad[r.idx[0]] -= 1;
+  expect_invalid([&] { ref::router_losses(o, k, L, i32(counts_bad, {E})); }, "counts");
+  expect_invalid([&] { ref::router_batch_part(-1, C); }, "tokens");
+}
+
 TEST(RefRouter, RejectsBadInputs) {
   const int64_t T = 3, E = 4, k = 2, H = 5;
   std::vector<float> logits = random_normal(T * E), probs(T * k), x = random_normal(T * H),
