@@ -13,7 +13,8 @@
 // expert GEMMs on d see the rows (and sum them, in the weight gradients) in the single-GPU order:
 //
 //   recv_d[segment_start(l, s) + i] = xs_s[off_s[d·El + l] + i],  i < count(s, d·El + l)
-//   segment_start(l, s) = sum_{l' < l} sum_{s'} count(s', d·El + l') + sum_{s' < s} count(s', d·El + l)
+//   segment_start(l, s) = sum_{l' < l} sum_{s'} count(s', d·El + l')
+//                       + sum_{s' < s} count(s', d·El + l)
 //
 // and the expert outputs return along the same map reversed (ys_s[off_s[e] + i] = ys_recv_d[...]),
 // after which each rank combines its own tokens as one GPU does. Counts come from the gathered
