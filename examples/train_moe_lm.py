@@ -13,8 +13,8 @@
 Every back end starts from the same weights (drawn once on the CPU from --seed; the moefuse
 layers get them through load_from_gate_up) and sees the same batches. In bf16 the optimiser
 updates fp32 master copies of the parameters (--master-weights; see Optimiser). The script prints
-tokens/s per back end (synchronised timing after warm-up steps), the final loss, and how far each loss
-curve is from the torch one; it writes losses.json and, when matplotlib is importable, PNG
+tokens/s per back end (synchronised timing after warm-up steps), the final loss, and how far each
+loss curve is from the torch one; it writes losses.json and, when matplotlib is importable, PNG
 plots: loss vs step per back end, and the per-expert token counts of one layer after a short
 training without and with the aux (load-balancing) loss.
 
