@@ -22,14 +22,16 @@ struct EpPlan {
   int64_t send_rows = 0;     // max_tokens_per_rank·k: the rows of a rank's xs, all sent somewhere
   // Rows the receive buffer holds. The worst case, R·max_tokens_per_rank·k (every rank routes
   // every token k times to this rank's experts), unless the caller gives a smaller bound; then a
-  // step that receives more is the transport's error to report, not a silent overflow.
+  // step that receives more is the transport's to flag (EpComm: kEpRowsOverflow), not a silent
+  // overflow.
   int64_t receive_capacity_rows = 0;
 };
 
 // Throws InvalidArgument naming the first bad field of `args` ("ranks", "rank", "experts",
 // "top_k", "max_tokens_per_rank", "receive_capacity_rows"). Every offset of xs and of the
-// receive buffer is int32 (moefuse/dispatch.h, ep_layout.h), so send_rows and
-// receive_capacity_rows must stay below 2^31.
+// receive layout is int32 (moefuse/dispatch.h, ep_layout.h) and counts all rows sent to a rank,
+// so the worst case R·max_tokens_per_rank·k must stay below 2^31; a given capacity lies in
+// [1, that worst case]. EpComm (dist/nccl/ep_comm.h) takes its sizes from this plan.
 EpPlan make_ep_plan(const EpPlanArgs& args);
 
 }  // namespace moefuse::dist

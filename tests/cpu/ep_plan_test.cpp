@@ -52,16 +52,28 @@ TEST(EpPlan, BadArgumentsAreNamed) {
   bad([](EpPlanArgs& a) { a.max_tokens_per_rank = int64_t{1} << 29; }, "max_tokens_per_rank");
   bad([](EpPlanArgs& a) { a.receive_capacity_rows = -1; }, "receive_capacity_rows");
   bad([](EpPlanArgs& a) { a.receive_capacity_rows = int64_t{1} << 31; }, "receive_capacity_rows");
-  // 2^28·4 = 2^30 rows sent fit int32, but the worst case receives 8× that.
-  bad([](EpPlanArgs& a) { a.max_tokens_per_rank = int64_t{1} << 28; }, "receive_capacity_rows");
+  // Above the worst case, 8·4096·4 rows: memory no step can use.
+  bad([](EpPlanArgs& a) { a.receive_capacity_rows = 8 * 4096 * 4 + 1; }, "receive_capacity_rows");
+  // 2^28·4 = 2^30 rows sent fit int32, but the worst case receives 8× that: every row sent to a
+  // rank counts in its int32 receive offsets, whatever capacity is given.
+  bad([](EpPlanArgs& a) { a.max_tokens_per_rank = int64_t{1} << 28; }, "max_tokens_per_rank");
+  bad([](EpPlanArgs& a) {
+    a.max_tokens_per_rank = int64_t{1} << 28;
+    a.receive_capacity_rows = 1000;
+  }, "max_tokens_per_rank");
 }
 
-TEST(EpPlan, LargestCapacityFits) {
+TEST(EpPlan, LargestSizesFit) {
   EpPlanArgs a = kGood;
-  a.receive_capacity_rows = (int64_t{1} << 31) - 1;
-  EXPECT_EQ(make_ep_plan(a).receive_capacity_rows, (int64_t{1} << 31) - 1);
-  a.max_tokens_per_rank = (int64_t{1} << 28) - 1;  // the worst case is over 2^31; the bound is not
-  EXPECT_EQ(make_ep_plan(a).send_rows, ((int64_t{1} << 28) - 1) * 4);
+  a.receive_capacity_rows = 8 * 4096 * 4;  // the worst case, given
+  EXPECT_EQ(make_ep_plan(a).receive_capacity_rows, 8 * 4096 * 4);
+  // The most tokens whose worst case, 8 ranks · 4 rows a token, stays below 2^31.
+  const int64_t most = ((int64_t{1} << 31) - 1) / 32;
+  a = kGood;
+  a.max_tokens_per_rank = most;
+  EXPECT_EQ(make_ep_plan(a).receive_capacity_rows, most * 32);
+  a.max_tokens_per_rank = most + 1;
+  expect_invalid([&] { make_ep_plan(a); }, "max_tokens_per_rank");
 }
 
 }  // namespace

@@ -160,8 +160,12 @@ void run_steps(int ranks, const Shape& c, const std::vector<std::vector<Role>>& 
         TensorView::contiguous(offsets, DType::kInt32, {c.experts + 1}, Device::kCuda);
     {
       stage = "construct";
-      EpComm ep(comms[rank], {.experts = c.experts, .hidden = c.hidden,
-                              .send_bound = c.send_bound, .capacity = c.capacity});
+      // Rows, not tokens, are this test's unit: a plan of send_bound one-row tokens.
+      EpComm ep(comms[rank],
+                make_ep_plan({.experts = c.experts, .ranks = ranks, .rank = rank,
+                              .max_tokens_per_rank = c.send_bound, .top_k = 1,
+                              .receive_capacity_rows = c.capacity}),
+                c.hidden);
       auto step = [&](cudaStream_t s) {
         ep.dispatch(xs_view, offsets_view, s);
         ep.return_rows(ep.received(), s);
@@ -250,6 +254,57 @@ TEST(EpComm, CapacityOverflowDropsRowsAndFlags) {
   std::vector<std::vector<Role>> steps{{Role::kAllToExpert0, Role::kRandom},
                                        {Role::kRandom, Role::kRandom}};
   run_steps(ranks, c, steps, /*graph=*/false);
+}
+
+// Checked before any NCCL call, so these run without a GPU: a bad row width, a null comm.
+TEST(EpCommArgs, HiddenAndCommAreNamed) {
+  const EpPlan plan =
+      make_ep_plan({.experts = 8, .ranks = 2, .rank = 0, .max_tokens_per_rank = 64, .top_k = 2});
+  test::expect_invalid([&] { EpComm ep(nullptr, plan, 60); }, "hidden");  // 60 % 8 != 0
+  test::expect_invalid([&] { EpComm ep(nullptr, plan, 0); }, "hidden");
+  test::expect_invalid([&] { EpComm ep(nullptr, plan, 64); }, "comm");
+}
+
+// A plan of another communicator (checked before any collective call, so no rank waits on the
+// others), then views of the wrong shape for dispatch and return_rows (checked before launch).
+TEST(EpCommArgs, PlanAndViewsMustMatch) {
+  MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
+  const int ranks = 2;
+  const EpPlanArgs args{.experts = 4, .ranks = ranks, .max_tokens_per_rank = 32, .top_k = 2};
+  std::vector<ncclComm_t> comms = test::make_comms(ranks);
+  test::run_ranks(ranks, [&](int rank, std::atomic<const char*>& stage) {
+    MOEFUSE_CUDA_CHECK(cudaSetDevice(rank));
+    EpPlanArgs other = args;
+    other.rank = 1 - rank;
+    test::expect_invalid([&] { EpComm ep(comms[rank], make_ep_plan(other), 64); }, "plan.rank");
+    other = args;
+    other.rank = rank;
+    other.ranks = 2 * ranks;
+    test::expect_invalid([&] { EpComm ep(comms[rank], make_ep_plan(other), 64); }, "plan.ranks");
+    other.ranks = ranks;
+    stage = "construct";
+    {
+      const EpPlan plan = make_ep_plan(other);
+      EpComm ep(comms[rank], plan, 64);
+      void* buffer = nullptr;  // large enough for every view below
+      MOEFUSE_CUDA_CHECK(cudaMalloc(&buffer, size_t(plan.receive_capacity_rows) * 64 * 2 + 256));
+      const auto view = [&](DType dtype, std::initializer_list<int64_t> shape) {
+        return TensorView::contiguous(buffer, dtype, shape, Device::kCuda);
+      };
+      const TensorView xs = view(DType::kBFloat16, {plan.send_rows, 64});
+      const TensorView offsets = view(DType::kInt32, {plan.experts + 1});
+      test::expect_invalid([&] { ep.dispatch(view(DType::kBFloat16, {plan.send_rows - 1, 64}),
+                                             offsets, nullptr); }, "xs");
+      test::expect_invalid([&] { ep.dispatch(view(DType::kFloat32, {plan.send_rows, 64}),
+                                             offsets, nullptr); }, "xs");
+      test::expect_invalid([&] { ep.dispatch(xs, view(DType::kInt32, {plan.experts}), nullptr); },
+                           "offsets");
+      test::expect_invalid([&] { ep.return_rows(xs, nullptr); }, "ys_recv");
+      stage = "destroy";
+      MOEFUSE_CUDA_CHECK(cudaFree(buffer));
+    }
+    ncclCommDestroy(comms[rank]);
+  });
 }
 
 }  // namespace

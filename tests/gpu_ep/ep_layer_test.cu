@@ -301,7 +301,10 @@ Result ep_layer(const Shape& s, const Inputs& in, ncclComm_t comm, int rank, int
                 std::atomic<const char*>& stage) {
   const int64_t E = s.experts_per_rank * ranks, el = s.experts_per_rank, H = s.hidden,
                 F = s.ffn, T = in.tokens[rank];
-  const int64_t send_bound = in.max_tokens * s.top_k, capacity = ranks * send_bound;
+  const dist::EpPlan plan = dist::make_ep_plan(
+      {.experts = static_cast<int>(E), .ranks = ranks, .rank = rank,
+       .max_tokens_per_rank = in.max_tokens, .top_k = static_cast<int>(s.top_k)});
+  const int64_t send_bound = plan.send_rows, capacity = plan.receive_capacity_rows;
   MOEFUSE_CUDA_CHECK(cudaSetDevice(rank));
   cudaStream_t stream = nullptr;
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -327,8 +330,7 @@ Result ep_layer(const Shape& s, const Inputs& in, ncclComm_t comm, int rank, int
     xs_received.poison();
 
     stage = "construct";
-    dist::EpComm ep(comm, {.experts = static_cast<int>(E), .hidden = static_cast<int>(H),
-                           .send_bound = send_bound, .capacity = capacity});
+    dist::EpComm ep(comm, plan, static_cast<int>(H));
     for (const TensorView& t : {ep.received(), ep.receive_offsets(), ep.returned()})
       MOEFUSE_CUDA_CHECK(cudaMemsetAsync(t.data, 0xFF, size_t(byte_span(t)), stream));
     reset_health_flags(ep.flags(), stream);

@@ -109,8 +109,11 @@ void run_rank(int rank, const Options& o, const Workload& w, ncclComm_t comm,
   };
   {
     state.stage = "construct";
-    dist::EpComm ep(comm, {.experts = int(E), .hidden = int(H), .send_bound = rows,
-                           .capacity = R * rows});
+    // Every rank permutes exactly tokens·k rows: a plan of that many one-row tokens.
+    dist::EpComm ep(comm,
+                    dist::make_ep_plan({.experts = int(E), .ranks = R, .rank = rank,
+                                        .max_tokens_per_rank = rows, .top_k = 1}),
+                    int(H));
     const TensorView xs_view = xs.view(DType::kBFloat16, {rows, H});
     const TensorView offsets_view = offsets.view(DType::kInt32, {E + 1});
     const std::function<void(cudaStream_t)> ops[kOps] = {

@@ -2,7 +2,6 @@
 // transfer kernels (ep_kernels.cuh).
 #include "dist/nccl/ep_comm.h"
 
-#include <climits>
 #include <string>
 
 #include "cuda/check.h"
@@ -39,20 +38,18 @@ void set_smem_limit(const void* kernel, size_t bytes) {
 
 }  // namespace
 
-EpComm::EpComm(ncclComm_t comm, const EpCommArgs& args) : comm_(comm), args_(args) {
+EpComm::EpComm(ncclComm_t comm, const EpPlan& plan, int hidden)
+    : comm_(comm), plan_(plan), hidden_(hidden) {
+  MOEFUSE_EXPECT(hidden > 0 && hidden % 8 == 0, "hidden",
+                 "a positive multiple of 8 (16-byte rows)", std::to_string(hidden));
   MOEFUSE_EXPECT(comm != nullptr, "comm", "an NCCL communicator", "null");
   MOEFUSE_NCCL_CHECK(comm, ncclCommCount(comm, &ranks_));
   MOEFUSE_NCCL_CHECK(comm, ncclCommUserRank(comm, &rank_));
   const std::string r = std::to_string(ranks_);
-  MOEFUSE_EXPECT(args.experts > 0 && args.experts % ranks_ == 0, "experts",
-                 "a positive multiple of the ranks (" + r + ")", std::to_string(args.experts));
-  MOEFUSE_EXPECT(args.hidden > 0 && args.hidden % 8 == 0, "hidden",
-                 "a positive multiple of 8 (16-byte rows)", std::to_string(args.hidden));
-  // Offsets are int32: every rank's rows, and all rows one rank can receive, must fit.
-  MOEFUSE_EXPECT(args.send_bound > 0 && args.send_bound * ranks_ <= INT32_MAX, "send_bound",
-                 "in [1, INT32_MAX / ranks (" + r + ")]", std::to_string(args.send_bound));
-  MOEFUSE_EXPECT(args.capacity > 0 && args.capacity <= INT32_MAX, "capacity",
-                 "in [1, INT32_MAX]", std::to_string(args.capacity));
+  MOEFUSE_EXPECT(plan.ranks == ranks_, "plan.ranks", "the communicator's size, " + r,
+                 std::to_string(plan.ranks));
+  MOEFUSE_EXPECT(plan.rank == rank_, "plan.rank",
+                 "the communicator's rank, " + std::to_string(rank_), std::to_string(plan.rank));
 
   const int device = cuda::expect_launchable(nullptr);
   MOEFUSE_NCCL_CHECK(comm, ncclCommCuDevice(comm, &device_));
@@ -68,8 +65,8 @@ EpComm::EpComm(ncclComm_t comm, const EpCommArgs& args) : comm_(comm), args_(arg
   // Every rank must launch the same grid (CTA b meets CTA b of each peer at LSA barrier b):
   // identical GPUs and arguments give the same count.
   threads_ = detail::kEpThreads;
-  dispatch_smem_ = detail::ep_dispatch_smem(args.experts, ranks_);
-  return_smem_ = detail::ep_return_smem(args.experts);
+  dispatch_smem_ = detail::ep_dispatch_smem(plan.experts, ranks_);
+  return_smem_ = detail::ep_return_smem(plan.experts);
   set_smem_limit(reinterpret_cast<const void*>(detail::ep_dispatch_kernel), dispatch_smem_);
   set_smem_limit(reinterpret_cast<const void*>(detail::ep_return_kernel), return_smem_);
   int per_sm = 0;
@@ -78,15 +75,15 @@ EpComm::EpComm(ncclComm_t comm, const EpCommArgs& args) : comm_(comm), args_(arg
   if (per_sm == 0)
     throw NotSupported("EpComm: the dispatch kernel's shared memory (" +
                        std::to_string(dispatch_smem_) + " bytes for E = " +
-                       std::to_string(args.experts) + ", R = " + r + ") does not fit an SM");
+                       std::to_string(plan.experts) + ", R = " + r + ") does not fit an SM");
   ctas_ = (per_sm < detail::kEpCtasPerSm ? per_sm : detail::kEpCtasPerSm) *
           cuda::device_sm_count();
 
   try {
-    const size_t offsets_bytes = size_t(ranks_) * (args.experts + 1) * sizeof(int32_t);
-    const size_t row_bytes = size_t(args.hidden) * 2;
-    const size_t recv_bytes = size_t(args.capacity) * row_bytes;
-    const size_t ret_bytes = size_t(args.send_bound) * row_bytes;
+    const size_t offsets_bytes = size_t(ranks_) * (plan.experts + 1) * sizeof(int32_t);
+    const size_t row_bytes = size_t(hidden) * 2;
+    const size_t recv_bytes = size_t(plan.receive_capacity_rows) * row_bytes;
+    const size_t ret_bytes = size_t(plan.send_rows) * row_bytes;
     MOEFUSE_NCCL_CHECK(comm, ncclMemAlloc(&offsets_, offsets_bytes));
     MOEFUSE_NCCL_CHECK(comm, ncclMemAlloc(&recv_, recv_bytes));
     MOEFUSE_NCCL_CHECK(comm, ncclMemAlloc(&ret_, ret_bytes));
@@ -139,7 +136,7 @@ void EpComm::release() noexcept {
   local_ = nullptr;
 }
 
-int EpComm::experts_local() const { return experts_per_rank(args_.experts, ranks_); }
+int EpComm::experts_local() const { return experts_per_rank(plan_.experts, ranks_); }
 
 void EpComm::expect_stream(cudaStream_t stream) const {
   const int device = cuda::expect_launchable(stream);
@@ -153,18 +150,18 @@ detail::EpKernelParams EpComm::params() const {
           .offsets_win = offsets_win_,
           .recv_win = recv_win_,
           .ret_win = ret_win_,
-          .experts = args_.experts,
-          .row_vecs = args_.hidden / 8,
-          .send_bound = args_.send_bound,
-          .capacity = args_.capacity,
+          .experts = plan_.experts,
+          .row_vecs = hidden_ / 8,
+          .send_bound = plan_.send_rows,
+          .capacity = plan_.receive_capacity_rows,
           .recv_offsets = local_,
           .flags = local_ + experts_local() + 1};
 }
 
 void EpComm::dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream) {
-  expect_tensor(xs, "xs", DType::kBFloat16, Device::kCuda, {args_.send_bound, args_.hidden});
+  expect_tensor(xs, "xs", DType::kBFloat16, Device::kCuda, {plan_.send_rows, hidden_});
   expect_aligned(xs, "xs");
-  expect_tensor(offsets, "offsets", DType::kInt32, Device::kCuda, {args_.experts + 1});
+  expect_tensor(offsets, "offsets", DType::kInt32, Device::kCuda, {plan_.experts + 1});
   expect_stream(stream);
   detail::ep_dispatch_kernel<<<ctas_, threads_, dispatch_smem_, stream>>>(
       params(), xs.as<const uint4>(), offsets.as<const int32_t>());
@@ -173,7 +170,7 @@ void EpComm::dispatch(const TensorView& xs, const TensorView& offsets, cudaStrea
 
 void EpComm::return_rows(const TensorView& ys_recv, cudaStream_t stream) {
   expect_tensor(ys_recv, "ys_recv", DType::kBFloat16, Device::kCuda,
-                {args_.capacity, args_.hidden});
+                {plan_.receive_capacity_rows, hidden_});
   expect_aligned(ys_recv, "ys_recv");
   expect_stream(stream);
   detail::ep_return_kernel<<<ctas_, threads_, return_smem_, stream>>>(
@@ -182,7 +179,7 @@ void EpComm::return_rows(const TensorView& ys_recv, cudaStream_t stream) {
 }
 
 TensorView EpComm::received() const {
-  return TensorView::contiguous(recv_, DType::kBFloat16, {args_.capacity, args_.hidden},
+  return TensorView::contiguous(recv_, DType::kBFloat16, {plan_.receive_capacity_rows, hidden_},
                                 Device::kCuda);
 }
 
@@ -191,7 +188,7 @@ TensorView EpComm::receive_offsets() const {
 }
 
 TensorView EpComm::returned() const {
-  return TensorView::contiguous(ret_, DType::kBFloat16, {args_.send_bound, args_.hidden},
+  return TensorView::contiguous(ret_, DType::kBFloat16, {plan_.send_rows, hidden_},
                                 Device::kCuda);
 }
 

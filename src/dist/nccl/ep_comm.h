@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "dist/ep_plan.h"
 #include "moefuse/tensor.h"
 
 namespace moefuse::dist {
@@ -36,48 +37,47 @@ struct EpKernelParams;
 // read_health_flags / reset_health_flags of moefuse/health.h). Every rank computes them from the
 // same gathered offsets, so all ranks set the same bits in the same call.
 enum EpFlag : int32_t {
-  // Some rank receives more rows than `capacity`: rows past it are neither written nor returned
-  // (their returned() rows keep old contents) and receive_offsets() is clamped to capacity.
+  // Some rank receives more rows than its receive capacity: rows past it are neither written
+  // nor returned (their returned() rows keep old contents) and receive_offsets() is clamped to
+  // the capacity.
   kEpRowsOverflow = 1 << 0,
-  // Some rank's offsets are not a non-decreasing sequence in [0, send_bound]: nothing is
+  // Some rank's offsets are not a non-decreasing sequence in [0, plan.send_rows]: nothing is
   // transferred and receive_offsets() is all zeros.
   kEpBadOffsets = 1 << 1,
 };
 
-struct EpCommArgs {
-  int experts = 0;          // E, a multiple of the communicator's size R
-  int hidden = 0;           // H, a multiple of 8 (rows move as 16-byte vectors)
-  int64_t send_bound = 0;   // rows a rank may permute at most (T_max·k): xs is [send_bound, H]
-  int64_t capacity = 0;     // rows a rank may receive at most; R·send_bound never overflows
-};
-
 class EpComm {
  public:
-  // Collective over `comm`: every rank calls it, with equal args. Allocates (ncclMemAlloc) and
-  // registers the symmetric windows, creates the device communicator with one LSA barrier per CTA
-  // of the transfer kernels. Throws InvalidArgument on bad args, NotSupported when a peer is not
-  // LSA-reachable or the runtime NCCL's device-API ABI differs from the headers built against,
-  // moefuse::Error when an NCCL call fails. `comm` must outlive this object; the current device
-  // must be comm's.
-  EpComm(ncclComm_t comm, const EpCommArgs& args);
+  // Collective over `comm`: every rank calls it, with its own rank's plan (make_ep_plan, which
+  // checks E % R and the int32 row bounds; equal on every rank but for `rank`) and rows of
+  // `hidden` bf16, a multiple of 8 (rows move as 16-byte vectors). xs is [plan.send_rows, H], the
+  // receive buffer [plan.receive_capacity_rows, H]. Allocates (ncclMemAlloc) and registers the
+  // symmetric windows, creates the device communicator with one LSA barrier per CTA of the
+  // transfer kernels. Throws InvalidArgument on a bad hidden, a null comm or a plan whose ranks /
+  // rank are not comm's, NotSupported when a peer is not LSA-reachable or the runtime NCCL's
+  // device-API ABI differs from the headers built against, moefuse::Error when an NCCL call
+  // fails. `comm` must outlive this object; the current device must be comm's.
+  EpComm(ncclComm_t comm, const EpPlan& plan, int hidden);
   ~EpComm();
   EpComm(const EpComm&) = delete;
   EpComm& operator=(const EpComm&) = delete;
 
-  // xs: [send_bound, H] bf16, this rank's permuted rows, expert-contiguous; offsets: [E + 1] int32
-  // on the device (expert e's rows at [offsets[e], offsets[e+1])). Both stay unread by the host.
+  // xs: [plan.send_rows, H] bf16, this rank's permuted rows, expert-contiguous; offsets: [E + 1]
+  // int32 on the device (expert e's rows at [offsets[e], offsets[e+1])). Both stay unread by the
+  // host.
   // Afterwards received() holds this rank's experts' rows in the receive layout (ep_layout.h)
   // and receive_offsets() their per-expert offsets. Asynchronous on `stream`; graph-safe: yes.
   void dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream);
 
-  // ys_recv: [capacity, H] bf16, one output row per received row, in the receive layout (it may be
-  // received() itself). Uses the offsets of the last dispatch. Afterwards returned() holds this
-  // rank's rows in its own xs layout. Asynchronous on `stream`; graph-safe: yes.
+  // ys_recv: [plan.receive_capacity_rows, H] bf16, one output row per received row, in the
+  // receive layout (it may be received() itself). Uses the offsets of the last dispatch.
+  // Afterwards returned() holds this rank's rows in its own xs layout. Asynchronous on `stream`;
+  // graph-safe: yes.
   void return_rows(const TensorView& ys_recv, cudaStream_t stream);
 
-  TensorView received() const;         // [capacity, H] bf16
+  TensorView received() const;         // [plan.receive_capacity_rows, H] bf16
   TensorView receive_offsets() const;  // [E / R + 1] int32
-  TensorView returned() const;         // [send_bound, H] bf16
+  TensorView returned() const;         // [plan.send_rows, H] bf16
   TensorView flags() const;            // [1] int32, EpFlag bits
 
   int rank() const { return rank_; }
@@ -85,7 +85,8 @@ class EpComm {
 
  private:
   ncclComm_t comm_;
-  EpCommArgs args_;
+  EpPlan plan_;
+  int hidden_ = 0;
   int rank_ = 0, ranks_ = 0, device_ = -1;
   int ctas_ = 0;  // CTAs of each transfer kernel, one LSA barrier each
   int threads_ = 0;

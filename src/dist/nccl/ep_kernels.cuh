@@ -49,7 +49,7 @@ inline size_t ep_dispatch_smem(int experts, int ranks) {
   return size_t(ranks) * (experts + 1) * sizeof(int64_t) + size_t(experts + 1) * sizeof(int32_t);
 }
 // return: this rank's segment starts [E + 1] int64, then the same as int32 (for find_expert;
-// they fit: at most R·send_bound <= INT32_MAX, checked by EpComm).
+// they fit: at most R·send_bound <= INT32_MAX, checked by make_ep_plan).
 inline size_t ep_return_smem(int experts) {
   return size_t(experts + 1) * (sizeof(int64_t) + sizeof(int32_t));
 }
