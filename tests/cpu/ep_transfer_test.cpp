@@ -158,6 +158,7 @@ TEST(EpTransfer, ExpertSlices) {
   const MoeConfig local = ref::ep_expert_config(c, 4);
   EXPECT_EQ(local.num_experts, 2);
   EXPECT_EQ(local.shared_expert_ffn, 0);
+  expect_invalid([&] { ref::ep_expert_slice(w, 0, 0); }, "ranks");
   expect_invalid([&] { ref::ep_expert_slice(w, 4, 4); }, "rank");
   expect_invalid([&] { ref::ep_expert_slice(w, 3, 0); }, "weights.w1");
   expect_invalid([&] { ref::ep_expert_config(c, 3); }, "ranks");
