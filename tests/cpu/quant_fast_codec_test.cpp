@@ -41,6 +41,32 @@ TEST(QuantFastCodec, E2m1MatchesReferenceOnBoundariesAndRandomBits) {
   EXPECT_EQ(bad, 0) << bad << " of " << checked << " inputs differ";
 }
 
+// The 8-at-a-time bf16 packer (host emulation of its PRMT and bf16 min) against the reference
+// codec on each product: every bf16 pattern, in each lane position, against random neighbours,
+// with multipliers that put the bf16 values on and around the E2M1 rounding boundaries.
+TEST(QuantFastCodec, E2m1x8Bf16MatchesReferenceForEveryBf16Pattern) {
+  SCOPED_TRACE("seed " + std::to_string(test::seed()));
+  std::uniform_int_distribution<uint32_t> any;
+  int64_t bad = 0;
+  for (float m : {1.0f, 0.75f, 3.0f, 1.0f / 3.0f, 1e-30f, 3.0e38f, 1.00000012f, 0.99999994f}) {
+    for (uint32_t v = 0; v < 0x10000u; ++v) {
+      uint32_t w[4];
+      for (uint32_t& x : w) x = any(test::rng());
+      const int k = int(v % 8);  // lane of v, varied with the pattern
+      w[k / 2] = k % 2 == 0 ? (w[k / 2] & 0xFFFF0000u) | v : (w[k / 2] & 0xFFFFu) | v << 16;
+      const uint32_t got = cuda::quant::e2m1x8_bf16(w, m);
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t h = (w[j / 2] >> (16 * (j % 2))) & 0xFFFFu;
+        const uint32_t want = formats::e2m1_from_float(formats::bits_float(h << 16) * m);
+        if (((got >> (4 * j)) & 0xFu) != want && bad++ < 5)
+          ADD_FAILURE() << "bf16 0x" << std::hex << h << " times " << m << ": fast 0x"
+                        << ((got >> (4 * j)) & 0xFu) << ", reference 0x" << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(QuantGrid, GridStrideCtasCoversWorkCapsAtFullOccupancyAndNeverZero) {
   using cuda::quant::grid_stride_ctas;
   using cuda::quant::kMaxCtasPerSm;

@@ -135,4 +135,15 @@ __device__ __forceinline__ void store16_e2m1(uint8_t* q, const Raw16<T>& r, floa
   *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
 }
 
+// The bf16 form packs 8 codes at a time from the raw pairs (e2m1x8_bf16), which takes the signs
+// from the bf16 words and so needs a positive, non-NaN multiplier (nvfp4_value_multiplier's).
+template <>
+__device__ __forceinline__ void store16_e2m1(uint8_t* q, const Raw16<__nv_bfloat16>& r,
+                                             float multiplier) {
+  const uint32_t lo[4] = {r.w[0], r.w[1], r.w[2], r.w[3]};
+  const uint32_t hi[4] = {r.w[4], r.w[5], r.w[6], r.w[7]};
+  *reinterpret_cast<uint2*>(q) =
+      make_uint2(e2m1x8_bf16(lo, multiplier), e2m1x8_bf16(hi, multiplier));
+}
+
 }  // namespace moefuse::cuda::quant
