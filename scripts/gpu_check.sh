@@ -7,10 +7,10 @@
 #   scripts/gpu_check.sh [tests] [python] [example] [gaps] [sanitize] [ep] [fuzz] [sass] [bench]
 #                        [profile]
 #   (default: tests python sass bench)
-# Environment: GTEST_FILTER narrows the GPU tests; TEST_TIMEOUT bounds each test and
-# BENCH_TIMEOUT each bench mode (seconds); BENCH_MODES lists the bench modes to run;
-# EXAMPLE_ARGS are extra arguments of examples/train_moe_lm.py (e.g. --steps 50); SANITIZE_* and
-# FUZZ_* are described at their stages.
+# Environment: GTEST_FILTER narrows the GPU tests (EP_GTEST_FILTER the EP tests; EP_BENCH_ARGS are
+# moefuse-ep-bench's); TEST_TIMEOUT bounds each test and BENCH_TIMEOUT each bench mode (seconds);
+# BENCH_MODES lists the bench modes to run; EXAMPLE_ARGS are extra arguments of
+# examples/train_moe_lm.py (e.g. --steps 50); SANITIZE_* and FUZZ_* are described at their stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -177,10 +177,19 @@ if [[ " $stages " == *" ep "* ]]; then
     nccl_dir=${NCCL_LIBRARY_DIR:-$(python3 -c 'import nvidia.nccl as n, os
 print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)}
     LD_LIBRARY_PATH=${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0 \
-      NCCL_DEBUG=${NCCL_DEBUG:-VERSION} timeout "${TEST_TIMEOUT:-300}" \
-      "$BUILD/moefuse_ep_tests" > "$OUT/ep_tests.log" 2>&1 || status=1
+      NCCL_DEBUG=${NCCL_DEBUG:-VERSION} GTEST_FILTER="${EP_GTEST_FILTER:-*}" \
+      timeout "${TEST_TIMEOUT:-300}" "$BUILD/moefuse_ep_tests" > "$OUT/ep_tests.log" 2>&1 ||
+      status=1
     grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[       OK |Failure|NCCL version' "$OUT/ep_tests.log" |
       head -n 40
+    # The transfers against NCCL's all-to-all and the layer against one GPU (EP_BENCH_ARGS, e.g.
+    # --preset gpt-oss-120b); it prints "needs at least two" and measures nothing on one GPU.
+    echo "== moefuse-ep-bench ${EP_BENCH_ARGS:-}"
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH=${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0 \
+      timeout "${BENCH_TIMEOUT:-600}" "$BUILD/moefuse-ep-bench" ${EP_BENCH_ARGS:-} \
+      --json "$OUT/ep_bench.json" > "$OUT/ep_bench.log" 2>&1 || status=1
+    tail -n 40 "$OUT/ep_bench.log"
   else
     echo "moefuse_ep_tests not built (no NCCL at configure time)"
   fi

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,10 @@
 #include "moefuse/workspace.h"
 
 namespace moefuse {
+
+namespace layer {
+class LayerHandles;
+}
 
 enum class LayerMode : uint8_t {
   kFused,    // gather in FC1's loads, GLU + pre-activation in FC1's epilogue, prob in FC2's
@@ -55,21 +60,25 @@ struct LayerOptions {
 
 // Stages of the layer, each wrapped in an NVTX range of its name and reported to an observer.
 enum class LayerStage : uint8_t {
-  kRouter,          // logits GEMM + fused top-k, aux/z statistics
-  kDispatch,        // offsets, row maps, per-row probabilities
-  kPermute,         // x → xs, the rows FC1 reads (both modes)
-  kFc1,             // FC1 grouped GEMM (+ activation)
-  kFc2,             // FC2 grouped GEMM (+ prob scale)
-  kCombine,         // Σ_j over a token's rows (+ shared expert's output)
-  kSharedExpert,    // the shared expert's MLP (second stream)
-  kRecomputeFc1,    // backward with recompute_pre: FC1 again, pre-activation only
+  kRouter,              // logits GEMM + fused top-k, aux/z statistics
+  kDispatch,            // offsets, row maps, per-row probabilities
+  kPermute,             // x → xs, the rows FC1 reads (both modes)
+  kEpDispatch,          // expert parallelism: xs rows to their experts' ranks (EpMoeLayer only)
+  kFc1,                 // FC1 grouped GEMM (+ activation)
+  kFc2,                 // FC2 grouped GEMM (+ prob scale)
+  kEpReturn,            // expert parallelism: expert outputs back to their tokens' ranks
+  kCombine,             // Σ_j over a token's rows (+ shared expert's output)
+  kSharedExpert,        // the shared expert's MLP (second stream)
+  kRecomputeFc1,        // backward with recompute_pre: FC1 again, pre-activation only
   kCombineBackward,
-  kFc2Dgrad,        // d act (+ dGLU → d pre, + d prob)
-  kFc1Dgrad,        // d xs
-  kPermuteBackward, // d x = Σ_j d xs
-  kRouterBackward,  // d probs → d logits (+ aux, z) → d x +=, d w_router
-  kFc2Wgrad,        // d w2 (+ d b2)   (second stream)
-  kFc1Wgrad,        // d w1 (+ d b1)   (second stream)
+  kEpDispatchBackward,  // expert parallelism: dys rows to their experts' ranks
+  kFc2Dgrad,            // d act (+ dGLU → d pre, + d prob)
+  kFc1Dgrad,            // d xs
+  kEpReturnBackward,    // expert parallelism: dxs rows back to their tokens' ranks
+  kPermuteBackward,     // d x = Σ_j d xs
+  kRouterBackward,      // d probs → d logits (+ aux, z) → d x +=, d w_router
+  kFc2Wgrad,            // d w2 (+ d b2)   (second stream)
+  kFc1Wgrad,            // d w1 (+ d b1)   (second stream)
   kSharedExpertBackward,
   kCount
 };
@@ -233,18 +242,10 @@ class MoeLayer {
                 cudaStream_t stream, const LayerRun& run = {});
 
  private:
-  // Records `event` on `from` and makes `to` wait for it.
-  static void fork(cudaEvent_t event, cudaStream_t from, cudaStream_t to);
-  // expect_launchable(stream), then the current device must be the layer's.
-  void expect_launchable_here(cudaStream_t stream) const;
-  void release() noexcept;
-
   MoeConfig config_;
   LayerOptions options_;
-  int device_ = -1;  // the device current at construction, which owns the handles below
-  cublasHandle_t cublas_ = nullptr;
-  cudaStream_t side_ = nullptr;  // the second stream: shared expert, weight gradients
-  cudaEvent_t fork_ = nullptr, shared_done_ = nullptr, join_ = nullptr;
+  // The cuBLAS handle, second stream and its events, on the device current at construction.
+  std::unique_ptr<layer::LayerHandles> handles_;
 };
 
 }  // namespace moefuse

@@ -1,22 +1,21 @@
-// The MoE layer's forward and backward under expert parallelism on the GPUs of this machine (one
-// thread per rank, ep_harness.h), compared bit for bit with the same layer on one GPU for all
-// ranks' tokens concatenated in rank order.
+// EpMoeLayer (moefuse/ep_layer.h) on the GPUs of this machine (one thread per rank,
+// ep_harness.h), compared bit for bit with the same layer on one GPU for all ranks' tokens
+// concatenated in rank order, written here from the library's ops.
 //
-// Forward: each rank routes its own tokens over all E experts, permutes them, EpComm::dispatch
-// sends the rows to their experts' owners, the owner runs FC1 + SwiGLU (saving the
-// pre-activation) and FC2 over its El = E / R experts, EpComm::return_rows brings the outputs
-// back and the rank combines its tokens with their routing weights.
-// Backward, from a random dy per rank: combine_backward gives dys (in the rank's permuted layout)
-// and d_probs; EpComm::dispatch sends dys to the owners along the forward's map; the owner runs
-// the FC2 dgrad with dGLU (d_pre, act), the FC1 dgrad (dxs) and the k-grouped wgrads of its
-// experts (dW2 = Σ dysᵀ·act, dW1 = Σ d_preᵀ·xs); EpComm::return_rows brings dxs back and
-// permute_backward sums each token's k rows into dx. A dispatch overwrites received(), so the
-// owner copies the forward's received xs (dW1's operand) aside first.
+// Each rank routes its own tokens over all E experts, permutes them, dispatches the rows to their
+// experts' owners, which run FC1 + SwiGLU (saving the pre-activation) and FC2 over their
+// El = E / R experts; the outputs return and the rank combines its tokens with their routing
+// weights. The backward from a random dy runs the same path in reverse (docs/ep.md), then the
+// router's backward on the rank's tokens.
 //
 // Why every result is bitwise that of one GPU:
-// - the router is one warp per token (router_topk.cu); combine, combine_backward (d_probs by a
-//   fixed reduction tree) and permute_backward are one warp per token, summing its k rows in j
-//   order: a token's probabilities, y, d_probs and dx depend on that token's data only;
+// - the router is data-parallel: each rank's logits GEMM, top-k, aux and z losses and their
+//   backward see its own tokens only. The one-GPU layer runs those per rank's tokens too, in
+//   fresh buffers of the rank's shapes: cuBLAS chooses its algorithm (tiling, split-K) from the
+//   shape, so a token's logits and d_w_router may depend on T;
+// - combine, combine_backward (d_probs by a fixed reduction tree) and permute_backward are one
+//   warp per token, summing its k rows in j order: a token's y, d_probs and dx depend on that
+//   token's data only;
 // - the owner receives expert e's rows in the one-GPU order of the concatenated batch
 //   (dist/ep_layout.h), so every row sits at the same index inside its expert, hence at the same
 //   row of the same m-block tile, as on one GPU; the forward GEMMs and both dgrads compute each
@@ -24,14 +23,8 @@
 //   the same order;
 // - the wgrad (gemm/backward/wgrad_kernel.cuh) has no split-K and no atomics: one CTA sums all
 //   of expert e's rows for an output tile, in 64-row K blocks counted from the expert's first
-//   row (rows past the expert zeroed), so how the sum is split and ordered depends on the
-//   expert's row count alone, and the owner holds one GPU's rows of e in one GPU's order.
-// The one exception is the logits GEMM: cuBLAS picks its algorithm (tiling, split-K) from the
-// shape, so a token's logits may depend on the batch size T. The one-GPU layer therefore runs
-// router_logits per rank's tokens (the shapes each rank runs) and everything after it on the
-// concatenated batch; expert parallelism does not touch the router (it is data-parallel).
-// Not covered: the router's backward (d_logits, d_w_router). d_w_router sums over every rank's
-// tokens, so under expert parallelism it needs an all-reduce across ranks, which is not built.
+//   row, so how the sum is split and ordered depends on the expert's row count alone, and the
+//   owner holds one GPU's rows of e in one GPU's order.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -42,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,6 +46,7 @@
 #include "gpu/dispatch_test_util.h"
 #include "gpu_ep/ep_harness.h"
 #include "moefuse/dispatch.h"
+#include "moefuse/ep_layer.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/health.h"
@@ -68,6 +63,15 @@ struct Shape {
   int64_t hidden, ffn, top_k;
 };
 
+// The layer's config for R ranks: SwiGLU, softmax top-k with the aux and z losses on.
+MoeConfig config_for(const Shape& s, int ranks) {
+  MoeConfig c{.hidden = s.hidden, .ffn = s.ffn, .num_experts = s.experts_per_rank * ranks,
+              .top_k = s.top_k, .activation = Activation::kSwiGLU};
+  c.router.aux_loss_coeff = 0.01f;
+  c.router.z_loss_coeff = 0.001f;
+  return c;
+}
+
 // All ranks' tokens concatenated in rank order, the loss's gradient of y and the full weights,
 // on the host.
 struct Inputs {
@@ -82,8 +86,8 @@ struct Inputs {
 
 // Uneven token counts, 256 to 1024 a rank (experts of several 128-row tiles, and of several
 // 64-row K blocks in the wgrads), except rank 1's single token.
-Inputs make_inputs(const Shape& s, int ranks) {
-  const int64_t E = s.experts_per_rank * ranks, H = s.hidden, F = s.ffn;
+Inputs make_inputs(const MoeConfig& c, int ranks) {
+  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn;
   Inputs in;
   std::uniform_int_distribution<int64_t> count(256, 1024);
   for (int r = 0; r < ranks; ++r) {
@@ -106,151 +110,82 @@ Inputs make_inputs(const Shape& s, int ranks) {
 }
 
 // Elements [first, first + count) of v.
-std::vector<Bf16> slice(const std::vector<Bf16>& v, int64_t first, int64_t count) {
-  return std::vector<Bf16>(v.begin() + first, v.begin() + first + count);
+template <class T>
+std::vector<T> slice(const std::vector<T>& v, int64_t first, int64_t count) {
+  return std::vector<T>(v.begin() + first, v.begin() + first + count);
 }
 
-// A workspace for every call of the layer on T tokens (they run one after another on one
-// stream, so they can share it).
-size_t workspace_bytes(int64_t T, int64_t E) {
-  return std::max({router_logits_workspace_size(), router_topk_workspace_size(T, E),
-                   dispatch_maps_workspace_size(T, E)});
-}
-
-// The extents of one rank's layer (or of the one-GPU layer): T tokens routed over E experts into
-// `permuted` rows (at least T·k), and `gemm_rows` rows through the GEMMs of `gemm_experts`.
-struct Extents {
-  int64_t tokens, experts, permuted, gemm_rows, gemm_experts;
-};
-
-// Everything one forward and backward write on the current device, all poisoned and the health
-// flag reset on `stream`, and dy [T, H] uploaded.
-struct LayerBuffers {
-  int64_t T, E, k, H, F, permuted, rows, gemm_experts;
-  DeviceBuffer<Bf16> dy;
-  DeviceBuffer<float> logits, probs, aux_f, aux_P, losses, d_probs, d_w1, d_w2;
-  DeviceBuffer<int32_t> expert_idx, counts, offsets, row_of, token_of_row, health;
-  DeviceBuffer<Bf16> xs, pre, h, ys, y, dys, act, d_pre, dxs, dx;
-  DeviceBuffer<unsigned char> ws;
-
-  LayerBuffers(const Extents& n, const Shape& s, const std::vector<Bf16>& dy_host,
-               cudaStream_t stream)
-      : T(n.tokens), E(n.experts), k(s.top_k), H(s.hidden), F(s.ffn), permuted(n.permuted),
-        rows(n.gemm_rows), gemm_experts(n.gemm_experts), dy(dy_host, stream),
-        logits(T * E, stream), probs(T * k, stream), aux_f(E, stream), aux_P(E, stream),
-        losses(2, stream), d_probs(T * k, stream), d_w1(gemm_experts * 2 * F * H, stream),
-        d_w2(gemm_experts * H * F, stream), expert_idx(T * k, stream), counts(E, stream),
-        offsets(E + 1, stream), row_of(T * k, stream), token_of_row(permuted, stream),
-        health(1, stream), xs(permuted * H, stream), pre(rows * 2 * F, stream),
-        h(rows * F, stream), ys(rows * H, stream), y(T * H, stream), dys(permuted * H, stream),
-        act(rows * F, stream), d_pre(rows * 2 * F, stream), dxs(rows * H, stream),
-        dx(T * H, stream), ws(workspace_bytes(T, E), stream) {
-    for (auto* b : {&logits, &probs, &aux_f, &aux_P, &losses, &d_probs, &d_w1, &d_w2}) b->poison();
-    for (auto* b : {&expert_idx, &counts, &offsets, &row_of, &token_of_row}) b->poison(0x7F);
-    for (auto* b : {&xs, &pre, &h, &ys, &y, &dys, &act, &d_pre, &dxs, &dx}) b->poison();
-    reset_health_flags(health_view(), stream);
-  }
-
-  Workspace workspace() const { return {.data = ws.data(), .bytes = ws.size()}; }
-  TensorView health_view() const { return health.view(DType::kInt32, {1}); }
-  TensorView logits_view() const { return logits.view(DType::kFloat32, {T, E}); }
-  TensorView probs_view() const { return probs.view(DType::kFloat32, {T, k}); }
-  TensorView row_of_view() const { return row_of.view(DType::kInt32, {T, k}); }
-  TensorView token_of_row_view() const { return token_of_row.view(DType::kInt32, {permuted}); }
-  TensorView offsets_view() const { return offsets.view(DType::kInt32, {E + 1}); }
-  TensorView xs_view() const { return xs.view(DType::kBFloat16, {permuted, H}); }
-  TensorView pre_view() const { return pre.view(DType::kBFloat16, {rows, 2 * F}); }
-  TensorView ys_view() const { return ys.view(DType::kBFloat16, {rows, H}); }
-  TensorView y_view() const { return y.view(DType::kBFloat16, {T, H}); }
-  TensorView dy_view() const { return dy.view(DType::kBFloat16, {T, H}); }
-  TensorView d_probs_view() const { return d_probs.view(DType::kFloat32, {T, k}); }
-  TensorView dys_view() const { return dys.view(DType::kBFloat16, {permuted, H}); }
-  TensorView act_view() const { return act.view(DType::kBFloat16, {rows, F}); }
-  TensorView d_pre_view() const { return d_pre.view(DType::kBFloat16, {rows, 2 * F}); }
-  TensorView dxs_view() const { return dxs.view(DType::kBFloat16, {rows, H}); }
-  TensorView dx_view() const { return dx.view(DType::kBFloat16, {T, H}); }
-  TensorView d_w1_view() const { return d_w1.view(DType::kFloat32, {gemm_experts, 2 * F, H}); }
-  TensorView d_w2_view() const { return d_w2.view(DType::kFloat32, {gemm_experts, H, F}); }
-};
-
-// From b.logits: router_topk, dispatch_maps (align 1) and permute of x [T, H] into b.xs.
-void route_and_permute(const LayerBuffers& b, const TensorView& x, cudaStream_t stream) {
-  router_topk(RouterOptions{}, b.k, b.logits_view(), TensorView{},
-              RouterOutputs{.expert_idx = b.expert_idx.view(DType::kInt32, {b.T, b.k}),
-                            .probs = b.probs_view(),
-                            .counts = b.counts.view(DType::kInt32, {b.E}),
-                            .aux_f = b.aux_f.view(DType::kFloat32, {b.E}),
-                            .aux_P = b.aux_P.view(DType::kFloat32, {b.E}),
-                            .losses = b.losses.view(DType::kFloat32, {2})},
-              b.health_view(), b.workspace(), stream);
-  dispatch_maps(b.expert_idx.view(DType::kInt32, {b.T, b.k}), b.E, 1,
-                DispatchMaps{.offsets = b.offsets_view(), .row_of = b.row_of_view(),
-                             .token_of_row = b.token_of_row_view()},
-                b.health_view(), b.workspace(), stream);
-  permute(x, b.row_of_view(), b.token_of_row_view(), b.xs_view(), b.health_view(), stream);
-}
-
-// The experts (w1 [E', 2F, H], w2 [E', H, F]) over rows a [gemm_rows, H] with offsets [E' + 1]:
-// b.h = SwiGLU(a · w1ᵀ) with b.pre = a · w1ᵀ kept for the backward, then b.ys = b.h · w2ᵀ
-// (unweighted: combine applies the routing weights).
-void expert_mlp(const TensorView& a, const TensorView& offsets, const TensorView& w1,
-                const TensorView& w2, const LayerBuffers& b, cudaStream_t stream) {
-  const TensorView h = b.h.view(DType::kBFloat16, {b.rows, b.F});
-  grouped_gemm({.a = a, .b = w1, .offsets = offsets, .d = h,
-                .epilogue = GemmEpilogue::kActivation, .activation = Activation::kSwiGLU,
-                .pre_activation = b.pre_view()},
-               stream);
-  grouped_gemm({.a = h, .b = w2, .offsets = offsets, .d = b.ys_view()}, stream);
-}
-
-// expert_mlp's backward over the same rows and offsets, from dys (its outputs' gradients) and a
-// (its inputs, [gemm_rows, H] each), with b.pre from expert_mlp: the FC2 dgrad with dGLU gives
-// b.d_pre and b.act (no routing weight: combine applied it, combine_backward differentiates
-// it), then b.dxs = b.d_pre · w1 and the weight gradients, fp32:
-// b.d_w2[e] = Σ_r dys[r]ᵀ·act[r] and b.d_w1[e] = Σ_r d_pre[r]ᵀ·a[r] over expert e's rows.
-void expert_mlp_backward(const TensorView& dys, const TensorView& a, const TensorView& offsets,
-                         const TensorView& w1, const TensorView& w2, const LayerBuffers& b,
-                         cudaStream_t stream) {
-  grouped_gemm_fc2_dgrad({.dys = dys, .w2 = w2, .offsets = offsets, .pre = b.pre_view(),
-                          .d_pre = b.d_pre_view(), .activation = Activation::kSwiGLU,
-                          .scaled_act = b.act_view()},
-                         Fc2DgradScratch{}, stream);
-  grouped_gemm_dgrad({.a = b.d_pre_view(), .b = w1, .offsets = offsets, .d = b.dxs_view()},
-                     stream);
-  grouped_gemm_wgrad({.a = dys, .b = b.act_view(), .offsets = offsets, .d = b.d_w2_view()},
-                     stream);
-  grouped_gemm_wgrad({.a = b.d_pre_view(), .b = a, .offsets = offsets, .d = b.d_w1_view()},
-                     stream);
-}
-
-// combine's backward into b.dys and b.d_probs; ys: the forward's expert outputs in b's permuted
-// layout.
-void combine_backward_into(const LayerBuffers& b, const TensorView& ys, cudaStream_t stream) {
-  combine_backward(b.dy_view(), ys, b.probs_view(), b.row_of_view(), b.token_of_row_view(),
-                   b.dys_view(), b.d_probs_view(), b.health_view(), stream);
-}
-
-// What a layer leaves on one rank (or on the one GPU): outputs, gradients, flags.
+// What the layer leaves on one rank, or the one-GPU layer for all ranks' tokens (then losses and
+// d_w_router hold every rank's, one after another).
 struct Result {
   std::vector<Bf16> y, dx;           // [T, H]
-  std::vector<float> d_probs;        // [T, k]
-  std::vector<float> d_w1, d_w2;     // the GEMMs' experts: [E', 2F, H], [E', H, F]
+  std::vector<float> losses;         // [2] a rank
+  std::vector<float> d_w_router;     // [E, H] a rank
+  std::vector<float> d_w1, d_w2;     // the experts held: [E', 2F, H], [E', H, F]
   int32_t health = -1, ep_flags = 0;
 };
 
-// b's results, after the stream's work (the downloads wait for it).
-Result download(const LayerBuffers& b, cudaStream_t stream) {
-  return Result{.y = b.y.download(),
-                .dx = b.dx.download(),
-                .d_probs = b.d_probs.download(),
-                .d_w1 = b.d_w1.download(),
-                .d_w2 = b.d_w2.download(),
-                .health = read_health_flags(b.health_view(), stream)};
+// One rank's router on the one GPU, in fresh buffers of that rank's shapes (T_s tokens): the
+// forward's logits, choices and statistics, then the backward into d_w_router and its dx rows.
+struct RankRouter {
+  int64_t T, E, k, H;
+  DeviceBuffer<Bf16> x;
+  DeviceBuffer<float> logits, probs, aux_f, aux_P, losses, d_probs, d_logits, d_w_router;
+  DeviceBuffer<int32_t> expert_idx, counts;
+  DeviceBuffer<Bf16> dx;
+  DeviceBuffer<unsigned char> ws;
+
+  RankRouter(const MoeConfig& c, const std::vector<Bf16>& x_rows, cudaStream_t stream)
+      : T(int64_t(x_rows.size()) / c.hidden), E(c.num_experts), k(c.top_k), H(c.hidden),
+        x(x_rows, stream), logits(T * E, stream), probs(T * k, stream), aux_f(E, stream),
+        aux_P(E, stream), losses(2, stream), d_probs(T * k, stream), d_logits(T * E, stream),
+        d_w_router(E * H, stream), expert_idx(T * k, stream), counts(E, stream),
+        dx(T * H, stream),
+        ws(std::max({router_logits_backward_workspace_size(T, E),
+                     router_topk_workspace_size(T, E)}),
+           stream) {}
+
+  Workspace workspace() const { return {.data = ws.data(), .bytes = ws.size()}; }
+  TensorView x_view() const { return x.view(DType::kBFloat16, {T, H}); }
+  TensorView logits_view() const { return logits.view(DType::kFloat32, {T, E}); }
+  TensorView idx_view() const { return expert_idx.view(DType::kInt32, {T, k}); }
+  TensorView counts_view() const { return counts.view(DType::kInt32, {E}); }
+
+  void forward(const MoeConfig& c, cublasHandle_t cublas, const TensorView& w_router,
+               const TensorView& health, cudaStream_t stream) {
+    router_logits(cublas, x_view(), w_router, logits_view(), workspace(), stream);
+    router_topk(c.router, k, logits_view(), TensorView{},
+                RouterOutputs{.expert_idx = idx_view(),
+                              .probs = probs.view(DType::kFloat32, {T, k}),
+                              .counts = counts_view(),
+                              .aux_f = aux_f.view(DType::kFloat32, {E}),
+                              .aux_P = aux_P.view(DType::kFloat32, {E}),
+                              .losses = losses.view(DType::kFloat32, {2})},
+                health, workspace(), stream);
+  }
+  // d_probs and dx (the experts' part) uploaded first.
+  void backward(const MoeConfig& c, cublasHandle_t cublas, const TensorView& w_router,
+                cudaStream_t stream) {
+    router_topk_backward(c.router, k, logits_view(), idx_view(), counts_view(),
+                         d_probs.view(DType::kFloat32, {T, k}),
+                         d_logits.view(DType::kFloat32, {T, E}), stream);
+    router_logits_backward(cublas, x_view(), w_router, d_logits.view(DType::kFloat32, {T, E}),
+                           dx.view(DType::kBFloat16, {T, H}),
+                           d_w_router.view(DType::kFloat32, {E, H}), workspace(), stream);
+  }
+};
+
+template <class T>
+void copy_rows(T* dst, const T* src, int64_t count, cudaStream_t stream) {
+  MOEFUSE_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToDevice, stream));
 }
 
-// The layer on device 0 for all tokens and all E experts.
-Result one_gpu_layer(const Shape& s, int64_t E, const Inputs& in) {
-  const int64_t T = in.total, H = s.hidden, F = s.ffn, rows = T * s.top_k;
+// The layer on device 0 for all tokens and all E experts, from the library's ops: the router per
+// rank's tokens (RankRouter), everything else on the concatenated batch.
+Result one_gpu_layer(const MoeConfig& c, const Inputs& in) {
+  const int64_t T = in.total, E = c.num_experts, k = c.top_k, H = c.hidden, F = c.ffn,
+                R = T * k;
   MOEFUSE_CUDA_CHECK(cudaSetDevice(0));
   cudaStream_t stream = nullptr;
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -258,112 +193,151 @@ Result one_gpu_layer(const Shape& s, int64_t E, const Inputs& in) {
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
   Result out;
   {
-    const DeviceBuffer<Bf16> x(in.x, stream), w_router(in.w_router, stream), w1(in.w1, stream),
-        w2(in.w2, stream);
-    DeviceBuffer<float> rank_logits(in.max_tokens * E, stream);
-    const LayerBuffers b(
-        {.tokens = T, .experts = E, .permuted = rows, .gemm_rows = rows, .gemm_experts = E}, s,
-        in.dy, stream);
-    const TensorView w1_view = w1.view(DType::kBFloat16, {E, 2 * F, H}),
-                     w2_view = w2.view(DType::kBFloat16, {E, H, F});
+    const DeviceBuffer<Bf16> x(in.x, stream), dy(in.dy, stream), w_router(in.w_router, stream),
+        w1(in.w1, stream), w2(in.w2, stream);
+    DeviceBuffer<float> probs(R, stream), d_probs(R, stream), d_w1(E * 2 * F * H, stream),
+        d_w2(E * H * F, stream);
+    DeviceBuffer<int32_t> expert_idx(R, stream), offsets(E + 1, stream), row_of(R, stream),
+        token_of_row(R, stream), health(1, stream);
+    DeviceBuffer<Bf16> xs(R * H, stream), pre(R * 2 * F, stream), h(R * F, stream),
+        ys(R * H, stream), y(T * H, stream), dys(R * H, stream), act(R * F, stream),
+        d_pre(R * 2 * F, stream), dxs(R * H, stream), dx(T * H, stream);
+    DeviceBuffer<unsigned char> ws(dispatch_maps_workspace_size(T, E), stream);
+    for (auto* b : {&xs, &pre, &h, &ys, &y, &dys, &act, &d_pre, &dxs, &dx}) b->poison();
+    for (auto* b : {&probs, &d_probs, &d_w1, &d_w2}) b->poison();
+    const TensorView health_v = health.view(DType::kInt32, {1});
+    reset_health_flags(health_v, stream);
+    const TensorView wr = w_router.view(DType::kBFloat16, {E, H}),
+                     w1_v = w1.view(DType::kBFloat16, {E, 2 * F, H}),
+                     w2_v = w2.view(DType::kBFloat16, {E, H, F});
+    auto bf = [](const DeviceBuffer<Bf16>& b, int64_t rows, int64_t cols) {
+      return b.view(DType::kBFloat16, {rows, cols});
+    };
+    const TensorView idx_v = expert_idx.view(DType::kInt32, {T, k}),
+                     probs_v = probs.view(DType::kFloat32, {T, k}),
+                     row_of_v = row_of.view(DType::kInt32, {T, k}),
+                     tor_v = token_of_row.view(DType::kInt32, {R}),
+                     offsets_v = offsets.view(DType::kInt32, {E + 1});
 
-    // Each rank's logits as that rank computes them: same shape, a fresh buffer as aligned as
-    // the rank's, then copied into the batch's logits.
-    for (size_t s_rank = 0; s_rank < in.tokens.size(); ++s_rank) {
-      const int64_t t = in.tokens[s_rank], first = in.first[s_rank];
-      router_logits(cublas,
-                    TensorView::contiguous(x.data() + first * H, DType::kBFloat16, {t, H},
-                                           Device::kCuda),
-                    w_router.view(DType::kBFloat16, {E, H}),
-                    rank_logits.view(DType::kFloat32, {t, E}), b.workspace(), stream);
-      MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(b.logits.data() + first * E, rank_logits.data(),
-                                         t * E * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    std::deque<RankRouter> routers;  // not movable: a deque never moves its elements
+    for (size_t r = 0; r < in.tokens.size(); ++r) {
+      RankRouter& rr =
+          routers.emplace_back(c, slice(in.x, in.first[r] * H, in.tokens[r] * H), stream);
+      rr.forward(c, cublas, wr, health_v, stream);
+      copy_rows(expert_idx.data() + in.first[r] * k, rr.expert_idx.data(), rr.T * k, stream);
+      copy_rows(probs.data() + in.first[r] * k, rr.probs.data(), rr.T * k, stream);
     }
-    route_and_permute(b, x.view(DType::kBFloat16, {T, H}), stream);
-    expert_mlp(b.xs_view(), b.offsets_view(), w1_view, w2_view, b, stream);
-    combine(b.ys_view(), b.probs_view(), b.row_of_view(), b.y_view(), b.health_view(), stream);
+    dispatch_maps(idx_v, E, 1,
+                  DispatchMaps{.offsets = offsets_v, .row_of = row_of_v, .token_of_row = tor_v},
+                  health_v, {.data = ws.data(), .bytes = ws.size()}, stream);
+    permute(x.view(DType::kBFloat16, {T, H}), row_of_v, tor_v, bf(xs, R, H), health_v, stream);
+    grouped_gemm({.a = bf(xs, R, H), .b = w1_v, .offsets = offsets_v, .d = bf(h, R, F),
+                  .epilogue = GemmEpilogue::kActivation, .activation = Activation::kSwiGLU,
+                  .pre_activation = bf(pre, R, 2 * F)},
+                 stream);
+    grouped_gemm({.a = bf(h, R, F), .b = w2_v, .offsets = offsets_v, .d = bf(ys, R, H)}, stream);
+    combine(bf(ys, R, H), probs_v, row_of_v, bf(y, T, H), health_v, stream);
 
-    combine_backward_into(b, b.ys_view(), stream);
-    expert_mlp_backward(b.dys_view(), b.xs_view(), b.offsets_view(), w1_view, w2_view, b, stream);
-    permute_backward(b.dxs_view(), b.row_of_view(), b.dx_view(), b.health_view(), stream);
-    out = download(b, stream);
+    combine_backward(bf(dy, T, H), bf(ys, R, H), probs_v, row_of_v, tor_v, bf(dys, R, H),
+                     d_probs.view(DType::kFloat32, {T, k}), health_v, stream);
+    grouped_gemm_fc2_dgrad({.dys = bf(dys, R, H), .w2 = w2_v, .offsets = offsets_v,
+                            .pre = bf(pre, R, 2 * F), .d_pre = bf(d_pre, R, 2 * F),
+                            .activation = Activation::kSwiGLU, .scaled_act = bf(act, R, F)},
+                           Fc2DgradScratch{}, stream);
+    grouped_gemm_dgrad({.a = bf(d_pre, R, 2 * F), .b = w1_v, .offsets = offsets_v,
+                        .d = bf(dxs, R, H)},
+                       stream);
+    grouped_gemm_wgrad({.a = bf(dys, R, H), .b = bf(act, R, F), .offsets = offsets_v,
+                        .d = d_w2.view(DType::kFloat32, {E, H, F})},
+                       stream);
+    grouped_gemm_wgrad({.a = bf(d_pre, R, 2 * F), .b = bf(xs, R, H), .offsets = offsets_v,
+                        .d = d_w1.view(DType::kFloat32, {E, 2 * F, H})},
+                       stream);
+    permute_backward(bf(dxs, R, H), row_of_v, bf(dx, T, H), health_v, stream);
+    for (size_t r = 0; r < in.tokens.size(); ++r) {
+      RankRouter& rr = routers[r];
+      copy_rows(rr.d_probs.data(), d_probs.data() + in.first[r] * k, rr.T * k, stream);
+      copy_rows(rr.dx.data(), dx.data() + in.first[r] * H, rr.T * H, stream);
+      rr.backward(c, cublas, wr, stream);
+      copy_rows(dx.data() + in.first[r] * H, rr.dx.data(), rr.T * H, stream);
+    }
+    out = Result{.y = y.download(), .dx = dx.download(), .d_w1 = d_w1.download(),
+                 .d_w2 = d_w2.download(), .health = read_health_flags(health_v, stream)};
+    for (const RankRouter& rr : routers) {
+      for (float v : rr.losses.download()) out.losses.push_back(v);
+      for (float v : rr.d_w_router.download()) out.d_w_router.push_back(v);
+    }
   }
   cublasDestroy(cublas);
   MOEFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
   return out;
 }
 
-// Rank `rank`'s layer on its device: its tokens, its El experts' weights, EpComm in between.
-// Every buffer is allocated and uploaded (uploads synchronise) before the first EpComm call, and
-// nothing waits on the host between the first dispatch and the end, so every rank launches
-// every collective kernel before any rank waits.
-Result ep_layer(const Shape& s, const Inputs& in, ncclComm_t comm, int rank, int ranks,
+// Rank `rank`'s EpMoeLayer on its device: its tokens, its El experts' weights. Every buffer is
+// allocated and uploaded (uploads synchronise) before the first collective call, and nothing
+// waits on the host between the forward and the end of the backward, so every rank launches
+// every transfer kernel before any rank waits.
+Result ep_layer(const MoeConfig& c, const Inputs& in, ncclComm_t comm, int rank, int ranks,
                 std::atomic<const char*>& stage) {
-  const int64_t E = s.experts_per_rank * ranks, el = s.experts_per_rank, H = s.hidden,
-                F = s.ffn, T = in.tokens[rank];
-  const dist::EpPlan plan = dist::make_ep_plan(
-      {.experts = static_cast<int>(E), .ranks = ranks, .rank = rank,
-       .max_tokens_per_rank = in.max_tokens, .top_k = static_cast<int>(s.top_k)});
-  const int64_t send_bound = plan.send_rows, capacity = plan.receive_capacity_rows;
+  const int64_t E = c.num_experts, el = E / ranks, H = c.hidden, F = c.ffn,
+                T = in.tokens[rank];
   MOEFUSE_CUDA_CHECK(cudaSetDevice(rank));
   cudaStream_t stream = nullptr;
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasHandle_t cublas = nullptr;
-  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
   Result out;
   {
+    stage = "construct";
+    EpMoeLayer layer(c, comm, {.max_tokens_per_rank = in.max_tokens});
+    EXPECT_EQ(layer.first_expert(), rank * el);
+    EXPECT_EQ(layer.local_experts(), el);
+
     stage = "upload";
     const DeviceBuffer<Bf16> x(slice(in.x, in.first[rank] * H, T * H), stream),
-        w_router(in.w_router, stream),
+        dy(slice(in.dy, in.first[rank] * H, T * H), stream), w_router(in.w_router, stream),
         w1(slice(in.w1, rank * el * 2 * F * H, el * 2 * F * H), stream),
         w2(slice(in.w2, rank * el * H * F, el * H * F), stream);
-    const LayerBuffers b({.tokens = T,
-                          .experts = E,
-                          .permuted = send_bound,
-                          .gemm_rows = capacity,
-                          .gemm_experts = el},
-                         s, slice(in.dy, in.first[rank] * H, T * H), stream);
-    const TensorView w1_view = w1.view(DType::kBFloat16, {el, 2 * F, H}),
-                     w2_view = w2.view(DType::kBFloat16, {el, H, F});
-    // The forward's received rows, dW1's operand, kept past the backward's dispatch.
-    DeviceBuffer<Bf16> xs_received(capacity * H, stream);
-    xs_received.poison();
+    DeviceBuffer<Bf16> y(T * H, stream), dx(T * H, stream);
+    DeviceBuffer<float> losses(2, stream), d_w_router(E * H, stream),
+        d_w1(el * 2 * F * H, stream), d_w2(el * H * F, stream);
+    DeviceBuffer<int32_t> health(1, stream);
+    DeviceBuffer<unsigned char> cache(layer.cache_size(), stream),
+        ws(layer.workspace_size(), stream);
+    for (auto* b : {&y, &dx}) b->poison();
+    for (auto* b : {&losses, &d_w_router, &d_w1, &d_w2}) b->poison();
+    cache.poison();
+    ws.poison();
+    const TensorView health_v = health.view(DType::kInt32, {1});
+    reset_health_flags(health_v, stream);
+    reset_health_flags(layer.transport_flags(), stream);
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
-    stage = "construct";
-    dist::EpComm ep(comm, plan, static_cast<int>(H));
-    for (const TensorView& t : {ep.received(), ep.receive_offsets(), ep.returned()})
-      MOEFUSE_CUDA_CHECK(cudaMemsetAsync(t.data, 0xFF, size_t(byte_span(t)), stream));
-    reset_health_flags(ep.flags(), stream);
-
+    const MoeLayerWeights w{.w_router = w_router.view(DType::kBFloat16, {E, H}),
+                            .w1 = w1.view(DType::kBFloat16, {el, 2 * F, H}),
+                            .w2 = w2.view(DType::kBFloat16, {el, H, F})};
+    const Workspace cache_ws{.data = cache.data(), .bytes = cache.size()},
+        work{.data = ws.data(), .bytes = ws.size()};
     stage = "forward";
-    router_logits(cublas, x.view(DType::kBFloat16, {T, H}),
-                  w_router.view(DType::kBFloat16, {E, H}), b.logits_view(), b.workspace(), stream);
-    route_and_permute(b, x.view(DType::kBFloat16, {T, H}), stream);
-    ep.dispatch(b.xs_view(), b.offsets_view(), stream);
-    MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(xs_received.data(), ep.received().data,
-                                       size_t(byte_span(ep.received())),
-                                       cudaMemcpyDeviceToDevice, stream));
-    expert_mlp(ep.received(), ep.receive_offsets(), w1_view, w2_view, b, stream);
-    ep.return_rows(b.ys_view(), stream);
-    combine(ep.returned(), b.probs_view(), b.row_of_view(), b.y_view(), b.health_view(), stream);
-
+    layer.forward(x.view(DType::kBFloat16, {T, H}), w,
+                  {.y = y.view(DType::kBFloat16, {T, H}),
+                   .losses = losses.view(DType::kFloat32, {2})},
+                  cache_ws, work, stream, {.health = health_v});
     stage = "backward";
-    combine_backward_into(b, ep.returned(), stream);
-    // The same offsets as the forward's: receive_offsets() comes out the same.
-    ep.dispatch(b.dys_view(), b.offsets_view(), stream);
-    expert_mlp_backward(ep.received(), xs_received.view(DType::kBFloat16, {capacity, H}),
-                        ep.receive_offsets(), w1_view, w2_view, b, stream);
-    ep.return_rows(b.dxs_view(), stream);
-    permute_backward(ep.returned(), b.row_of_view(), b.dx_view(), b.health_view(), stream);
+    layer.backward(x.view(DType::kBFloat16, {T, H}), dy.view(DType::kBFloat16, {T, H}), w,
+                   {.dx = dx.view(DType::kBFloat16, {T, H}),
+                    .d_w_router = d_w_router.view(DType::kFloat32, {E, H}),
+                    .d_w1 = d_w1.view(DType::kFloat32, {el, 2 * F, H}),
+                    .d_w2 = d_w2.view(DType::kFloat32, {el, H, F})},
+                   cache_ws, work, stream, {.health = health_v});
     stage = "wait for the kernels";
     MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
     stage = "download";
-    out = download(b, stream);
-    out.ep_flags = read_health_flags(ep.flags(), stream);
+    out = Result{.y = y.download(), .dx = dx.download(), .losses = losses.download(),
+                 .d_w_router = d_w_router.download(), .d_w1 = d_w1.download(),
+                 .d_w2 = d_w2.download(), .health = read_health_flags(health_v, stream),
+                 .ep_flags = read_health_flags(layer.transport_flags(), stream)};
     stage = "destroy";
   }
-  cublasDestroy(cublas);
   MOEFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
   return out;
 }
@@ -394,25 +368,28 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, int
     }
 }
 
-// The layer on every rank count (test::rank_counts), each with fresh inputs. Each rank's y, dx
-// and d_probs are its tokens' rows of one GPU's, each owner's dW1 and dW2 its experts' slices.
+// The layer on every rank count (test::rank_counts), each with fresh inputs. Each rank's y and dx
+// are its tokens' rows of one GPU's, its losses and d_w_router its tokens' router's, each owner's
+// dW1 and dW2 its experts' slices.
 void expect_matches_one_gpu(int gpus, const Shape& s) {
   SCOPED_TRACE("seed " + std::to_string(test::seed()));
-  const int64_t el = s.experts_per_rank, H = s.hidden, F = s.ffn, k = s.top_k;
+  const int64_t el = s.experts_per_rank, H = s.hidden, F = s.ffn;
   for (int ranks : test::rank_counts(gpus)) {
     SCOPED_TRACE("ranks " + std::to_string(ranks));
-    const Inputs in = make_inputs(s, ranks);
-    const Result want = one_gpu_layer(s, el * ranks, in);
+    const MoeConfig c = config_for(s, ranks);
+    const int64_t E = c.num_experts;
+    const Inputs in = make_inputs(c, ranks);
+    const Result want = one_gpu_layer(c, in);
     ASSERT_EQ(want.health, 0);
     // Poison is NaN: a finite one-GPU result shows every element was written.
-    ASSERT_TRUE(finite(want.y) && finite(want.dx) && finite(want.d_probs) &&
-                finite(want.d_w1) && finite(want.d_w2))
+    ASSERT_TRUE(finite(want.y) && finite(want.dx) && finite(want.losses) &&
+                finite(want.d_w_router) && finite(want.d_w1) && finite(want.d_w2))
         << "the one-GPU layer left a NaN or an infinity";
 
     std::vector<Result> got(ranks);
     std::vector<ncclComm_t> comms = test::make_comms(ranks);
     test::run_ranks(ranks, [&](int rank, std::atomic<const char*>& stage) {
-      got[rank] = ep_layer(s, in, comms[rank], rank, ranks, stage);
+      got[rank] = ep_layer(c, in, comms[rank], rank, ranks, stage);
       ncclCommDestroy(comms[rank]);
     });
     for (int rank = 0; rank < ranks; ++rank) {
@@ -423,8 +400,9 @@ void expect_matches_one_gpu(int gpus, const Shape& s) {
       EXPECT_EQ(r.health, 0);
       EXPECT_EQ(r.ep_flags, 0);
       expect_same_bits(r.y, want.y, first * H, t, H, "y");
+      expect_same_bits(r.losses, want.losses, rank * 2, 1, 2, "losses");
       expect_same_bits(r.dx, want.dx, first * H, t, H, "dx");
-      expect_same_bits(r.d_probs, want.d_probs, first * k, t, k, "d_probs");
+      expect_same_bits(r.d_w_router, want.d_w_router, rank * E * H, E, H, "d_w_router");
       // A weight gradient's row: local expert · rows per expert + the row in the expert.
       expect_same_bits(r.d_w1, want.d_w1, rank * el * 2 * F * H, el * 2 * F, H, "dW1");
       expect_same_bits(r.d_w2, want.d_w2, rank * el * H * F, el * H, F, "dW2");
@@ -443,6 +421,70 @@ TEST(EpLayerGpu, Top2MatchesOneGpuBitwise) {
 TEST(EpLayerGpu, Top4MatchesOneGpuBitwise) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
   expect_matches_one_gpu(gpus, {.experts_per_rank = 4, .hidden = 512, .ffn = 256, .top_k = 4});
+}
+
+// Checked before any NCCL or CUDA call, so these run without a GPU.
+TEST(EpLayerArgs, ConfigCommAndOptionsAreNamed) {
+  const MoeConfig c{.hidden = 256, .ffn = 128, .num_experts = 8, .top_k = 2};
+  const EpLayerOptions options{.max_tokens_per_rank = 64};
+  MoeConfig bad = c;
+  bad.precision = PrecisionRecipe::kFP8Blockwise;
+  test::expect_invalid([&] { EpMoeLayer l(bad, nullptr, options); }, "config.precision");
+  bad = c;
+  bad.hidden = 260;  // rows of 16-byte vectors
+  test::expect_invalid([&] { EpMoeLayer l(bad, nullptr, options); }, "config.hidden");
+  test::expect_invalid([&] { EpMoeLayer l(c, nullptr, options); }, "comm");
+  // The options are checked before the communicator is used: this one is never dereferenced.
+  const auto unused = reinterpret_cast<ncclComm_t>(uintptr_t{1});
+  test::expect_invalid([&] { EpMoeLayer l(c, unused, {.max_tokens_per_rank = 0}); },
+                       "options.max_tokens_per_rank");
+  test::expect_invalid(
+      [&] { EpMoeLayer l(c, unused, {.max_tokens_per_rank = 64, .receive_capacity_rows = -1}); },
+      "options.receive_capacity_rows");
+}
+
+// On two GPUs: E not a multiple of the ranks, then calls whose views do not fit the rank (more
+// tokens than max_tokens_per_rank, all E experts' weights instead of the rank's, a short cache),
+// each checked before anything is launched, so no rank waits on the other.
+TEST(EpLayerArgs, RankShapesAreNamed) {
+  MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
+  const int ranks = 2;
+  const MoeConfig c{.hidden = 256, .ffn = 128, .num_experts = 4, .top_k = 2};
+  const int64_t T = 16, E = c.num_experts, el = E / ranks, H = c.hidden, F = c.ffn;
+  std::vector<ncclComm_t> comms = test::make_comms(ranks);
+  test::run_ranks(ranks, [&](int rank, std::atomic<const char*>& stage) {
+    MOEFUSE_CUDA_CHECK(cudaSetDevice(rank));
+    MoeConfig odd = c;
+    odd.num_experts = 3;
+    odd.top_k = 1;
+    test::expect_invalid([&] { EpMoeLayer l(odd, comms[rank], {.max_tokens_per_rank = T}); },
+                         "config.num_experts");
+    stage = "construct";
+    EpMoeLayer layer(c, comms[rank], {.max_tokens_per_rank = T});
+    const DeviceBuffer<Bf16> x((T + 1) * H), w_router(E * H), w1(E * 2 * F * H), w2(E * H * F),
+        y((T + 1) * H);
+    const DeviceBuffer<float> losses(2);
+    DeviceBuffer<unsigned char> cache(layer.cache_size()), work(layer.workspace_size());
+    const MoeLayerWeights w{.w_router = w_router.view(DType::kBFloat16, {E, H}),
+                            .w1 = w1.view(DType::kBFloat16, {el, 2 * F, H}),
+                            .w2 = w2.view(DType::kBFloat16, {el, H, F})};
+    const Workspace cache_ws{.data = cache.data(), .bytes = cache.size()},
+        work_ws{.data = work.data(), .bytes = work.size()};
+    auto forward = [&](int64_t tokens, const MoeLayerWeights& weights, const Workspace& cw) {
+      layer.forward(x.view(DType::kBFloat16, {tokens, H}), weights,
+                    {.y = y.view(DType::kBFloat16, {tokens, H}),
+                     .losses = losses.view(DType::kFloat32, {2})},
+                    cw, work_ws, nullptr);
+    };
+    stage = "bad calls";
+    test::expect_invalid([&] { forward(T + 1, w, cache_ws); }, "x");
+    MoeLayerWeights all = w;
+    all.w1 = w1.view(DType::kBFloat16, {E, 2 * F, H});
+    test::expect_invalid([&] { forward(T, all, cache_ws); }, "weights.w1");
+    test::expect_invalid([&] { forward(T, w, {.data = cache.data(), .bytes = 256}); }, "cache");
+    stage = "destroy";
+  });
+  for (ncclComm_t comm : comms) ncclCommDestroy(comm);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "cuda/router/router_gemm.h"
 #include "moefuse/config.h"
 #include "moefuse/dispatch.h"
+#include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/router.h"
 
@@ -119,9 +120,16 @@ void time_kernels(std::string_view preset_name, const std::vector<Kernel>& kerne
   progress_done();
 }
 
-void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint64_t seed,
-                cublasHandle_t cublas, Report& report, cudaStream_t stream) {
-  const MoeConfig c = preset(name);
+// hidden > 0 replaces the preset's H (rows named "<preset> H=<hidden>"): the same kernels on rows
+// of another width, e.g. to tell a row-alignment effect from a size one.
+void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, RoutingDistribution dist,
+                uint64_t seed, cublasHandle_t cublas, Report& report, cudaStream_t stream) {
+  MoeConfig c = preset(preset_name);
+  std::string name(preset_name);
+  if (hidden > 0) {
+    c.hidden = hidden;
+    name += " H=" + std::to_string(hidden);
+  }
   const int64_t H = c.hidden, E = c.num_experts, k = c.top_k, R = T * k;
   const SyntheticRouting routing = draw_routing(T, E, k, dist, seed);
 
@@ -280,6 +288,10 @@ void run_preset(std::string_view name, int64_t T, RoutingDistribution dist, uint
 int run_dispatch(Args& args) {
   const std::string preset_arg = args.get("preset", "all");
   const int64_t T = args.get_int("tokens", 16384, 1, 1 << 24);
+  // A multiple of 8: rows move as 16-byte vectors.
+  const int64_t hidden = args.get_int("hidden", 0, 0, 1 << 16);
+  MOEFUSE_EXPECT(hidden % 8 == 0, "--hidden", "0 (the preset's) or a multiple of 8",
+                 std::to_string(hidden));
   const std::string routing = args.get("routing", "uniform");
   const RoutingDistribution dist = parse_routing(routing);
   const std::string json = args.get("json", "");
@@ -306,7 +318,7 @@ int run_dispatch(Args& args) {
     std::printf("dispatch: could not create a cuBLAS handle\n");
     return 1;
   }
-  for (auto name : presets) run_preset(name, T, dist, seed, cublas, report, stream);
+  for (auto name : presets) run_preset(name, hidden, T, dist, seed, cublas, report, stream);
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
   cublasDestroy(cublas);
   cudaStreamDestroy(stream);

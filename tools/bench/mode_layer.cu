@@ -25,7 +25,11 @@
 
 #include "bench/cublas_baseline.h"
 #include "bench/device_buffer.h"
+#include "bench/cuda_graph.h"
+#include "bench/layer_flops.h"
+#include "bench/layer_tensors.h"
 #include "bench/mode.h"
+#include "bench/stage_recorder.h"
 #include "bench/report.h"
 #include "bench/routing.h"
 #include "bench/timing.h"
@@ -49,165 +53,6 @@ struct Options {
   bool graph = true, recompute = false, torch = true;
   bool fp8 = false;  // --precision fp8: also the FP8 layer (fused, fwd + bwd), next to bf16
   int warmup = 5, iters = 30;
-};
-
-struct Flops {
-  double forward, backward;
-};
-Flops model_flops(const MoeConfig& c, int64_t T) {
-  double f = 2.0 * T * c.top_k * c.hidden * (c.fc1_width() + c.ffn);
-  if (c.shared_expert_ffn > 0) {
-    const MoeConfig s = shared_expert_config(c);
-    f += 2.0 * T * c.hidden * (s.fc1_width() + s.ffn);
-  }
-  return {.forward = f, .backward = 2 * f};
-}
-
-// The layer's inputs, weights and gradients on the device, filled with fresh random values.
-struct LayerTensors {
-  MoeConfig c;
-  int64_t T;
-  DeviceBuffer x, w_router, score_bias, w1, b1, w2, b2, sw1, sw2, dy, y, losses, dx, dwr, dw1,
-      db1, dw2, db2, dsw1, dsw2;
-
-  LayerTensors(const MoeConfig& config, int64_t tokens, RoutingDistribution routing,
-               uint64_t seed)
-      : c(config), T(tokens) {
-    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_expert_config(c);
-    const bool shared = c.shared_expert_ffn > 0;
-    const int64_t sfc1 = shared ? s.fc1_width() : 0, sF = shared ? s.ffn : 0;
-    x = DeviceBuffer(2 * T * H), dy = DeviceBuffer(2 * T * H), y = DeviceBuffer(2 * T * H);
-    dx = DeviceBuffer(2 * T * H), losses = DeviceBuffer(8);
-    w_router = DeviceBuffer(2 * E * H), dwr = DeviceBuffer(4 * E * H);
-    score_bias = DeviceBuffer(4 * E);
-    w1 = DeviceBuffer(2 * E * fc1 * H), dw1 = DeviceBuffer(4 * E * fc1 * H);
-    w2 = DeviceBuffer(2 * E * H * F), dw2 = DeviceBuffer(4 * E * H * F);
-    b1 = DeviceBuffer(4 * E * fc1), db1 = DeviceBuffer(4 * E * fc1);
-    b2 = DeviceBuffer(4 * E * H), db2 = DeviceBuffer(4 * E * H);
-    sw1 = DeviceBuffer(2 * sfc1 * H), dsw1 = DeviceBuffer(4 * sfc1 * H);
-    sw2 = DeviceBuffer(2 * H * sF), dsw2 = DeviceBuffer(4 * H * sF);
-    // Router weights: logit noise of about a Gumbel's spread (std ≈ 1.28) over x ~ U(-1, 1).
-    const float wr = 3.84f / std::sqrt(static_cast<float>(H));
-    fill_uniform_bf16(x.get(), T * H, -1, 1, seed + 1, nullptr);
-    fill_uniform_bf16(dy.get(), T * H, -1, 1, seed + 2, nullptr);
-    fill_uniform_bf16(w_router.get(), E * H, -wr, wr, seed + 3, nullptr);
-    fill_uniform_fp32(score_bias.get(), E, -0.1f, 0.1f, seed + 4, nullptr);
-    const float r1 = 1.0f / std::sqrt(static_cast<float>(H)), r2 = 1.0f / std::sqrt(float(F));
-    fill_uniform_bf16(w1.get(), E * fc1 * H, -r1, r1, seed + 5, nullptr);
-    fill_uniform_bf16(w2.get(), E * H * F, -r2, r2, seed + 6, nullptr);
-    fill_uniform_fp32(b1.get(), E * fc1, -0.1f, 0.1f, seed + 7, nullptr);
-    fill_uniform_fp32(b2.get(), E * H, -0.1f, 0.1f, seed + 8, nullptr);
-    if (shared) {
-      fill_uniform_bf16(sw1.get(), sfc1 * H, -r1, r1, seed + 9, nullptr);
-      const float rs = 1.0f / std::sqrt(static_cast<float>(sF));
-      fill_uniform_bf16(sw2.get(), H * sF, -rs, rs, seed + 10, nullptr);
-    }
-    MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
-    if (routing == RoutingDistribution::kZipf) skew_router(seed);
-  }
-
-  // x[:, 0] = 1 and w_router[e, 0] = log(popularity_e): a per-expert logit offset.
-  void skew_router(uint64_t seed) {
-    const int64_t E = c.num_experts, H = c.hidden;
-    std::vector<int> rank(E);
-    std::iota(rank.begin(), rank.end(), 1);
-    std::shuffle(rank.begin(), rank.end(), std::mt19937_64(seed));
-    std::vector<__nv_bfloat16> col(E), ones(T, __float2bfloat16(1.0f));
-    for (int64_t e = 0; e < E; ++e) col[e] = __float2bfloat16(-1.2f * std::log(float(rank[e])));
-    MOEFUSE_CUDA_CHECK(cudaMemcpy2D(w_router.get(), 2 * H, col.data(), 2, 2, E,
-                                    cudaMemcpyHostToDevice));
-    MOEFUSE_CUDA_CHECK(cudaMemcpy2D(x.get(), 2 * H, ones.data(), 2, 2, T, cudaMemcpyHostToDevice));
-  }
-
-  MoeLayerWeights weights() const {
-    const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
-    auto f32 = [](const DeviceBuffer& b) { return static_cast<const float*>(b.get()); };
-    return layer_weight_views(
-        c, {.w_router = w_router.get(),
-            .score_bias = c.router.use_score_bias ? f32(score_bias) : nullptr,
-            .w1 = w1.get(),
-            .b1 = bias ? f32(b1) : nullptr,
-            .w2 = w2.get(),
-            .b2 = bias ? f32(b2) : nullptr,
-            .shared_w1 = shared ? sw1.get() : nullptr,
-            .shared_w2 = shared ? sw2.get() : nullptr});
-  }
-  MoeLayerGrads grads() const {
-    const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
-    auto f32 = [](const DeviceBuffer& b) { return static_cast<float*>(b.get()); };
-    return layer_grad_views(c, T,
-                            {.dx = dx.get(),
-                             .d_w_router = f32(dwr),
-                             .d_w1 = f32(dw1),
-                             .d_b1 = bias ? f32(db1) : nullptr,
-                             .d_w2 = f32(dw2),
-                             .d_b2 = bias ? f32(db2) : nullptr,
-                             .d_shared_w1 = shared ? f32(dsw1) : nullptr,
-                             .d_shared_w2 = shared ? f32(dsw2) : nullptr});
-  }
-  MoeLayerOutputs outputs() const {
-    return {.y = y.view(DType::kBFloat16, {T, c.hidden}),
-            .losses = losses.view(DType::kFloat32, {2})};
-  }
-  TensorView xv() const { return x.view(DType::kBFloat16, {T, c.hidden}); }
-  TensorView dyv() const { return dy.view(DType::kBFloat16, {T, c.hidden}); }
-};
-
-// Records a CUDA event pair around every stage of every observed step.
-class StageRecorder : public LayerObserver {
- public:
-  ~StageRecorder() override {
-    for (auto& [stage, runs] : events_)
-      for (auto& [b, e] : runs) cudaEventDestroy(b), cudaEventDestroy(e);
-  }
-  void begin(LayerStage stage, cudaStream_t stream) override {
-    cudaEvent_t b = nullptr, e = nullptr;
-    MOEFUSE_CUDA_CHECK(cudaEventCreate(&b));
-    MOEFUSE_CUDA_CHECK(cudaEventCreate(&e));
-    MOEFUSE_CUDA_CHECK(cudaEventRecord(b, stream));
-    events_[stage].push_back({b, e});
-  }
-  void end(LayerStage stage, cudaStream_t stream) override {
-    MOEFUSE_CUDA_CHECK(cudaEventRecord(events_[stage].back().second, stream));
-  }
-  // Median ms per stage, in stage order (call after the stream synchronised).
-  std::vector<std::pair<LayerStage, double>> medians() const {
-    std::vector<std::pair<LayerStage, double>> out;
-    for (const auto& [stage, runs] : events_) {
-      std::vector<double> ms;
-      for (const auto& [b, e] : runs) {
-        float t = 0;
-        MOEFUSE_CUDA_CHECK(cudaEventElapsedTime(&t, b, e));
-        ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      out.push_back({stage, ms[ms.size() / 2]});
-    }
-    return out;
-  }
-
- private:
-  std::map<LayerStage, std::vector<std::pair<cudaEvent_t, cudaEvent_t>>> events_;
-};
-
-class Graph {
- public:
-  Graph(const std::function<void(cudaStream_t)>& body, cudaStream_t stream) {
-    MOEFUSE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    body(stream);
-    MOEFUSE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
-    MOEFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
-  }
-  ~Graph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-    if (graph_) cudaGraphDestroy(graph_);
-  }
-  void launch(cudaStream_t s) const { MOEFUSE_CUDA_CHECK(cudaGraphLaunch(exec_, s)); }
-
- private:
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
 };
 
 struct Totals {

@@ -12,6 +12,9 @@
 // waits for it. Bytes are those leaving a rank (rows for its own experts stay), bf16 [H] a row.
 // Reported: ms, the max over ranks of each rank's median; MB, the mean over ranks; GB/s, the min
 // over ranks of a rank's bytes over its median; vs_nccl, GB/s over the all-to-all's.
+// Then the layer (layer_bench.h): EpMoeLayer forward + backward of the preset on every rank,
+// --tokens a rank routed by its router, against the one-GPU MoeLayer on the same tokens per GPU.
+// --only transfers|layer runs one part.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -37,7 +40,9 @@
 #include "cuda/device.h"
 #include "dist/nccl/ep_comm.h"
 #include "dist/nccl/nccl_check.h"
+#include "ep_bench/layer_bench.h"
 #include "ep_bench/workload.h"
+#include "bench/layer_flops.h"
 #include "moefuse/config.h"
 #include "moefuse/health.h"
 
@@ -50,10 +55,9 @@ using bench::DeviceBuffer;
 constexpr auto kStallLimit = std::chrono::seconds(60);
 constexpr int kOps = 3;
 constexpr const char* kOpNames[kOps] = {"dispatch", "return_rows", "all_to_all"};
-constexpr int kSteps = kOps + 2;  // construct, the ops, check
-
 struct Options {
   std::string preset;
+  bool transfers = true, layer = true;  // the parts to run (--only)
   int ranks = 0;
   int64_t tokens = 0;
   int warmup = 0, iters = 0;
@@ -67,7 +71,11 @@ struct RankState {
   std::atomic<bool> finished{false};
   std::string error;
   double median_ms[kOps] = {};
+  LayerTiming layer;
 };
+
+// Progress steps of a rank: construct, the ops, check (transfers); the layer.
+int steps_of(const Options& o) { return (o.transfers ? kOps + 2 : 0) + (o.layer ? 1 : 0); }
 
 // What rank `rank`'s op `op` moves off the GPU.
 int64_t bytes_out(const Workload& w, int op, int rank) {
@@ -107,7 +115,7 @@ void run_rank(int rank, const Options& o, const Workload& w, ncclComm_t comm,
     }
     MOEFUSE_NCCL_CHECK(comm, ncclGroupEnd());
   };
-  {
+  if (o.transfers) {
     state.stage = "construct";
     // Every rank permutes exactly tokens·k rows: a plan of that many one-row tokens.
     dist::EpComm ep(comm,
@@ -141,6 +149,12 @@ void run_rank(int rank, const Options& o, const Workload& w, ncclComm_t comm,
     if (received != expected)
       throw Error("EpComm received " + std::to_string(received) + " rows, expected " +
                   std::to_string(expected));
+    ++state.steps;
+  }
+  if (o.layer) {
+    state.stage = "layer";
+    state.layer = time_ep_layer(preset(o.preset), o.tokens, o.seed + 7919 * (rank + 1),
+                                o.warmup, o.iters, comm, together);
     ++state.steps;
   }
   MOEFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -203,8 +217,9 @@ void run_ranks(const Options& o, const Workload& w, std::vector<RankState>& stat
                 " s (a hang?); stuck:" + stuck);
     }
     // After its last step a rank still tears down (stage "check") until it finishes.
-    bench::progress("[" + std::to_string(std::min(states[slowest].steps + 1, kSteps)) + "/" +
-                    std::to_string(kSteps) + "] " + states[slowest].stage.load() + " on " +
+    bench::progress("[" + std::to_string(std::min(states[slowest].steps + 1, steps_of(o))) +
+                    "/" + std::to_string(steps_of(o)) + "] " + states[slowest].stage.load() +
+                    " on " +
                     std::to_string(o.ranks) + " GPUs");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -212,13 +227,9 @@ void run_ranks(const Options& o, const Workload& w, std::vector<RankState>& stat
   for (auto& t : threads) t.join();
 }
 
-// The summary table and the per-rank one; both go to --json.
-void report(const Options& o, const Workload& w, const std::vector<RankState>& states,
-            const std::string& reproduce, const bench::Args& args, const std::string& json) {
-  bench::Report summary("ep: EpComm vs NCCL all-to-all, per rank (ms: max over ranks of the "
-                        "medians, MB: mean, GB/s: the slowest rank's)",
-                        {"op", "ms", "MB_out", "GB/s", "vs_nccl"});
-  bench::Report per_rank("ep: each rank", {"op", "rank", "median_ms", "MB_out", "GB/s"});
+// The transfers' summary table and the per-rank one.
+void report_transfers(const Options& o, const Workload& w, const std::vector<RankState>& states,
+                      bench::Report& summary, bench::Report& per_rank) {
   double gbs[kOps], ms[kOps], mb[kOps];
   for (int op = 0; op < kOps; ++op) {
     ms[op] = mb[op] = 0;
@@ -234,24 +245,33 @@ void report(const Options& o, const Workload& w, const std::vector<RankState>& s
   }
   for (int op = 0; op < kOps; ++op)
     summary.add_row({std::string(kOpNames[op]), ms[op], mb[op], gbs[op], gbs[op] / gbs[2]});
+}
+
+// The layer per rank and on one GPU, and each rank's stages.
+void report_layer(const Options& o, const std::vector<RankState>& states,
+                  const LayerTiming& one_gpu, bench::Report& layer, bench::Report& stages) {
   const MoeConfig c = preset(o.preset);
-  summary.set_meta("preset", o.preset);
-  summary.set_meta("ranks", static_cast<long long>(o.ranks));
-  summary.set_meta("tokens per rank", static_cast<long long>(o.tokens));
-  summary.set_meta("H, E, k", std::to_string(c.hidden) + ", " + std::to_string(c.num_experts) +
-                                  ", " + std::to_string(c.top_k));
-  summary.set_meta("iterations", static_cast<long long>(o.iters));
-  summary.set_meta("reproduce", reproduce);
-  summary.print();
-  per_rank.print();
-  if (!json.empty()) bench::write_json_file(json, args.command(), {&summary, &per_rank});
+  const auto row = [&](const std::string& who, const LayerTiming& t) {
+    const bench::Flops f = bench::model_flops(c, t.tokens);
+    layer.add_row({who, static_cast<long long>(t.local_experts), t.forward_ms, t.step_ms,
+                   t.graph_step_ms, (f.forward + f.backward) / t.graph_step_ms / 1e9,
+                   t.transfer_ms, t.transfer_ms / t.step_ms});
+  };
+  for (int r = 0; r < o.ranks; ++r) {
+    row("rank " + std::to_string(r), states[r].layer);
+    for (const auto& [stage, ms] : states[r].layer.stages)
+      stages.add_row({static_cast<long long>(r), std::string(layer_stage_name(stage)),
+                      layer_stage_is_backward(stage) ? "bwd" : "fwd", ms * 1e3});
+  }
+  row("one GPU, all experts", one_gpu);
 }
 
 int run(int argc, char** argv) {
   bench::Args args(argc, argv, 1);
   if (args.flag("help")) {
     std::printf("usage: moefuse-ep-bench [--preset qwen3-30b-a3b] [--tokens 8192] [--ranks all]\n"
-                "       [--warmup 5] [--iters 30] [--seed random] [--json FILE]\n");
+                "       [--only transfers|layer] [--warmup 5] [--iters 30] [--seed random]\n"
+                "       [--json FILE]\n");
     return 0;
   }
   Options o;
@@ -263,6 +283,11 @@ int run(int argc, char** argv) {
   o.seed = seeded ? uint64_t(args.get_int("seed", 0, 0, INT64_MAX)) : std::random_device{}();
   const bool all_gpus = args.get("ranks", "").empty();
   const std::string json = args.get("json", "");
+  const std::string only = args.get("only", "");
+  MOEFUSE_EXPECT(only.empty() || only == "transfers" || only == "layer", "--only",
+                 "transfers or layer", "'" + only + "'");
+  o.transfers = only != "layer";
+  o.layer = only != "transfers";
   args.finish();
   const MoeConfig c = preset(o.preset);  // throws InvalidArgument naming the known presets
 
@@ -288,7 +313,44 @@ int run(int argc, char** argv) {
       draw_workload(o.ranks, c.num_experts, c.hidden, o.tokens * c.top_k, o.seed);
   std::vector<RankState> states(o.ranks);
   run_ranks(o, w, states);
-  report(o, w, states, reproduce, args, json);
+
+  const std::string sizes = std::to_string(c.hidden) + ", " + std::to_string(c.ffn) + ", " +
+                            std::to_string(c.num_experts) + ", " + std::to_string(c.top_k);
+  bench::Report summary("ep: EpComm vs NCCL all-to-all, per rank (ms: max over ranks of the "
+                        "medians, MB: mean, GB/s: the slowest rank's)",
+                        {"op", "ms", "MB_out", "GB/s", "vs_nccl"});
+  bench::Report per_rank("ep: each rank", {"op", "rank", "median_ms", "MB_out", "GB/s"});
+  bench::Report layer("ep layer: EpMoeLayer forward + backward per rank (TFLOP/s: model FLOPs of "
+                      "the rank's tokens over the graph step; transfer: the four transfer "
+                      "stages, on the critical stream)",
+                      {"who", "experts", "fwd_ms", "step_ms", "graph_step_ms", "TFLOP/s",
+                       "transfer_ms", "transfer_share"});
+  bench::Report stages("ep layer: stages per rank (eager steps, device events; second-stream "
+                       "stages overlap the main)",
+                       {"rank", "stage", "pass", "median_us"});
+  std::vector<bench::Report*> tables;
+  if (o.transfers) {
+    report_transfers(o, w, states, summary, per_rank);
+    tables.insert(tables.end(), {&summary, &per_rank});
+  }
+  if (o.layer) {
+    MOEFUSE_CUDA_CHECK(cudaSetDevice(0));
+    bench::progress("one-GPU layer on GPU 0");
+    const LayerTiming one_gpu = time_one_gpu_layer(c, o.tokens, o.seed, o.warmup, o.iters);
+    bench::progress_done();
+    report_layer(o, states, one_gpu, layer, stages);
+    tables.insert(tables.end(), {&layer, &stages});
+  }
+  bench::Report& first = *tables.front();
+  first.set_meta("preset", o.preset);
+  first.set_meta("ranks", static_cast<long long>(o.ranks));
+  first.set_meta("tokens per rank", static_cast<long long>(o.tokens));
+  first.set_meta("H, F, E, k", sizes);
+  first.set_meta("iterations", static_cast<long long>(o.iters));
+  first.set_meta("reproduce", reproduce);
+  for (const bench::Report* t : tables) t->print();
+  if (!json.empty())
+    bench::write_json_file(json, args.command(), {tables.begin(), tables.end()});
   return 0;
 }
 

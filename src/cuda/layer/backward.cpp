@@ -20,8 +20,10 @@
 #include "cuda/layer/backward_fp8.h"
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/layer_args.h"
+#include "cuda/layer/layer_handles.h"
 #include "cuda/layer/ops.h"
 #include "cuda/layer/plan.h"
+#include "cuda/layer/shared_expert.h"
 #include "cuda/layer/stage.h"
 #include "cuda/layer/views.h"
 #include "moefuse/dispatch.h"
@@ -40,7 +42,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                         cudaStream_t stream, const LayerRun& run) {
   const int64_t T =
       layer::check_layer_backward(config_, options_, x, dy, w, g, cache, workspace, run.health);
-  expect_launchable_here(stream);
+  handles_->expect_launchable_here(stream, "MoeLayer");
   const layer::Plan p = layer::make_plan(config_, options_, T);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});
@@ -51,38 +53,24 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
   const int64_t fc1 = config_.fc1_width();
   LayerObserver* obs = run.observer;
-  using layer::one_expert;
+  layer::LayerHandles& h = *handles_;
   auto run_gemm = [&](const GroupedGemmArgs& args, cudaStream_t s) {
     layer::run_grouped_gemm(args, fused, s);
   };
 
   if (shared) {
-    fork(fork_, stream, side_);
-    layer::run_stage(LayerStage::kSharedExpertBackward, side_, obs, [&] {
-      const TensorView sw1 = one_expert(w.shared_w1), sw2 = one_expert(w.shared_w2);
-      if (recompute)
-        run_gemm({.a = x, .b = sw1, .offsets = v.shared_offsets, .d = v.shared_pre_bwd}, side_);
-      layer::run_fc2_dgrad({.dys = dy,
-                            .w2 = sw2,
-                            .offsets = v.shared_offsets,
-                            .pre = v.shared_pre_bwd,
-                            .d_pre = v.shared_dpre,
-                            .activation = config_.activation,
-                            .clamped_swiglu = config_.clamped_swiglu,
-                            .scaled_act = v.shared_act_bwd},
-                           fused, {}, v.shared_g, side_);
-      grouped_gemm_dgrad(
-          {.a = v.shared_dpre, .b = sw1, .offsets = v.shared_offsets, .d = v.shared_dx}, side_);
-      grouped_gemm_wgrad({.a = dy,
-                          .b = v.shared_act_bwd,
-                          .offsets = v.shared_offsets,
-                          .d = one_expert(g.d_shared_w2)},
-                         side_);
-      grouped_gemm_wgrad(
-          {.a = v.shared_dpre, .b = x, .offsets = v.shared_offsets, .d = one_expert(g.d_shared_w1)},
-          side_);
+    h.fork(h.fork_event, stream, h.side);
+    layer::run_stage(LayerStage::kSharedExpertBackward, h.side, obs, [&] {
+      layer::shared_expert_backward(config_, x, dy, w, g,
+                                    {.offsets = v.shared_offsets,
+                                     .pre = v.shared_pre_bwd,
+                                     .dpre = v.shared_dpre,
+                                     .act_bwd = v.shared_act_bwd,
+                                     .dx = v.shared_dx,
+                                     .g = v.shared_g},
+                                    recompute, fused, h.side);
     });
-    MOEFUSE_CUDA_CHECK(cudaEventRecord(shared_done_, side_));
+    MOEFUSE_CUDA_CHECK(cudaEventRecord(h.shared_done, h.side));
   }
 
   // bf16: x permuted into xs_bwd, by the recompute here (then dW1 reads it too) or by dW1's
@@ -115,30 +103,30 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   });
 
   // dys, p·act and d_pre exist: the weight gradients go to the second stream.
-  fork(fork_, stream, side_);
-  layer::run_stage(LayerStage::kFc2Wgrad, side_, obs, [&] {
+  h.fork(h.fork_event, stream, h.side);
+  layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
     if (fp8)
-      layer::fc2_wgrad_fp8(g, v, side_);
+      layer::fc2_wgrad_fp8(g, v, h.side);
     else
-      grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, side_);
+      grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, h.side);
     if (config_.expert_bias)
       layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
-                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, side_);
+                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, h.side);
   });
-  layer::run_stage(LayerStage::kFc1Wgrad, side_, obs, [&] {
+  layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
     const GroupedGemmWgradArgs args{
         .a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1, .gather_index = v.token_of_row};
     if (fp8)
-      layer::fc1_wgrad_fp8(x, g, v, run.health, side_);
+      layer::fc1_wgrad_fp8(x, g, v, run.health, h.side);
     else if (recompute)
-      grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1}, side_);
+      grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1}, h.side);
     else
-      grouped_gemm_wgrad_unfused(args, {.gathered_b = v.xs_bwd}, side_);
+      grouped_gemm_wgrad_unfused(args, {.gathered_b = v.xs_bwd}, h.side);
     if (config_.expert_bias)
       layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
-                                g.d_b1.as<float>(), E, fc1, side_);
+                                g.d_b1.as<float>(), E, fc1, h.side);
   });
-  MOEFUSE_CUDA_CHECK(cudaEventRecord(join_, side_));
+  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
 
   layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
     if (fp8) return layer::fc1_dgrad_fp8(v, stream);
@@ -147,7 +135,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
     permute_backward(v.dxs, v.row_of, g.dx, run.health, stream);
     if (shared) {
-      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_done_, 0));
+      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
       layer::add_bf16(g.dx.as<__nv_bfloat16>(), v.shared_dx.as<__nv_bfloat16>(), T * H, stream);
     }
   });
@@ -156,10 +144,10 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                                 v.d_probs.as<float>(), T * k, p.rows, stream);
     router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs, v.d_logits,
                          stream);
-    router_logits_backward(cublas_, x, w.w_router, v.d_logits, g.dx, g.d_w_router, v.router_gemm,
+    router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router, v.router_gemm,
                            stream);
   });
-  MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
 }
 
 }  // namespace moefuse

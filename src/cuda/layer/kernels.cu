@@ -51,6 +51,16 @@ __global__ void add_bf16_kernel(uint4* __restrict__ y, const uint4* __restrict__
   }
 }
 
+// The row count is read on the device: grid-stride over the vectors of its rows only.
+__global__ void copy_leading_rows_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                         const int32_t* __restrict__ rows,
+                                         int64_t vectors_per_row, int64_t max_rows) {
+  const int64_t n = std::min<int64_t>(*rows, max_rows) * vectors_per_row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = src[i];
+}
+
 __global__ void write_shared_offsets_kernel(int32_t* offsets, int32_t tokens) {
   if (threadIdx.x == 0) {
     offsets[0] = 0;
@@ -136,6 +146,17 @@ void add_bf16(__nv_bfloat16* y, const __nv_bfloat16* other, int64_t n, cudaStrea
   if (vectors == 0) return;
   add_bf16_kernel<<<blocks_for(vectors, kThreads, 8192), kThreads, 0, stream>>>(
       reinterpret_cast<uint4*>(y), reinterpret_cast<const uint4*>(other), vectors);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+void copy_leading_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int32_t* rows,
+                       int64_t max_rows, int64_t width, cudaStream_t stream) {
+  const int64_t per_row = width / 8;
+  if (max_rows == 0 || per_row == 0) return;
+  // Enough CTAs to fill an H100/H200 at full occupancy; the grid strides over the rest.
+  copy_leading_rows_kernel<<<blocks_for(max_rows * per_row, kThreads, 132 * 8), kThreads, 0,
+                             stream>>>(reinterpret_cast<const uint4*>(src),
+                                       reinterpret_cast<uint4*>(dst), rows, per_row, max_rows);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 

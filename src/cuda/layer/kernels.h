@@ -21,6 +21,12 @@ void gather_row_prob_grad(const float* d_row_prob, const int32_t* row_of, float*
 // y[i] = bf16(y[i] + other[i]) for n elements (n % 8 == 0, 16-byte aligned pointers).
 void add_bf16(__nv_bfloat16* y, const __nv_bfloat16* other, int64_t n, cudaStream_t stream);
 
+// dst[r, :] = src[r, :] for the first min(*rows, max_rows) rows of `width` bf16 (width % 8 == 0,
+// 16-byte aligned pointers), *rows read on the device: a buffer's filled rows, whose count the
+// host never learns (expert parallelism's received rows).
+void copy_leading_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int32_t* rows,
+                       int64_t max_rows, int64_t width, cudaStream_t stream);
+
 // offsets = {0, tokens}: the shared expert as a one-expert grouped GEMM over all T rows.
 void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream);
 

@@ -70,22 +70,24 @@ void expect_multiple_of_16_fp8(int64_t v, std::string_view name) {
 }
 
 // x [T, H]; returns T.
-int64_t check_x(const MoeConfig& c, const TensorView& x) {
+int64_t check_x(const MoeConfig& c, const TensorView& x, int64_t max_tokens) {
   MOEFUSE_EXPECT(x.rank == 2, "x", "rank 2 [T, H]", "rank " + std::to_string(x.rank));
   const int64_t T = x.size(0);
-  MOEFUSE_EXPECT(T >= 1 && T <= INT32_MAX / c.top_k, "x",
-                 "T (dim 0) in [1, 2^31 / top_k) tokens", std::to_string(T));
+  MOEFUSE_EXPECT(T >= 1 && T <= max_tokens, "x",
+                 "T (dim 0) in [1, " + std::to_string(max_tokens) + "] tokens",
+                 std::to_string(T));
   expect_device_aligned(x, "x", DType::kBFloat16, {T, c.hidden});
   return T;
 }
 
-void check_weights(const MoeConfig& c, const MoeLayerWeights& w) {
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+// E: the experts whose weights w holds (the router's are always all of them).
+void check_weights(const MoeConfig& c, int64_t E, const MoeLayerWeights& w) {
+  const int64_t H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   const bool shared = c.shared_expert_ffn > 0;
   const MoeConfig sc = shared_expert_config(c);
-  expect_device_aligned(w.w_router, "weights.w_router", DType::kBFloat16, {E, H});
+  expect_device_aligned(w.w_router, "weights.w_router", DType::kBFloat16, {c.num_experts, H});
   expect_optional(w.score_bias, "weights.score_bias", c.router.use_score_bias,
-                  "config.router.use_score_bias is false", DType::kFloat32, {E});
+                  "config.router.use_score_bias is false", DType::kFloat32, {c.num_experts});
   expect_device_aligned(w.w1, "weights.w1", DType::kBFloat16, {E, fc1, H});
   expect_device_aligned(w.w2, "weights.w2", DType::kBFloat16, {E, H, F});
   const char* no_bias = "config.expert_bias is false";
@@ -143,18 +145,41 @@ void check_fp8_weights(const MoeConfig& c, const MoeLayerWeights& w) {
   expect_disjoint(region_view(w.fp8), "weights.fp8", w.w2, "weights.w2");
 }
 
+ArgBounds one_gpu_bounds(const MoeConfig& c, const LayerOptions& o) {
+  return {.experts_held = c.num_experts,
+          .max_tokens = INT32_MAX / c.top_k,
+          .region_bytes = [c, o](int64_t tokens) {
+            const Plan p = make_plan(c, o, tokens);
+            return RegionBytes{.cache = p.cache_bytes, .workspace = p.workspace_bytes};
+          }};
+}
+
 int64_t check_layer_forward(const MoeConfig& c, const LayerOptions& o, const TensorView& x,
                             const MoeLayerWeights& w, const MoeLayerOutputs& out,
                             const Workspace& cache, const Workspace& workspace,
                             const TensorView& health) {
-  const int64_t T = check_x(c, x);
-  check_weights(c, w);
+  return check_forward_args(c, one_gpu_bounds(c, o), x, w, out, cache, workspace, health);
+}
+
+int64_t check_layer_backward(const MoeConfig& c, const LayerOptions& o, const TensorView& x,
+                             const TensorView& dy, const MoeLayerWeights& w,
+                             const MoeLayerGrads& g, const Workspace& cache,
+                             const Workspace& workspace, const TensorView& health) {
+  return check_backward_args(c, one_gpu_bounds(c, o), x, dy, w, g, cache, workspace, health);
+}
+
+int64_t check_forward_args(const MoeConfig& c, const ArgBounds& b, const TensorView& x,
+                           const MoeLayerWeights& w, const MoeLayerOutputs& out,
+                           const Workspace& cache, const Workspace& workspace,
+                           const TensorView& health) {
+  const int64_t T = check_x(c, x, b.max_tokens);
+  check_weights(c, b.experts_held, w);
   if (c.precision == PrecisionRecipe::kFP8Blockwise) check_fp8_weights(c, w);
   expect_device_aligned(out.y, "out.y", DType::kBFloat16, {T, c.hidden});
   expect_tensor(out.losses, "out.losses", DType::kFloat32, Device::kCuda, {2});
-  const Plan p = make_plan(c, o, T);
-  expect_region(cache, "cache", p.cache_bytes);
-  expect_region(workspace, "workspace", p.workspace_bytes);
+  const RegionBytes needed = b.region_bytes(T);
+  expect_region(cache, "cache", needed.cache);
+  expect_region(workspace, "workspace", needed.workspace);
   cuda::expect_health(health);
   // The stages write outputs while other CTAs and the side stream still read the inputs.
   const NamedView outputs[] = {{out.y, "out.y"},
@@ -166,18 +191,19 @@ int64_t check_layer_forward(const MoeConfig& c, const LayerOptions& o, const Ten
   return T;
 }
 
-int64_t check_layer_backward(const MoeConfig& c, const LayerOptions& o, const TensorView& x,
-                             const TensorView& dy, const MoeLayerWeights& w,
-                             const MoeLayerGrads& g, const Workspace& cache,
-                             const Workspace& workspace, const TensorView& health) {
-  const int64_t T = check_x(c, x);
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-  check_weights(c, w);
+int64_t check_backward_args(const MoeConfig& c, const ArgBounds& b, const TensorView& x,
+                            const TensorView& dy, const MoeLayerWeights& w,
+                            const MoeLayerGrads& g, const Workspace& cache,
+                            const Workspace& workspace, const TensorView& health) {
+  const int64_t T = check_x(c, x, b.max_tokens);
+  const int64_t E = b.experts_held, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+  check_weights(c, E, w);
   // The FP8 backward's GEMMs read the FP8 copy (w1 for the recompute, w1t and w2t for the dgrads).
   if (c.precision == PrecisionRecipe::kFP8Blockwise) check_fp8_weights(c, w);
   expect_device_aligned(dy, "dy", DType::kBFloat16, {T, H});
   expect_device_aligned(g.dx, "grads.dx", DType::kBFloat16, {T, H});
-  expect_device_aligned(g.d_w_router, "grads.d_w_router", DType::kFloat32, {E, H});
+  expect_device_aligned(g.d_w_router, "grads.d_w_router", DType::kFloat32,
+                        {c.num_experts, H});
   expect_device_aligned(g.d_w1, "grads.d_w1", DType::kFloat32, {E, fc1, H});
   expect_device_aligned(g.d_w2, "grads.d_w2", DType::kFloat32, {E, H, F});
   const char* no_bias = "config.expert_bias is false";
@@ -190,9 +216,9 @@ int64_t check_layer_backward(const MoeConfig& c, const LayerOptions& o, const Te
                   {sc.fc1_width(), H});
   expect_optional(g.d_shared_w2, "grads.d_shared_w2", shared, no_shared, DType::kFloat32,
                   {H, sc.ffn});
-  const Plan p = make_plan(c, o, T);
-  expect_region(cache, "cache", p.cache_bytes);
-  expect_region(workspace, "workspace", p.workspace_bytes);
+  const RegionBytes needed = b.region_bytes(T);
+  expect_region(cache, "cache", needed.cache);
+  expect_region(workspace, "workspace", needed.workspace);
   cuda::expect_health(health);
   const NamedView outputs[] = {{g.dx, "grads.dx"},
                                {g.d_w_router, "grads.d_w_router"},

@@ -2,7 +2,9 @@
 // never leaves half a step enqueued (and the bad-input tests run without a GPU).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "moefuse/config.h"
 #include "moefuse/layer.h"
@@ -39,5 +41,29 @@ int64_t check_layer_backward(const MoeConfig& config, const LayerOptions& option
                              const MoeLayerWeights& weights, const MoeLayerGrads& grads,
                              const Workspace& cache, const Workspace& workspace,
                              const TensorView& health);
+
+// What a layer's forward and backward arguments are checked against, beyond the config: the
+// experts whose weights (and weight gradients) the caller passes (MoeLayer: all E; EpMoeLayer: its
+// rank's), the most tokens one call takes, and the cache and workspace bytes for T tokens.
+struct RegionBytes {
+  size_t cache = 0, workspace = 0;
+};
+struct ArgBounds {
+  int64_t experts_held = 0;
+  int64_t max_tokens = 0;
+  std::function<RegionBytes(int64_t tokens)> region_bytes;
+};
+
+// check_layer_forward / check_layer_backward against `bounds` (with an FP8 recipe also the FP8
+// weight copy, of all E experts: only the one-GPU layer has one).
+int64_t check_forward_args(const MoeConfig& config, const ArgBounds& bounds, const TensorView& x,
+                           const MoeLayerWeights& weights, const MoeLayerOutputs& out,
+                           const Workspace& cache, const Workspace& workspace,
+                           const TensorView& health);
+int64_t check_backward_args(const MoeConfig& config, const ArgBounds& bounds,
+                            const TensorView& x, const TensorView& dy,
+                            const MoeLayerWeights& weights, const MoeLayerGrads& grads,
+                            const Workspace& cache, const Workspace& workspace,
+                            const TensorView& health);
 
 }  // namespace moefuse::layer

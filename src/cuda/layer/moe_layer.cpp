@@ -18,8 +18,11 @@
 #include "cuda/layer/forward_fp8.h"
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/layer_args.h"
+#include "cuda/layer/layer_handles.h"
 #include "cuda/layer/ops.h"
 #include "cuda/layer/plan.h"
+#include "cuda/layer/routing.h"
+#include "cuda/layer/shared_expert.h"
 #include "cuda/layer/stage.h"
 #include "cuda/layer/views.h"
 #include "moefuse/dispatch.h"
@@ -47,10 +50,14 @@ std::string_view layer_stage_name(LayerStage s) {
       return "dispatch";
     case LayerStage::kPermute:
       return "permute";
+    case LayerStage::kEpDispatch:
+      return "ep_dispatch";
     case LayerStage::kFc1:
       return "fc1";
     case LayerStage::kFc2:
       return "fc2";
+    case LayerStage::kEpReturn:
+      return "ep_return";
     case LayerStage::kCombine:
       return "combine";
     case LayerStage::kSharedExpert:
@@ -59,10 +66,14 @@ std::string_view layer_stage_name(LayerStage s) {
       return "recompute_fc1";
     case LayerStage::kCombineBackward:
       return "combine_bwd";
+    case LayerStage::kEpDispatchBackward:
+      return "ep_dispatch_bwd";
     case LayerStage::kFc2Dgrad:
       return "fc2_dgrad";
     case LayerStage::kFc1Dgrad:
       return "fc1_dgrad";
+    case LayerStage::kEpReturnBackward:
+      return "ep_return_bwd";
     case LayerStage::kPermuteBackward:
       return "permute_bwd";
     case LayerStage::kRouterBackward:
@@ -100,31 +111,10 @@ MoeLayer::MoeLayer(const MoeConfig& config, const LayerOptions& options)
     : config_(config), options_(options) {
   layer::check_layer_config(config_);
   layer::check_layer_options(config_, options_);
-  MOEFUSE_CUDA_CHECK(cudaGetDevice(&device_));
-  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS)
-    throw CudaError("cublasCreate", "could not create a cuBLAS handle", __FILE__, __LINE__);
-  try {
-    MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-    for (cudaEvent_t* e : {&fork_, &shared_done_, &join_})
-      MOEFUSE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-  } catch (...) {
-    release();
-    throw;
-  }
+  handles_ = std::make_unique<layer::LayerHandles>();
 }
 
-MoeLayer::~MoeLayer() { release(); }
-
-void MoeLayer::release() noexcept {
-  for (cudaEvent_t* e : {&fork_, &shared_done_, &join_}) {
-    if (*e) cudaEventDestroy(*e);
-    *e = nullptr;
-  }
-  if (side_) cudaStreamDestroy(side_);
-  side_ = nullptr;
-  if (cublas_) cublasDestroy(cublas_);
-  cublas_ = nullptr;
-}
+MoeLayer::~MoeLayer() = default;
 
 size_t MoeLayer::cache_size(int64_t max_tokens) const {
   return layer_memory_plan(config_, options_, max_tokens).cache_bytes;
@@ -138,18 +128,9 @@ size_t MoeLayer::fp8_weight_size() const {
   return layer_memory_plan(config_, options_, 1).fp8_weight_bytes;
 }
 
-void MoeLayer::expect_launchable_here(cudaStream_t stream) const {
-  const int current = cuda::expect_launchable(stream);
-  MOEFUSE_EXPECT(current == device_, "current device",
-                 "device " + std::to_string(device_) +
-                     ", on which this MoeLayer was created (its cuBLAS handle, second stream "
-                     "and events belong to it)",
-                 "device " + std::to_string(current));
-}
-
 void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream) {
   layer::check_fp8_weights(config_, w);
-  expect_launchable_here(stream);
+  handles_->expect_launchable_here(stream, "MoeLayer");
   const layer::Plan p = layer::make_plan(config_, options_, 1);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = {}, .workspace = {}, .fp8 = w.fp8});
@@ -159,64 +140,40 @@ void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream
   transpose_fp8_blockwise_weights(v.w2_fp8, v.w2_scales, v.w2t_fp8, v.w2t_scales, stream);
 }
 
-void MoeLayer::fork(cudaEvent_t event, cudaStream_t from, cudaStream_t to) {
-  MOEFUSE_CUDA_CHECK(cudaEventRecord(event, from));
-  MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(to, event, 0));
-}
-
 void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeLayerOutputs& out,
                        Workspace cache, Workspace workspace, cudaStream_t stream,
                        const LayerRun& run) {
   const int64_t T =
       layer::check_layer_forward(config_, options_, x, w, out, cache, workspace, run.health);
-  expect_launchable_here(stream);
+  handles_->expect_launchable_here(stream, "MoeLayer");
   const layer::Plan p = layer::make_plan(config_, options_, T);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});
   const bool fused = options_.mode == LayerMode::kFused;
   const bool fp8 = config_.precision == PrecisionRecipe::kFP8Blockwise;
   const bool shared = config_.shared_expert_ffn > 0;
-  const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
+  const int64_t k = config_.top_k, H = config_.hidden;
   LayerObserver* obs = run.observer;
+  layer::LayerHandles& h = *handles_;
 
   if (shared) {
-    fork(fork_, stream, side_);
-    layer::run_stage(LayerStage::kSharedExpert, side_, obs, [&] {
-      layer::write_shared_offsets(v.shared_offsets.as<int32_t>(), T, side_);
-      layer::run_grouped_gemm({.a = x,
-                               .b = layer::one_expert(w.shared_w1),
-                               .offsets = v.shared_offsets,
-                               .d = v.shared_act,
-                               .epilogue = GemmEpilogue::kActivation,
-                               .activation = config_.activation,
-                               .clamped_swiglu = config_.clamped_swiglu,
-                               .pre_activation = v.shared_pre},
-                              fused, side_);
-      layer::run_grouped_gemm({.a = v.shared_act,
-                               .b = layer::one_expert(w.shared_w2),
-                               .offsets = v.shared_offsets,
-                               .d = v.shared_y},
-                              fused, side_);
+    h.fork(h.fork_event, stream, h.side);
+    layer::run_stage(LayerStage::kSharedExpert, h.side, obs, [&] {
+      layer::shared_expert_forward(config_, x, w,
+                                   {.offsets = v.shared_offsets,
+                                    .pre = v.shared_pre,
+                                    .act = v.shared_act,
+                                    .y = v.shared_y},
+                                   fused, h.side);
     });
-    MOEFUSE_CUDA_CHECK(cudaEventRecord(join_, side_));
+    MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
   }
 
   layer::run_stage(LayerStage::kRouter, stream, obs, [&] {
-    router_logits(cublas_, x, w.w_router, v.logits, v.router_gemm, stream);
-    router_topk(config_.router, k, v.logits, w.score_bias,
-                RouterOutputs{.expert_idx = v.expert_idx,
-                              .probs = v.probs,
-                              .counts = v.counts,
-                              .aux_f = v.aux_f,
-                              .aux_P = v.aux_P,
-                              .losses = out.losses},
-                run.health, v.router_topk, stream);
+    layer::route_tokens(h.cublas, config_, x, w, v, out.losses, run.health, stream);
   });
   layer::run_stage(LayerStage::kDispatch, stream, obs, [&] {
-    dispatch_maps(
-        v.expert_idx, E, 1,
-        DispatchMaps{.offsets = v.offsets, .row_of = v.row_of, .token_of_row = v.token_of_row},
-        run.health, v.maps, stream);
+    layer::build_dispatch_maps(config_, v, run.health, stream);
     // Both modes: the backward's FC2 dgrad takes the probability per row.
     layer::scatter_row_prob(v.probs.as<float>(), v.row_of.as<int32_t>(), v.row_prob.as<float>(),
                             T * k, p.rows, stream);
@@ -253,7 +210,7 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
   layer::run_stage(LayerStage::kCombine, stream, obs, [&] {
     combine(v.ys, fused ? TensorView{} : v.probs, v.row_of, out.y, run.health, stream);
     if (shared) {
-      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
       layer::add_bf16(out.y.as<__nv_bfloat16>(), v.shared_y.as<__nv_bfloat16>(), T * H, stream);
     }
   });

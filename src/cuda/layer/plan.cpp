@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda/layer/carver.h"
 #include "cuda/layer/ops.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -12,36 +13,6 @@
 #include "moefuse/router.h"
 
 namespace moefuse::layer {
-namespace {
-
-constexpr size_t kAlign = 256;
-constexpr size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
-
-// Appends named slices to one region (or to one phase of the workspace) at aligned offsets.
-class Carver {
- public:
-  Carver(LayerRegion region, size_t start, std::vector<LayerBuffer>* names)
-      : region_(region), end_(start), names_(names) {}
-
-  Slice add(const char* name, size_t bytes) {
-    const Slice s{.region = region_ == LayerRegion::kCache         ? Region::kCache
-                            : region_ == LayerRegion::kFp8Weights ? Region::kFp8Weights
-                                                                  : Region::kWorkspace,
-                  .offset = end_,
-                  .bytes = bytes};
-    end_ += align_up(bytes);
-    names_->push_back({.name = name, .region = region_, .offset = s.offset, .bytes = bytes});
-    return s;
-  }
-  size_t end() const { return end_; }
-
- private:
-  LayerRegion region_;
-  size_t end_;
-  std::vector<LayerBuffer>* names_;
-};
-
-}  // namespace
 
 Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   Plan p;
@@ -139,7 +110,7 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   } else if (fp8) {
     // Two lifetimes, ordered by the fork (plan.h): the recompute's codes + K-major scales, then
     // the bf16 xs that dW1's column-wise copy is quantised from.
-    const size_t codes = align_up(R * H * e4m3), scales = groups(H) * scale_cols * f32;
+    const size_t codes = plan_align_up(R * H * e4m3), scales = groups(H) * scale_cols * f32;
     p.xs_bwd = bwd.add("xs [R,H] bf16 (fp8: first the recompute's e4m3 codes + scales)",
                        std::max(R * H * bf, codes + scales));
     p.xs_fp8_bwd = {.region = Region::kWorkspace, .offset = p.xs_bwd.offset, .bytes = R * H};

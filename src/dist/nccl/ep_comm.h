@@ -80,6 +80,7 @@ class EpComm {
   TensorView returned() const;         // [plan.send_rows, H] bf16
   TensorView flags() const;            // [1] int32, EpFlag bits
 
+  const EpPlan& plan() const { return plan_; }
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
 

@@ -1,0 +1,125 @@
+// EpMoeLayer::backward. The gradient of <y, dy> + aux_loss + z_loss, as MoeLayer::backward with
+// the expert rows on their owners' ranks.
+//
+// Main stream:
+//   combine_bwd (dys[row] = p·dy[t], d_probs = <dy[t], ys[row]> from the cached returned rows)
+//   → ep_dispatch_bwd (dys rows to the experts' ranks, along the forward's map)
+//   → FC2 dgrad (+ dGLU → d_pre, act) → FC1 dgrad (dxs) → ep_return_bwd (dxs rows home)
+//   → permute_bwd (dx) → dx += shared dx → router_topk_bwd (+ aux, z) → router_logits_bwd
+//   (dx +=, d_w_router of this rank's tokens).
+// Second stream: the shared expert's backward from the start; once d_pre exists, the k-grouped
+// wgrads of this rank's experts, dW2 = Σ dysᵀ·act over the received dys and dW1 = Σ d_preᵀ·xs
+// over the forward's received rows (cached), and the bias gradients. Both read only this rank's
+// buffers and its receive window, which no peer writes before this rank's next dispatch (after
+// the join at the end).
+#include <cuda_bf16.h>
+
+#include "cuda/check.h"
+#include "cuda/layer/kernels.h"
+#include "cuda/layer/layer_args.h"
+#include "cuda/layer/layer_handles.h"
+#include "cuda/layer/ops.h"
+#include "cuda/layer/shared_expert.h"
+#include "cuda/layer/stage.h"
+#include "dist/ep_layer_plan.h"
+#include "dist/nccl/ep_comm.h"
+#include "moefuse/dispatch.h"
+#include "moefuse/ep_layer.h"
+#include "moefuse/grouped_gemm.h"
+#include "moefuse/grouped_gemm_backward.h"
+#include "moefuse/router.h"
+
+// Designated initialisers leave the optional views (bias, row_scale, ...) empty on purpose.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace moefuse {
+
+void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& w,
+                          const MoeLayerGrads& g, Workspace cache, Workspace workspace,
+                          cudaStream_t stream, const LayerRun& run) {
+  const int64_t T = layer::check_backward_args(config_, arg_bounds(), x, dy, w, g, cache,
+                                               workspace, run.health);
+  layer::LayerHandles& h = *handles_;
+  h.expect_launchable_here(stream, "EpMoeLayer");
+  const dist::EpLayerPlan p = dist::make_ep_layer_plan(config_, comm_->plan(), T);
+  const dist::EpLayerViews v = dist::make_ep_layer_views(config_, p, cache, workspace);
+  dist::EpComm& ep = *comm_;
+  const bool shared = config_.shared_expert_ffn > 0;
+  const int64_t El = p.local_experts, k = config_.top_k, H = config_.hidden;
+  const int64_t fc1 = config_.fc1_width();
+  LayerObserver* obs = run.observer;
+
+  if (shared) {
+    h.fork(h.fork_event, stream, h.side);
+    layer::run_stage(LayerStage::kSharedExpertBackward, h.side, obs, [&] {
+      layer::shared_expert_backward(config_, x, dy, w, g,
+                                    {.offsets = v.shared_offsets,
+                                     .pre = v.shared_pre,
+                                     .dpre = v.shared_dpre,
+                                     .act_bwd = v.shared_act_bwd,
+                                     .dx = v.shared_dx},
+                                    /*recompute=*/false, /*fused=*/true, h.side);
+    });
+    MOEFUSE_CUDA_CHECK(cudaEventRecord(h.shared_done, h.side));
+  }
+
+  layer::run_stage(LayerStage::kCombineBackward, stream, obs, [&] {
+    combine_backward(dy, v.ys_returned, v.probs, v.row_of, v.token_of_row, v.dys, v.d_probs,
+                     run.health, stream);
+  });
+  // The forward's offsets: the owners get the same receive layout (and receive_offsets()).
+  layer::run_stage(LayerStage::kEpDispatchBackward, stream, obs,
+                   [&] { ep.dispatch(v.dys, v.offsets, stream); });
+  const TensorView dys = ep.received(), offsets = ep.receive_offsets();
+  layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
+    // No row scale: the combine applied the routing weight, combine_bwd differentiated it.
+    grouped_gemm_fc2_dgrad({.dys = dys,
+                            .w2 = w.w2,
+                            .offsets = offsets,
+                            .pre = v.pre,
+                            .d_pre = v.dpre,
+                            .activation = config_.activation,
+                            .clamped_swiglu = config_.clamped_swiglu,
+                            .scaled_act = v.act_bwd},
+                           Fc2DgradScratch{}, stream);
+  });
+
+  // dys, act and d_pre exist: the weight gradients go to the second stream.
+  h.fork(h.fork_event, stream, h.side);
+  layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
+    grouped_gemm_wgrad({.a = dys, .b = v.act_bwd, .offsets = offsets, .d = g.d_w2}, h.side);
+    if (config_.expert_bias)
+      layer::segment_column_sum(dys.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
+                                g.d_b2.as<float>(), El, H, h.side);
+  });
+  layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
+    grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_received, .offsets = offsets, .d = g.d_w1},
+                       h.side);
+    if (config_.expert_bias)
+      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
+                                g.d_b1.as<float>(), El, fc1, h.side);
+  });
+  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
+
+  layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
+    grouped_gemm_dgrad({.a = v.dpre, .b = w.w1, .offsets = offsets, .d = v.dxs}, stream);
+  });
+  layer::run_stage(LayerStage::kEpReturnBackward, stream, obs,
+                   [&] { ep.return_rows(v.dxs, stream); });
+  layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
+    permute_backward(ep.returned(), v.row_of, g.dx, run.health, stream);
+    if (shared) {
+      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
+      layer::add_bf16(g.dx.as<__nv_bfloat16>(), v.shared_dx.as<__nv_bfloat16>(), T * H, stream);
+    }
+  });
+  layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
+    router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
+                         v.d_logits, stream);
+    router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router,
+                           v.router_gemm, stream);
+  });
+  MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
+}
+
+}  // namespace moefuse
