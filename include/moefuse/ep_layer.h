@@ -39,6 +39,8 @@ namespace moefuse {
 
 namespace dist {
 class EpComm;
+class EpPipeline;
+struct EpLayerViews;
 }
 namespace layer {
 class LayerHandles;
@@ -50,6 +52,14 @@ struct EpLayerOptions {
   int64_t receive_capacity_rows = 0;  // rows a rank's experts may receive in one call; 0: the
                                       // worst case ranks·max_tokens_per_rank·top_k. Smaller:
                                       // rows past it are dropped and transport_flags() says so.
+  // The forward's transfers and expert GEMMs in `chunks` parts of the local experts, pipelined:
+  // chunk g's FC1 and FC2 run while chunk g + 1 is dispatched and chunk g - 1 returns, so only
+  // the first dispatch and the last return are exposed. 1: one transfer each way, nothing
+  // overlapped. In [1, E / ranks].
+  int chunks = 1;
+  // With chunks > 1: the SMs the transfer kernels take (one CTA each) while the GEMMs take the
+  // rest. In [1, SMs - 1].
+  int transfer_sms = 16;
 };
 
 class EpMoeLayer {
@@ -95,11 +105,16 @@ class EpMoeLayer {
 
  private:
   layer::ArgBounds arg_bounds() const;  // what forward's and backward's arguments are checked by
+  // Forward from the permuted rows v.xs to the returned rows: dispatch, FC1, FC2, return, in
+  // options_.chunks parts (ep_layer.cpp).
+  void routed_experts(const MoeLayerWeights& w, const dist::EpLayerViews& v,
+                      LayerObserver* obs, cudaStream_t stream);
 
   MoeConfig config_;
   EpLayerOptions options_;
   std::unique_ptr<dist::EpComm> comm_;  // the transport: its windows, device communicator
   std::unique_ptr<layer::LayerHandles> handles_;
+  std::unique_ptr<dist::EpPipeline> pipeline_;  // chunks > 1: the transfer stream and events
 };
 
 }  // namespace moefuse

@@ -75,6 +75,10 @@ struct GroupedGemmArgs {
   // [M_cap] int32: row r of the GEMM reads A row gather_index[r]; an index outside [0, T) reads
   // zeros. The permuted copy of x is never written (gather-fused FC1).
   TensorView gather_index;
+
+  // The fused kernel's persistent CTAs, one an SM: 0 for every SM; fewer leave SMs free for
+  // kernels running beside it (expert parallelism's transfers). The unfused twin ignores it.
+  int max_ctas = 0;
 };
 
 // The fused kernel: TMA + wgmma, persistent grid (one CTA per SM), epilogue in registers.

@@ -89,6 +89,7 @@ TEST(GemmValidation, RejectsEachBadArgumentByName) {
       {"pre_activation", [](auto& a) { a.pre_activation = dev(DType::kBFloat16, {kM, kN / 2}); }},
       {"pre_activation", [](auto& a) { a.epilogue = GemmEpilogue::kLinear, a.d = dev(DType::kBFloat16, {kM, kN}); }},
       {"gather_index", [](auto& a) { a.gather_index = dev(DType::kInt32, {kM + 3}); }},
+      {"max_ctas", [](auto& a) { a.max_ctas = -1; }},
       {"d", [](auto& a) {  // gather exists only with bf16 output
          a.gather_index = dev(DType::kInt32, {kM});
          a.d = dev(DType::kFloat32, {kM, kN / 2});

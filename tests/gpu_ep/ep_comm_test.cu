@@ -134,10 +134,17 @@ std::vector<T> to_host(const TensorView& t) {
   return v;
 }
 
+// How a step moves its rows: in `chunks` calls of each kind (local experts split as evenly as
+// they go), by transfer kernels of `sms` CTAs (0: EpComm's default).
+struct Transfer {
+  int chunks = 1;
+  int sms = 0;
+};
+
 // Runs steps (dispatch, then return_rows of received()) on `ranks` GPUs, eagerly or as one CUDA
 // graph per rank captured once and replayed on each step's new inputs, and checks every step.
 void run_steps(int ranks, const Shape& c, const std::vector<std::vector<Role>>& steps,
-               bool graph) {
+               bool graph, Transfer transfer = {}) {
   std::vector<std::vector<RankInput>> inputs;
   for (const auto& roles : steps) {
     inputs.emplace_back();
@@ -166,9 +173,19 @@ void run_steps(int ranks, const Shape& c, const std::vector<std::vector<Role>>& 
                               .max_tokens_per_rank = c.send_bound, .top_k = 1,
                               .receive_capacity_rows = c.capacity}),
                 c.hidden);
+      const int el = c.experts / ranks, n = transfer.chunks;
+      auto chunk = [&](int g) {
+        return TransferPart{
+            .first_expert = g * el / n, .end_expert = (g + 1) * el / n, .ctas = transfer.sms};
+      };
       auto step = [&](cudaStream_t s) {
-        ep.dispatch(xs_view, offsets_view, s);
-        ep.return_rows(ep.received(), s);
+        if (n == 1) {
+          ep.dispatch(xs_view, offsets_view, s);
+          ep.return_rows(ep.received(), s);
+          return;
+        }
+        for (int g = 0; g < n; ++g) ep.dispatch(xs_view, offsets_view, s, chunk(g));
+        for (int g = n - 1; g >= 0; --g) ep.return_rows(ep.received(), s, chunk(g));
       };
       cudaGraphExec_t exec = nullptr;
       if (graph) {
@@ -220,14 +237,14 @@ void run_steps(int ranks, const Shape& c, const std::vector<std::vector<Role>>& 
 // On every rank count (rank_counts): step 0 with rank 0's rows all on one expert and rank 1
 // without rows, then two fully random steps; worst-case capacity (nothing dropped).
 void run_edge_then_random(int gpus, int experts_per_rank, int hidden, int64_t send_bound,
-                          bool graph) {
+                          bool graph, Transfer transfer = {}) {
   for (int ranks : test::rank_counts(gpus)) {
     std::vector<std::vector<Role>> steps(3, std::vector<Role>(ranks, Role::kRandom));
     steps[0][0] = Role::kOneExpert;
     steps[0][1] = Role::kEmpty;
     const Shape c{.experts = experts_per_rank * ranks, .hidden = hidden,
                   .send_bound = send_bound, .capacity = ranks * send_bound};
-    run_steps(ranks, c, steps, graph);
+    run_steps(ranks, c, steps, graph, transfer);
   }
 }
 
@@ -242,6 +259,15 @@ TEST(EpComm, GraphReplaysOnNewInputs) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
   SCOPED_TRACE("seed " + std::to_string(test::seed()));
   run_edge_then_random(gpus, 2, 520, 257, /*graph=*/true);
+}
+
+// In chunks of local experts (uneven: 1, 1, 2 of 4), returned in the reverse order, by transfer
+// kernels of 5 CTAs: the same rows as whole transfers, eager and replayed.
+TEST(EpComm, ChunkedTransfersMatchWhole) {
+  MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
+  SCOPED_TRACE("seed " + std::to_string(test::seed()));
+  run_edge_then_random(gpus, 4, 136, 300, /*graph=*/false, {.chunks = 3, .sms = 5});
+  run_edge_then_random(gpus, 4, 72, 100, /*graph=*/true, {.chunks = 4, .sms = 3});
 }
 
 // A receive capacity below the worst case: rank 0 sends all its rows to its own expert 0, more

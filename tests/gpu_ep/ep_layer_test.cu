@@ -277,8 +277,8 @@ Result one_gpu_layer(const MoeConfig& c, const Inputs& in) {
 // allocated and uploaded (uploads synchronise) before the first collective call, and nothing
 // waits on the host between the forward and the end of the backward, so every rank launches
 // every transfer kernel before any rank waits.
-Result ep_layer(const MoeConfig& c, const Inputs& in, ncclComm_t comm, int rank, int ranks,
-                std::atomic<const char*>& stage) {
+Result ep_layer(const MoeConfig& c, EpLayerOptions options, const Inputs& in, ncclComm_t comm,
+                int rank, int ranks, std::atomic<const char*>& stage) {
   const int64_t E = c.num_experts, el = E / ranks, H = c.hidden, F = c.ffn,
                 T = in.tokens[rank];
   MOEFUSE_CUDA_CHECK(cudaSetDevice(rank));
@@ -287,7 +287,8 @@ Result ep_layer(const MoeConfig& c, const Inputs& in, ncclComm_t comm, int rank,
   Result out;
   {
     stage = "construct";
-    EpMoeLayer layer(c, comm, {.max_tokens_per_rank = in.max_tokens});
+    options.max_tokens_per_rank = in.max_tokens;
+    EpMoeLayer layer(c, comm, options);
     EXPECT_EQ(layer.first_expert(), rank * el);
     EXPECT_EQ(layer.local_experts(), el);
 
@@ -371,7 +372,7 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, int
 // The layer on every rank count (test::rank_counts), each with fresh inputs. Each rank's y and dx
 // are its tokens' rows of one GPU's, its losses and d_w_router its tokens' router's, each owner's
 // dW1 and dW2 its experts' slices.
-void expect_matches_one_gpu(int gpus, const Shape& s) {
+void expect_matches_one_gpu(int gpus, const Shape& s, const EpLayerOptions& options = {}) {
   SCOPED_TRACE("seed " + std::to_string(test::seed()));
   const int64_t el = s.experts_per_rank, H = s.hidden, F = s.ffn;
   for (int ranks : test::rank_counts(gpus)) {
@@ -389,7 +390,7 @@ void expect_matches_one_gpu(int gpus, const Shape& s) {
     std::vector<Result> got(ranks);
     std::vector<ncclComm_t> comms = test::make_comms(ranks);
     test::run_ranks(ranks, [&](int rank, std::atomic<const char*>& stage) {
-      got[rank] = ep_layer(c, in, comms[rank], rank, ranks, stage);
+      got[rank] = ep_layer(c, options, in, comms[rank], rank, ranks, stage);
       ncclCommDestroy(comms[rank]);
     });
     for (int rank = 0; rank < ranks; ++rank) {
@@ -423,6 +424,16 @@ TEST(EpLayerGpu, Top4MatchesOneGpuBitwise) {
   expect_matches_one_gpu(gpus, {.experts_per_rank = 4, .hidden = 512, .ffn = 256, .top_k = 4});
 }
 
+// The forward pipelined in chunks of local experts (uneven: 2, 3, 3 of 8; then one expert a
+// chunk), transfers on a few SMs beside GEMMs on the rest: the same bits.
+TEST(EpLayerGpu, ChunkedForwardMatchesOneGpuBitwise) {
+  MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
+  expect_matches_one_gpu(gpus, {.experts_per_rank = 8, .hidden = 256, .ffn = 128, .top_k = 2},
+                         {.chunks = 3, .transfer_sms = 10});
+  expect_matches_one_gpu(gpus, {.experts_per_rank = 4, .hidden = 512, .ffn = 256, .top_k = 4},
+                         {.chunks = 4, .transfer_sms = 24});
+}
+
 // Checked before any NCCL or CUDA call, so these run without a GPU.
 TEST(EpLayerArgs, ConfigCommAndOptionsAreNamed) {
   const MoeConfig c{.hidden = 256, .ffn = 128, .num_experts = 8, .top_k = 2};
@@ -443,9 +454,10 @@ TEST(EpLayerArgs, ConfigCommAndOptionsAreNamed) {
       "options.receive_capacity_rows");
 }
 
-// On two GPUs: E not a multiple of the ranks, then calls whose views do not fit the rank (more
-// tokens than max_tokens_per_rank, all E experts' weights instead of the rank's, a short cache),
-// each checked before anything is launched, so no rank waits on the other.
+// On two GPUs: E not a multiple of the ranks, chunks and transfer SMs out of range, then calls
+// whose views do not fit the rank (more tokens than max_tokens_per_rank, all E experts' weights
+// instead of the rank's, a short cache), each checked before anything is launched, so no rank
+// waits on the other.
 TEST(EpLayerArgs, RankShapesAreNamed) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
   const int ranks = 2;
@@ -459,6 +471,14 @@ TEST(EpLayerArgs, RankShapesAreNamed) {
     odd.top_k = 1;
     test::expect_invalid([&] { EpMoeLayer l(odd, comms[rank], {.max_tokens_per_rank = T}); },
                          "config.num_experts");
+    test::expect_invalid(  // 2 experts a rank
+        [&] { EpMoeLayer l(c, comms[rank], {.max_tokens_per_rank = T, .chunks = 3}); },
+        "options.chunks");
+    test::expect_invalid(
+        [&] {
+          EpMoeLayer l(c, comms[rank], {.max_tokens_per_rank = T, .chunks = 2, .transfer_sms = 0});
+        },
+        "options.transfer_sms");
     stage = "construct";
     EpMoeLayer layer(c, comms[rank], {.max_tokens_per_rank = T});
     const DeviceBuffer<Bf16> x((T + 1) * H), w_router(E * H), w1(E * 2 * F * H), w2(E * H * F),

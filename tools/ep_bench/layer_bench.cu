@@ -8,9 +8,9 @@
 #include "bench/cuda_graph.h"
 #include "bench/device_buffer.h"
 #include "bench/layer_tensors.h"
-#include "bench/stage_recorder.h"
 #include "bench/timing.h"
 #include "cuda/check.h"
+#include "ep_bench/step_intervals.h"
 #include "moefuse/ep_layer.h"
 #include "moefuse/error.h"
 #include "moefuse/health.h"
@@ -20,11 +20,6 @@ namespace {
 
 using bench::DeviceBuffer;
 using Step = std::function<void(cudaStream_t, LayerObserver*)>;
-
-bool is_transfer(LayerStage s) {
-  return s == LayerStage::kEpDispatch || s == LayerStage::kEpReturn ||
-         s == LayerStage::kEpDispatchBackward || s == LayerStage::kEpReturnBackward;
-}
 
 // The timings of a layer whose forward and forward + backward are `forward` and `step`; each
 // timing starts after `sync` (all ranks together, or nothing on one GPU).
@@ -42,14 +37,18 @@ LayerTiming time_layer(const Step& forward, const Step& step, int warmup, int it
       bench::time_on_stream([&](cudaStream_t s) { step(s, nullptr); }, stream, warmup, iters)
           .median_ms;
   {
-    bench::StageRecorder recorder;
+    StepIntervals intervals;
     sync();
-    for (int i = 0; i < iters; ++i) step(stream, &recorder);
+    for (int i = 0; i < iters; ++i) {
+      intervals.start_step(stream);
+      step(stream, &intervals);
+    }
     MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    t.stages = recorder.medians();
+    const StepIntervals::Medians m = intervals.medians();
+    t.stages = m.stage_ms;
+    t.transfer_ms = m.transfer_ms;
+    t.exposed_transfer_ms = m.exposed_transfer_ms;
   }
-  for (const auto& [stage, ms] : t.stages)
-    if (is_transfer(stage)) t.transfer_ms += ms;
   {
     const bench::Graph graph([&](cudaStream_t s) { step(s, nullptr); }, stream);
     sync();
@@ -86,9 +85,11 @@ LayerTiming time_on(Layer& layer, const bench::LayerTensors& t, size_t cache_byt
 
 }  // namespace
 
-LayerTiming time_ep_layer(const MoeConfig& c, int64_t tokens, uint64_t seed, int warmup,
-                          int iters, ncclComm_t comm, std::barrier<>& together) {
-  EpMoeLayer layer(c, comm, {.max_tokens_per_rank = tokens});
+LayerTiming time_ep_layer(const MoeConfig& c, EpLayerOptions options, int64_t tokens,
+                          uint64_t seed, int warmup, int iters, ncclComm_t comm,
+                          std::barrier<>& together) {
+  options.max_tokens_per_rank = tokens;
+  EpMoeLayer layer(c, comm, options);
   const bench::LayerTensors t(c, tokens, bench::RoutingDistribution::kUniform, seed,
                               layer.local_experts());
   const LayerTiming timing = time_on(layer, t, layer.cache_size(), layer.workspace_size(),

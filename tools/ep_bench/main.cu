@@ -14,7 +14,8 @@
 // over ranks of a rank's bytes over its median; vs_nccl, GB/s over the all-to-all's.
 // Then the layer (layer_bench.h): EpMoeLayer forward + backward of the preset on every rank,
 // --tokens a rank routed by its router, against the one-GPU MoeLayer on the same tokens per GPU.
-// --only transfers|layer runs one part.
+// --only transfers|layer runs one part. --chunks 1,4 --transfer-sms 16,24 times the layer once
+// for each chunk count, and a pipelined one (chunks > 1) for each transfer SM count.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -58,6 +59,7 @@ constexpr const char* kOpNames[kOps] = {"dispatch", "return_rows", "all_to_all"}
 struct Options {
   std::string preset;
   bool transfers = true, layer = true;  // the parts to run (--only)
+  std::vector<EpLayerOptions> layers;   // the layer's configurations (--chunks, --transfer-sms)
   int ranks = 0;
   int64_t tokens = 0;
   int warmup = 0, iters = 0;
@@ -71,11 +73,36 @@ struct RankState {
   std::atomic<bool> finished{false};
   std::string error;
   double median_ms[kOps] = {};
-  LayerTiming layer;
+  std::vector<LayerTiming> layers;  // one per Options::layers
 };
 
 // Progress steps of a rank: construct, the ops, check (transfers); the layer.
-int steps_of(const Options& o) { return (o.transfers ? kOps + 2 : 0) + (o.layer ? 1 : 0); }
+int steps_of(const Options& o) {
+  return (o.transfers ? kOps + 2 : 0) + (o.layer ? int(o.layers.size()) : 0);
+}
+
+// "1,4" → {1, 4}; each in [1, 1024].
+std::vector<int> int_list(const std::string& text, const std::string& name) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    MOEFUSE_EXPECT(!item.empty() && *end == '\0' && v >= 1 && v <= 1024, "--" + name,
+                   "a comma-separated list of integers in [1, 1024]", "'" + text + "'");
+    out.push_back(int(v));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// What the layer's name says of a configuration: "chunks 4, 16 SMs" or "chunks 1".
+std::string layer_name(const EpLayerOptions& l) {
+  return "chunks " + std::to_string(l.chunks) +
+         (l.chunks > 1 ? ", " + std::to_string(l.transfer_sms) + " SMs" : "");
+}
 
 // What rank `rank`'s op `op` moves off the GPU.
 int64_t bytes_out(const Workload& w, int op, int rank) {
@@ -151,10 +178,11 @@ void run_rank(int rank, const Options& o, const Workload& w, ncclComm_t comm,
                   std::to_string(expected));
     ++state.steps;
   }
-  if (o.layer) {
+  for (const EpLayerOptions& l : o.layer ? o.layers : std::vector<EpLayerOptions>{}) {
     state.stage = "layer";
-    state.layer = time_ep_layer(preset(o.preset), o.tokens, o.seed + 7919 * (rank + 1),
-                                o.warmup, o.iters, comm, together);
+    state.layers.push_back(time_ep_layer(preset(o.preset), l, o.tokens,
+                                         o.seed + 7919 * (rank + 1), o.warmup, o.iters, comm,
+                                         together));
     ++state.steps;
   }
   MOEFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -251,26 +279,30 @@ void report_transfers(const Options& o, const Workload& w, const std::vector<Ran
 void report_layer(const Options& o, const std::vector<RankState>& states,
                   const LayerTiming& one_gpu, bench::Report& layer, bench::Report& stages) {
   const MoeConfig c = preset(o.preset);
-  const auto row = [&](const std::string& who, const LayerTiming& t) {
+  const auto row = [&](const std::string& who, const std::string& how, const LayerTiming& t) {
     const bench::Flops f = bench::model_flops(c, t.tokens);
-    layer.add_row({who, static_cast<long long>(t.local_experts), t.forward_ms, t.step_ms,
+    layer.add_row({who, how, static_cast<long long>(t.local_experts), t.forward_ms, t.step_ms,
                    t.graph_step_ms, (f.forward + f.backward) / t.graph_step_ms / 1e9,
-                   t.transfer_ms, t.transfer_ms / t.step_ms});
+                   t.transfer_ms, t.exposed_transfer_ms, t.exposed_transfer_ms / t.step_ms});
   };
-  for (int r = 0; r < o.ranks; ++r) {
-    row("rank " + std::to_string(r), states[r].layer);
-    for (const auto& [stage, ms] : states[r].layer.stages)
-      stages.add_row({static_cast<long long>(r), std::string(layer_stage_name(stage)),
-                      layer_stage_is_backward(stage) ? "bwd" : "fwd", ms * 1e3});
-  }
-  row("one GPU, all experts", one_gpu);
+  for (size_t i = 0; i < o.layers.size(); ++i)
+    for (int r = 0; r < o.ranks; ++r) {
+      const LayerTiming& t = states[r].layers[i];
+      const std::string how = layer_name(o.layers[i]);
+      row("rank " + std::to_string(r), how, t);
+      for (const auto& [stage, ms] : t.stages)
+        stages.add_row({static_cast<long long>(r), how, std::string(layer_stage_name(stage)),
+                        layer_stage_is_backward(stage) ? "bwd" : "fwd", ms * 1e3});
+    }
+  row("one GPU, all experts", "-", one_gpu);
 }
 
 int run(int argc, char** argv) {
   bench::Args args(argc, argv, 1);
   if (args.flag("help")) {
     std::printf("usage: moefuse-ep-bench [--preset qwen3-30b-a3b] [--tokens 8192] [--ranks all]\n"
-                "       [--only transfers|layer] [--warmup 5] [--iters 30] [--seed random]\n"
+                "       [--only transfers|layer] [--chunks 1] [--transfer-sms 16]\n"
+                "       [--warmup 5] [--iters 30] [--seed random]\n"
                 "       [--json FILE]\n");
     return 0;
   }
@@ -288,6 +320,11 @@ int run(int argc, char** argv) {
                  "transfers or layer", "'" + only + "'");
   o.transfers = only != "layer";
   o.layer = only != "transfers";
+  const std::vector<int> chunks = int_list(args.get("chunks", "1"), "chunks");
+  const std::vector<int> sms = int_list(args.get("transfer-sms", "16"), "transfer-sms");
+  for (int n : chunks)
+    for (int s : n > 1 ? sms : std::vector<int>{sms.front()})
+      o.layers.push_back({.chunks = n, .transfer_sms = s});
   args.finish();
   const MoeConfig c = preset(o.preset);  // throws InvalidArgument naming the known presets
 
@@ -321,13 +358,14 @@ int run(int argc, char** argv) {
                         {"op", "ms", "MB_out", "GB/s", "vs_nccl"});
   bench::Report per_rank("ep: each rank", {"op", "rank", "median_ms", "MB_out", "GB/s"});
   bench::Report layer("ep layer: EpMoeLayer forward + backward per rank (TFLOP/s: model FLOPs of "
-                      "the rank's tokens over the graph step; transfer: the four transfer "
-                      "stages, on the critical stream)",
-                      {"who", "experts", "fwd_ms", "step_ms", "graph_step_ms", "TFLOP/s",
-                       "transfer_ms", "transfer_share"});
-  bench::Report stages("ep layer: stages per rank (eager steps, device events; second-stream "
-                       "stages overlap the main)",
-                       {"rank", "stage", "pass", "median_us"});
+                      "the rank's tokens over the graph step; transfer: the time some transfer "
+                      "stage runs; exposed: of that, the time no other stage runs, on any "
+                      "stream; share: exposed over the eager step)",
+                      {"who", "layer", "experts", "fwd_ms", "step_ms", "graph_step_ms",
+                       "TFLOP/s", "transfer_ms", "exposed_ms", "exposed_share"});
+  bench::Report stages("ep layer: stages per rank and step (eager steps, device events; a "
+                       "stage's runs in a step summed; stages on other streams overlap)",
+                       {"rank", "layer", "stage", "pass", "median_us"});
   std::vector<bench::Report*> tables;
   if (o.transfers) {
     report_transfers(o, w, states, summary, per_rank);

@@ -35,6 +35,7 @@ gemm::GemmLaunch make_launch(const GroupedGemmArgs& args) {
   gemm::GemmLaunch l;
   l.a = args.a.data;
   l.b = args.b.data;
+  l.max_ctas = args.max_ctas;
   l.problem = gemm::GemmProblem{
       .offsets = args.offsets.as<const int>(),
       .num_experts = static_cast<int>(args.b.size(0)),
@@ -73,6 +74,8 @@ void validate_grouped_gemm(const GroupedGemmArgs& args) {
                  "epilogue", "kLinear or kActivation",
                  std::to_string(static_cast<int>(args.epilogue)));
   epilogue_op(args);  // validates the activation
+  MOEFUSE_EXPECT(args.max_ctas >= 0, "max_ctas", "0 (every SM) or a positive CTA count",
+                 std::to_string(args.max_ctas));
   MOEFUSE_EXPECT(args.b.rank == 3, "b", "rank 3 [E, N, K]", "rank " + std::to_string(args.b.rank));
   const int64_t num_experts = args.b.size(0), n = args.b.size(1), k = args.b.size(2);
   expect_tensor(args.b, "b", DType::kBFloat16, cuda, {kAnyExtent, kAnyExtent, kAnyExtent});

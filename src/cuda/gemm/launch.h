@@ -13,6 +13,7 @@ struct GemmLaunch {
   EpilogueParams epilogue;
   const void* a = nullptr;  // [m_cap, k] bf16 (unused when gathering)
   const void* b = nullptr;  // [num_experts, n, k] bf16
+  int max_ctas = 0;         // persistent CTAs at most (0: one per SM)
 };
 
 // The fused kernel; output bf16 or fp32; gather: A rows through problem.gather_index.

@@ -2,6 +2,7 @@
 // transfer kernels (ep_kernels.cuh).
 #include "dist/nccl/ep_comm.h"
 
+#include <algorithm>
 #include <string>
 
 #include "cuda/check.h"
@@ -76,8 +77,7 @@ EpComm::EpComm(ncclComm_t comm, const EpPlan& plan, int hidden)
     throw NotSupported("EpComm: the dispatch kernel's shared memory (" +
                        std::to_string(dispatch_smem_) + " bytes for E = " +
                        std::to_string(plan.experts) + ", R = " + r + ") does not fit an SM");
-  ctas_ = (per_sm < detail::kEpCtasPerSm ? per_sm : detail::kEpCtasPerSm) *
-          cuda::device_sm_count();
+  ctas_ = std::min(per_sm, detail::kEpCtasPerSm) * cuda::device_sm_count();
 
   try {
     const size_t offsets_bytes = size_t(ranks_) * (plan.experts + 1) * sizeof(int32_t);
@@ -155,26 +155,59 @@ detail::EpKernelParams EpComm::params() const {
           .send_bound = plan_.send_rows,
           .capacity = plan_.receive_capacity_rows,
           .recv_offsets = local_,
-          .flags = local_ + experts_local() + 1};
+          .flags = local_ + experts_local() + 1,
+          .lo = 0,
+          .hi = experts_local()};
 }
 
+detail::EpKernelParams EpComm::params(const TransferPart& part) const {
+  MOEFUSE_EXPECT(part.first_expert >= 0 && part.first_expert < part.end_expert &&
+                     part.end_expert <= experts_local(),
+                 "part", "a non-empty range of local experts within [0, " +
+                     std::to_string(experts_local()) + ")",
+                 "[" + std::to_string(part.first_expert) + ", " +
+                     std::to_string(part.end_expert) + ")");
+  MOEFUSE_EXPECT(part.ctas >= 0 && part.ctas <= ctas_, "part.ctas",
+                 "0 (all) or at most " + std::to_string(ctas_), std::to_string(part.ctas));
+  detail::EpKernelParams p = params();
+  p.lo = part.first_expert;
+  p.hi = part.end_expert;
+  return p;
+}
+
+int EpComm::grid(const TransferPart& part) const { return part.ctas > 0 ? part.ctas : ctas_; }
+
+TransferPart EpComm::whole() const { return {.first_expert = 0, .end_expert = experts_local()}; }
+
 void EpComm::dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream) {
+  dispatch(xs, offsets, stream, whole());
+}
+
+void EpComm::dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream,
+                      const TransferPart& part) {
   expect_tensor(xs, "xs", DType::kBFloat16, Device::kCuda, {plan_.send_rows, hidden_});
   expect_aligned(xs, "xs");
   expect_tensor(offsets, "offsets", DType::kInt32, Device::kCuda, {plan_.experts + 1});
+  const detail::EpKernelParams p = params(part);
   expect_stream(stream);
-  detail::ep_dispatch_kernel<<<ctas_, threads_, dispatch_smem_, stream>>>(
-      params(), xs.as<const uint4>(), offsets.as<const int32_t>());
+  detail::ep_dispatch_kernel<<<grid(part), threads_, dispatch_smem_, stream>>>(
+      p, xs.as<const uint4>(), offsets.as<const int32_t>());
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
 void EpComm::return_rows(const TensorView& ys_recv, cudaStream_t stream) {
+  return_rows(ys_recv, stream, whole());
+}
+
+void EpComm::return_rows(const TensorView& ys_recv, cudaStream_t stream,
+                         const TransferPart& part) {
   expect_tensor(ys_recv, "ys_recv", DType::kBFloat16, Device::kCuda,
                 {plan_.receive_capacity_rows, hidden_});
   expect_aligned(ys_recv, "ys_recv");
+  const detail::EpKernelParams p = params(part);
   expect_stream(stream);
-  detail::ep_return_kernel<<<ctas_, threads_, return_smem_, stream>>>(
-      params(), ys_recv.as<const uint4>());
+  detail::ep_return_kernel<<<grid(part), threads_, return_smem_, stream>>>(
+      p, ys_recv.as<const uint4>());
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 

@@ -46,6 +46,16 @@ enum EpFlag : int32_t {
   kEpBadOffsets = 1 << 1,
 };
 
+// What one call of a chunked transfer moves, and on how many CTAs: the rows of local experts
+// [first_expert, end_expert) of every rank (the same on every rank), by `ctas` CTAs of the
+// transfer kernel (0: EpComm's default, two on every SM; fewer, about one an SM, leave the
+// other SMs to a grouped GEMM running beside it with max_ctas = the rest). Every rank passes the
+// same part: CTA b of each rank meets the others at LSA barrier b.
+struct TransferPart {
+  int first_expert = 0, end_expert = 0;
+  int ctas = 0;
+};
+
 class EpComm {
  public:
   // Collective over `comm`: every rank calls it, with its own rank's plan (make_ep_plan, which
@@ -68,12 +78,19 @@ class EpComm {
   // Afterwards received() holds this rank's experts' rows in the receive layout (ep_layout.h)
   // and receive_offsets() their per-expert offsets. Asynchronous on `stream`; graph-safe: yes.
   void dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream);
+  // One part (TransferPart): receive_offsets() is written whole every time, and a step's parts
+  // covering [0, El), in any order, leave received() as one dispatch does. InvalidArgument
+  // ("part", "part.ctas") for an empty range or one outside [0, El), or too many CTAs.
+  void dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream,
+                const TransferPart& part);
 
   // ys_recv: [plan.receive_capacity_rows, H] bf16, one output row per received row, in the
   // receive layout (it may be received() itself). Uses the offsets of the last dispatch.
   // Afterwards returned() holds this rank's rows in its own xs layout. Asynchronous on `stream`;
   // graph-safe: yes.
   void return_rows(const TensorView& ys_recv, cudaStream_t stream);
+  // One part: the received rows of its local experts (contiguous in the receive layout).
+  void return_rows(const TensorView& ys_recv, cudaStream_t stream, const TransferPart& part);
 
   TensorView received() const;         // [plan.receive_capacity_rows, H] bf16
   TensorView receive_offsets() const;  // [E / R + 1] int32
@@ -89,7 +106,7 @@ class EpComm {
   EpPlan plan_;
   int hidden_ = 0;
   int rank_ = 0, ranks_ = 0, device_ = -1;
-  int ctas_ = 0;  // CTAs of each transfer kernel, one LSA barrier each
+  int ctas_ = 0;  // CTAs of a whole transfer (the most a part may take), one LSA barrier each
   int threads_ = 0;
   size_t dispatch_smem_ = 0, return_smem_ = 0;
 
@@ -104,6 +121,9 @@ class EpComm {
   int experts_local() const;
   void expect_stream(cudaStream_t stream) const;
   detail::EpKernelParams params() const;
+  detail::EpKernelParams params(const TransferPart& part) const;  // checks the part
+  int grid(const TransferPart& part) const;
+  TransferPart whole() const;  // every local expert, every CTA
   void release() noexcept;
 };
 

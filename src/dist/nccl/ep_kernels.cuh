@@ -11,6 +11,9 @@
 //                         gathered window -> sync -> read the gathered offsets, push the rows
 //                         of this rank's xs to their owners -> sync (exit)
 //   return,   per CTA b:  sync (entry)  -> push received rows back to their sources -> sync (exit)
+// A call moves the rows of local experts [lo, hi) of every rank (a chunk; all of them: [0, El)).
+// Every dispatch exchanges the offsets again (the same ones, for the chunks of one step) and
+// writes the receive offsets of all El experts, so each call stands alone.
 //
 // Entry: a peer's earlier stream work (the readers of the buffers written next: expert GEMMs,
 // combine, host copies) has finished before anything is written into its windows. Exit: when the
@@ -41,12 +44,15 @@ struct EpKernelParams {
   int64_t send_bound, capacity;
   int32_t* recv_offsets;  // [E/R + 1], this rank's
   int32_t* flags;         // [1], this rank's
+  int lo, hi;             // the chunk: local experts [lo, hi) of every rank
 };
 
 // Dynamic shared memory of each kernel; a receiver's segment starts are El·R + 1 = E + 1 int64.
-// dispatch: every receiver's segment starts [R][E + 1] int64, then own offsets [E + 1] int32.
+// dispatch: every receiver's segment starts [R][E + 1] int64, the chunk's first row for each
+// receiver [R + 1] int64, then own offsets [E + 1] int32.
 inline size_t ep_dispatch_smem(int experts, int ranks) {
-  return size_t(ranks) * (experts + 1) * sizeof(int64_t) + size_t(experts + 1) * sizeof(int32_t);
+  return (size_t(ranks) * (experts + 1) + ranks + 1) * sizeof(int64_t) +
+         size_t(experts + 1) * sizeof(int32_t);
 }
 // return: this rank's segment starts [E + 1] int64, then the same as int32 (for find_expert;
 // they fit: at most R·send_bound <= INT32_MAX, checked by make_ep_plan).
@@ -86,7 +92,9 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_kernel(
   const int el = experts_per_rank(experts, ranks);
   const int64_t table = experts + 1;
   int64_t* starts = ep_smem;  // receiver d's segment_start(l, s) at [d·table + l·R + s]
-  int32_t* own = reinterpret_cast<int32_t*>(ep_smem + ranks * table);
+  int64_t* chunk = ep_smem + ranks * table;  // [R + 1]: the chunk's rows for d are
+                                             // [chunk[d], chunk[d + 1]) of the chunk's order
+  int32_t* own = reinterpret_cast<int32_t*>(chunk + ranks + 1);
 
   ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), p.comm, ncclTeamTagLsa(), blockIdx.x);
   bar.sync(ncclCoopCta(), ::cuda::memory_order_acq_rel);
@@ -120,12 +128,27 @@ __global__ void __launch_bounds__(kEpThreads) ep_dispatch_kernel(
     if (bits != 0) atomicOr(p.flags, bits);
   }
 
+  // The chunk's rows: for each receiver d, xs rows own[d·el + lo] .. own[d·el + hi].
+  if (valid && threadIdx.x == 0) {
+    int64_t sum = 0;
+    for (int d = 0; d < ranks; ++d) {
+      chunk[d] = sum;
+      sum += own[d * el + p.hi] - own[d * el + p.lo];
+    }
+    chunk[ranks] = sum;
+  }
+  __syncthreads();
+
   if (valid) {
     const int warps = blockDim.x / 32;
-    for (int64_t i = own[0] + int64_t(blockIdx.x) * warps + threadIdx.x / 32; i < own[experts];
-         i += int64_t(gridDim.x) * warps) {
-      const int e = gemm::find_expert(own, experts, int(i));
-      const int d = e / el, l = e % el;
+    for (int64_t j = int64_t(blockIdx.x) * warps + threadIdx.x / 32; j < chunk[ranks];
+         j += int64_t(gridDim.x) * warps) {
+      int d = 0;
+      while (chunk[d + 1] <= j) ++d;
+      const int32_t* first = own + d * el + p.lo;  // the chunk's experts of receiver d
+      const int64_t i = first[0] + (j - chunk[d]);
+      const int l = p.lo + gemm::find_expert(first, p.hi - p.lo, int(i));
+      const int e = d * el + l;
       const int64_t dst = starts[d * table + l * ranks + me] + (i - own[e]);
       if (dst >= p.capacity) continue;  // dropped: kEpRowsOverflow
       auto* to = static_cast<uint4*>(
@@ -157,10 +180,11 @@ __global__ void __launch_bounds__(kEpThreads) ep_return_kernel(const EpKernelPar
   __syncthreads();
 
   if (valid) {
-    const int64_t rows = starts[el * ranks] < p.capacity ? starts[el * ranks] : p.capacity;
+    // The chunk's received rows are contiguous: local experts lo .. hi - 1, all sources each.
+    const int64_t end = starts[p.hi * ranks] < p.capacity ? starts[p.hi * ranks] : p.capacity;
     const int warps = blockDim.x / 32;
-    for (int64_t j = int64_t(blockIdx.x) * warps + threadIdx.x / 32; j < rows;
-         j += int64_t(gridDim.x) * warps) {
+    for (int64_t j = starts[p.lo * ranks] + int64_t(blockIdx.x) * warps + threadIdx.x / 32;
+         j < end; j += int64_t(gridDim.x) * warps) {
       const int q = gemm::find_expert(starts32, el * ranks, int(j));
       const int l = q / ranks, s = q % ranks;
       const int64_t dst = g.first_row(s, me * el + l) + (j - starts[q]);

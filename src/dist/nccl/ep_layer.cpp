@@ -19,8 +19,10 @@
 #include "cuda/layer/routing.h"
 #include "cuda/layer/shared_expert.h"
 #include "cuda/layer/stage.h"
+#include "cuda/sm_count.h"
 #include "dist/ep_layer_plan.h"
 #include "dist/nccl/ep_comm.h"
+#include "dist/nccl/ep_pipeline.h"
 #include "dist/nccl/nccl_check.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/ep_layer.h"
@@ -65,8 +67,19 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& config, ncclComm_t comm, const EpLayerOp
                  "bf16 (the expert-parallel layer has no FP8 path yet)",
                  std::string(precision_name(config_.precision)));
   const dist::EpPlan plan = ep_plan(config_, comm, options_);
+  MOEFUSE_EXPECT(options_.chunks >= 1 && options_.chunks <= plan.experts_per_rank,
+                 "options.chunks",
+                 "in [1, experts per rank = " + std::to_string(plan.experts_per_rank) + "]",
+                 std::to_string(options_.chunks));
+  if (options_.chunks > 1) {
+    const int sms = cuda::device_sm_count();
+    MOEFUSE_EXPECT(options_.transfer_sms >= 1 && options_.transfer_sms < sms,
+                   "options.transfer_sms", "in [1, " + std::to_string(sms - 1) + "]",
+                   std::to_string(options_.transfer_sms));
+  }
   comm_ = std::make_unique<dist::EpComm>(comm, plan, static_cast<int>(config_.hidden));
   handles_ = std::make_unique<layer::LayerHandles>();
+  if (options_.chunks > 1) pipeline_ = std::make_unique<dist::EpPipeline>(options_.chunks);
 }
 
 EpMoeLayer::~EpMoeLayer() = default;
@@ -107,6 +120,89 @@ layer::ArgBounds EpMoeLayer::arg_bounds() const {
           }};
 }
 
+void EpMoeLayer::routed_experts(const MoeLayerWeights& w, const dist::EpLayerViews& v,
+                                LayerObserver* obs, cudaStream_t stream) {
+  layer::LayerHandles& h = *handles_;
+  dist::EpComm& ep = *comm_;
+  const int chunks = options_.chunks, el = static_cast<int>(local_experts());
+  const bool pipelined = chunks > 1;
+  // Pipelined, the transfers run on their own stream and SMs, beside the GEMMs on the others.
+  cudaStream_t tx = pipelined ? pipeline_->transfer : stream;
+  const int transfer_ctas = pipelined ? options_.transfer_sms : 0;
+  const int gemm_ctas = pipelined ? cuda::device_sm_count() - options_.transfer_sms : 0;
+  auto part = [&](int g) {
+    return dist::TransferPart{.first_expert = g * el / chunks,
+                              .end_expert = (g + 1) * el / chunks,
+                              .ctas = transfer_ctas};
+  };
+  // Chunk g's experts: their slice of a per-expert tensor (dim 0), and of the receive offsets
+  // (absolute rows of received(): the GEMMs address the whole buffers).
+  auto experts = [&](const TensorView& t, int g) {
+    if (is_absent(t)) return t;
+    const dist::TransferPart c = part(g);
+    TensorView s = t;  // the same strides; dim 0 from the chunk's first expert
+    s.data = static_cast<char*>(t.data) + c.first_expert * t.stride(0) * dtype_bits(t.dtype) / 8;
+    s.shape[0] = c.end_expert - c.first_expert;
+    return s;
+  };
+  auto offsets = [&](int g) {
+    const dist::TransferPart c = part(g);
+    return TensorView::contiguous(ep.receive_offsets().as<int32_t>() + c.first_expert,
+                                  DType::kInt32, {c.end_expert - c.first_expert + 1},
+                                  Device::kCuda);
+  };
+
+  if (pipelined) h.fork(pipeline_->start, stream, tx);
+  layer::run_stage(LayerStage::kEpDispatch, tx, obs, [&] {
+    for (int g = 0; g < chunks; ++g) {
+      ep.dispatch(v.xs, v.offsets, tx, part(g));
+      if (pipelined) MOEFUSE_CUDA_CHECK(cudaEventRecord(pipeline_->dispatched[g], tx));
+    }
+  });
+  // dW1's rows, kept past the backward's dispatch (which overwrites received()), on the second
+  // stream; the combine joins it.
+  h.fork(h.fork_event, tx, h.side);
+  layer::copy_leading_rows(ep.received().as<__nv_bfloat16>(), v.xs_received.as<__nv_bfloat16>(),
+                           ep.receive_offsets().as<int32_t>() + el, v.xs_received.size(0),
+                           config_.hidden, h.side);
+  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
+
+  for (int g = 0; g < chunks; ++g) {
+    if (pipelined) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, pipeline_->dispatched[g], 0));
+    layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
+      grouped_gemm({.a = ep.received(),
+                    .b = experts(w.w1, g),
+                    .offsets = offsets(g),
+                    .d = v.act,
+                    .epilogue = GemmEpilogue::kActivation,
+                    .activation = config_.activation,
+                    .clamped_swiglu = config_.clamped_swiglu,
+                    .bias = experts(w.b1, g),
+                    .pre_activation = v.pre,
+                    .max_ctas = gemm_ctas},
+                   stream);
+    });
+    layer::run_stage(LayerStage::kFc2, stream, obs, [&] {
+      grouped_gemm({.a = v.act,
+                    .b = experts(w.w2, g),
+                    .offsets = offsets(g),
+                    .d = v.ys,
+                    .bias = experts(w.b2, g),
+                    .max_ctas = gemm_ctas},
+                   stream);
+    });
+    if (pipelined) MOEFUSE_CUDA_CHECK(cudaEventRecord(pipeline_->computed[g], stream));
+  }
+
+  layer::run_stage(LayerStage::kEpReturn, tx, obs, [&] {
+    for (int g = 0; g < chunks; ++g) {
+      if (pipelined) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(tx, pipeline_->computed[g], 0));
+      ep.return_rows(v.ys, tx, part(g));
+    }
+  });
+  if (pipelined) h.fork(pipeline_->returned, tx, stream);
+}
+
 void EpMoeLayer::forward(const TensorView& x, const MoeLayerWeights& w,
                          const MoeLayerOutputs& out, Workspace cache, Workspace workspace,
                          cudaStream_t stream, const LayerRun& run) {
@@ -138,34 +234,7 @@ void EpMoeLayer::forward(const TensorView& x, const MoeLayerWeights& w,
   });
   layer::run_stage(LayerStage::kPermute, stream, obs,
                    [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
-  layer::run_stage(LayerStage::kEpDispatch, stream, obs,
-                   [&] { ep.dispatch(v.xs, v.offsets, stream); });
-
-  // dW1's rows, kept past the backward's dispatch (which overwrites received()), beside FC1.
-  h.fork(h.fork_event, stream, h.side);
-  layer::copy_leading_rows(ep.received().as<__nv_bfloat16>(), v.xs_received.as<__nv_bfloat16>(),
-                           ep.receive_offsets().as<int32_t>() + p.local_experts, p.capacity, H,
-                           h.side);
-  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
-
-  layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
-    grouped_gemm({.a = ep.received(),
-                  .b = w.w1,
-                  .offsets = ep.receive_offsets(),
-                  .d = v.act,
-                  .epilogue = GemmEpilogue::kActivation,
-                  .activation = config_.activation,
-                  .clamped_swiglu = config_.clamped_swiglu,
-                  .bias = w.b1,
-                  .pre_activation = v.pre},
-                 stream);
-  });
-  layer::run_stage(LayerStage::kFc2, stream, obs, [&] {
-    grouped_gemm(
-        {.a = v.act, .b = w.w2, .offsets = ep.receive_offsets(), .d = v.ys, .bias = w.b2},
-        stream);
-  });
-  layer::run_stage(LayerStage::kEpReturn, stream, obs, [&] { ep.return_rows(v.ys, stream); });
+  routed_experts(w, v, obs, stream);
   layer::run_stage(LayerStage::kCombine, stream, obs, [&] {
     combine(ep.returned(), v.probs, v.row_of, out.y, run.health, stream);
     // d_probs' operand, kept past this rank's next transfer (which overwrites returned()): the
