@@ -39,6 +39,7 @@ namespace moefuse {
 
 namespace dist {
 class EpComm;
+class EpChunks;
 class EpPipeline;
 struct EpLayerViews;
 }
@@ -52,10 +53,10 @@ struct EpLayerOptions {
   int64_t receive_capacity_rows = 0;  // rows a rank's experts may receive in one call; 0: the
                                       // worst case ranks·max_tokens_per_rank·top_k. Smaller:
                                       // rows past it are dropped and transport_flags() says so.
-  // The forward's transfers and expert GEMMs in `chunks` parts of the local experts, pipelined:
-  // chunk g's FC1 and FC2 run while chunk g + 1 is dispatched and chunk g - 1 returns, so only
-  // the first dispatch and the last return are exposed. 1: one transfer each way, nothing
-  // overlapped. In [1, E / ranks].
+  // The transfers and expert GEMMs in `chunks` parts of the local experts, pipelined: part g's
+  // FC1 and FC2 (backward: its dgrads) run while part g + 1 is dispatched and part g - 1
+  // returns, so only the first dispatch and the last return of each pass are exposed. 1: one
+  // transfer each way, nothing overlapped. In [1, E / ranks].
   int chunks = 1;
   // With chunks > 1: the SMs the transfer kernels take (one CTA each) while the GEMMs take the
   // rest. In [1, SMs - 1].
@@ -105,10 +106,20 @@ class EpMoeLayer {
 
  private:
   layer::ArgBounds arg_bounds() const;  // what forward's and backward's arguments are checked by
+  // The parts of the transfers, and the expert GEMMs' persistent CTAs (0: every SM; pipelined:
+  // those the transfers leave).
+  dist::EpChunks chunks() const;
+  int gemm_ctas() const;
   // Forward from the permuted rows v.xs to the returned rows: dispatch, FC1, FC2, return, in
   // options_.chunks parts (ep_layer.cpp).
   void routed_experts(const MoeLayerWeights& w, const dist::EpLayerViews& v,
                       LayerObserver* obs, cudaStream_t stream);
+  // Backward from dys (this rank's rows) to the returned dxs: dispatch, FC2 dgrad (+dGLU), FC1
+  // dgrad, return, in parts as the forward, and the weight gradients on the second stream
+  // (ep_layer_backward.cpp).
+  void routed_experts_backward(const MoeLayerWeights& w, const MoeLayerGrads& g,
+                               const dist::EpLayerViews& v, LayerObserver* obs,
+                               cudaStream_t stream);
 
   MoeConfig config_;
   EpLayerOptions options_;

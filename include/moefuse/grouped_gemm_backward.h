@@ -46,6 +46,7 @@ struct GroupedGemmDgradArgs {
   TensorView b;        // [E, K, N] bf16
   TensorView offsets;  // [E+1] int32
   TensorView d;        // [M_cap, N] bf16 or fp32
+  int max_ctas = 0;    // persistent CTAs (0: one per SM), as GroupedGemmArgs::max_ctas
 };
 void grouped_gemm_dgrad(const GroupedGemmDgradArgs& args, cudaStream_t stream);
 void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args);
@@ -65,6 +66,7 @@ struct Fc2DgradArgs {
   TensorView scaled_act;   // [M_cap, F] bf16 out: p·act, the FC2 wgrad's b operand (recomputed)
   TensorView d_row_scale;  // [M_cap] fp32 out: dp (needs scratch.dp_partial in the fused call)
   TensorView b2;           // [E, H] fp32: FC2 bias, adds ⟨dys[r], b2[e]⟩ to dp (d_row_scale only)
+  int max_ctas = 0;        // the fused kernel's persistent CTAs (0: one per SM)
 };
 
 // Scratch of the FC2 dgrad (caller-owned, contents irrelevant on entry).
@@ -101,6 +103,9 @@ struct GroupedGemmWgradArgs {
   // Optional: [M_cap] int32, row r of b is x[gather_index[r]] (token_of_row; an index outside
   // [0, T) reads zeros): dW1 straight from the unpermuted activations, xs never materialised.
   TensorView gather_index;
+  // Persistent CTAs (0: one per SM), as GroupedGemmArgs::max_ctas. A tile's sum does not depend
+  // on it (one CTA sums all of an expert's rows for a tile).
+  int max_ctas = 0;
 };
 void grouped_gemm_wgrad(const GroupedGemmWgradArgs& args, cudaStream_t stream);
 

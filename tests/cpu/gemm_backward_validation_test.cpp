@@ -101,6 +101,7 @@ TEST(GemmBackwardValidation, DgradRejectsBadArguments) {
   expect_rejects(v, with([](auto& a) { a.b = dev(DType::kBFloat16, {kE, 2 * kF, 44}); }), "b");
   expect_rejects(v, with([](auto& a) { a.b = dev(DType::kBFloat16, {0, 2 * kF, kH}); }), "b");
   expect_rejects(v, with([](auto& a) { a.offsets = dev(DType::kInt32, {kE}); }), "offsets");
+  expect_rejects(v, with([](auto& a) { a.max_ctas = -1; }), "max_ctas");
   expect_rejects(v, with([](auto& a) { a.a = dev(DType::kBFloat16, {kM, kF}); }), "a");
   expect_rejects(v, with([](auto& a) { a.d = dev(DType::kBFloat16, {kM + 1, kH}); }), "d");
   expect_rejects(v, with([](auto& a) { a.d = dev(DType::kInt32, {kM, kH}); }), "d");
@@ -125,6 +126,10 @@ TEST(GemmBackwardValidation, Fc2DgradRejectsBadArguments) {
   };
   expect_rejects(v, with([](auto& a) { a.activation = static_cast<Activation>(99); }), "activation");
   expect_rejects(v, with([](auto& a) { a.w2 = dev(DType::kBFloat16, {kE, kH, 20}); }), "w2");
+  expect_rejects(v, with([](auto& a) { a.max_ctas = -3; }), "max_ctas");
+  GroupedGemmWgradArgs wgrad = valid_wgrad();
+  wgrad.max_ctas = -1;
+  expect_rejects(&validate_grouped_gemm_wgrad, wgrad, "max_ctas");
   expect_rejects(v, with([](auto& a) { a.dys = dev(DType::kBFloat16, {kM, kF}); }), "dys");
   expect_rejects(v, with([](auto& a) { a.pre = dev(DType::kBFloat16, {kM, kF}); }), "pre");
   expect_rejects(v, with([](auto& a) { a.d_pre = dev(DType::kFloat32, {kM, 2 * kF}); }), "d_pre");

@@ -424,9 +424,9 @@ TEST(EpLayerGpu, Top4MatchesOneGpuBitwise) {
   expect_matches_one_gpu(gpus, {.experts_per_rank = 4, .hidden = 512, .ffn = 256, .top_k = 4});
 }
 
-// The forward pipelined in chunks of local experts (uneven: 2, 3, 3 of 8; then one expert a
-// chunk), transfers on a few SMs beside GEMMs on the rest: the same bits.
-TEST(EpLayerGpu, ChunkedForwardMatchesOneGpuBitwise) {
+// Forward and backward pipelined in chunks of local experts (uneven: 2, 3, 3 of 8; then one
+// expert a chunk), transfers on a few SMs beside GEMMs on the rest: the same bits.
+TEST(EpLayerGpu, ChunkedMatchesOneGpuBitwise) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
   expect_matches_one_gpu(gpus, {.experts_per_rank = 8, .hidden = 256, .ffn = 128, .top_k = 2},
                          {.chunks = 3, .transfer_sms = 10});

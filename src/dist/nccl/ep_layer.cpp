@@ -21,7 +21,9 @@
 #include "cuda/layer/stage.h"
 #include "cuda/sm_count.h"
 #include "dist/ep_layer_plan.h"
+#include "dist/nccl/ep_chunks.h"
 #include "dist/nccl/ep_comm.h"
+#include "dist/nccl/ep_pass.h"
 #include "dist/nccl/ep_pipeline.h"
 #include "dist/nccl/nccl_check.h"
 #include "moefuse/dispatch.h"
@@ -111,6 +113,14 @@ size_t EpMoeLayer::workspace_size() const {
 
 TensorView EpMoeLayer::transport_flags() const { return comm_->flags(); }
 
+dist::EpChunks EpMoeLayer::chunks() const {
+  return dist::EpChunks(*comm_, options_.chunks, options_.chunks > 1 ? options_.transfer_sms : 0);
+}
+
+int EpMoeLayer::gemm_ctas() const {
+  return options_.chunks > 1 ? cuda::device_sm_count() - options_.transfer_sms : 0;
+}
+
 layer::ArgBounds EpMoeLayer::arg_bounds() const {
   return {.experts_held = local_experts(),
           .max_tokens = options_.max_tokens_per_rank,
@@ -123,84 +133,47 @@ layer::ArgBounds EpMoeLayer::arg_bounds() const {
 void EpMoeLayer::routed_experts(const MoeLayerWeights& w, const dist::EpLayerViews& v,
                                 LayerObserver* obs, cudaStream_t stream) {
   layer::LayerHandles& h = *handles_;
-  dist::EpComm& ep = *comm_;
-  const int chunks = options_.chunks, el = static_cast<int>(local_experts());
-  const bool pipelined = chunks > 1;
-  // Pipelined, the transfers run on their own stream and SMs, beside the GEMMs on the others.
-  cudaStream_t tx = pipelined ? pipeline_->transfer : stream;
-  const int transfer_ctas = pipelined ? options_.transfer_sms : 0;
-  const int gemm_ctas = pipelined ? cuda::device_sm_count() - options_.transfer_sms : 0;
-  auto part = [&](int g) {
-    return dist::TransferPart{.first_expert = g * el / chunks,
-                              .end_expert = (g + 1) * el / chunks,
-                              .ctas = transfer_ctas};
-  };
-  // Chunk g's experts: their slice of a per-expert tensor (dim 0), and of the receive offsets
-  // (absolute rows of received(): the GEMMs address the whole buffers).
-  auto experts = [&](const TensorView& t, int g) {
-    if (is_absent(t)) return t;
-    const dist::TransferPart c = part(g);
-    TensorView s = t;  // the same strides; dim 0 from the chunk's first expert
-    s.data = static_cast<char*>(t.data) + c.first_expert * t.stride(0) * dtype_bits(t.dtype) / 8;
-    s.shape[0] = c.end_expert - c.first_expert;
-    return s;
-  };
-  auto offsets = [&](int g) {
-    const dist::TransferPart c = part(g);
-    return TensorView::contiguous(ep.receive_offsets().as<int32_t>() + c.first_expert,
-                                  DType::kInt32, {c.end_expert - c.first_expert + 1},
-                                  Device::kCuda);
-  };
+  const dist::EpComm& ep = *comm_;
+  const dist::EpChunks chunks = this->chunks();
+  dist::EpPass pass(*comm_, chunks, pipeline_.get(), stream, obs);
+  const int gemm_ctas = this->gemm_ctas();
 
-  if (pipelined) h.fork(pipeline_->start, stream, tx);
-  layer::run_stage(LayerStage::kEpDispatch, tx, obs, [&] {
-    for (int g = 0; g < chunks; ++g) {
-      ep.dispatch(v.xs, v.offsets, tx, part(g));
-      if (pipelined) MOEFUSE_CUDA_CHECK(cudaEventRecord(pipeline_->dispatched[g], tx));
-    }
-  });
+  pass.dispatch(v.xs, v.offsets, LayerStage::kEpDispatch);
   // dW1's rows, kept past the backward's dispatch (which overwrites received()), on the second
   // stream; the combine joins it.
-  h.fork(h.fork_event, tx, h.side);
+  h.fork(h.fork_event, pass.transfer_stream(), h.side);
   layer::copy_leading_rows(ep.received().as<__nv_bfloat16>(), v.xs_received.as<__nv_bfloat16>(),
-                           ep.receive_offsets().as<int32_t>() + el, v.xs_received.size(0),
-                           config_.hidden, h.side);
+                           ep.receive_offsets().as<int32_t>() + local_experts(),
+                           v.xs_received.size(0), config_.hidden, h.side);
   MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
 
-  for (int g = 0; g < chunks; ++g) {
-    if (pipelined) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, pipeline_->dispatched[g], 0));
+  for (int g = 0; g < chunks.count(); ++g) {
+    pass.await_part(g);
     layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
       grouped_gemm({.a = ep.received(),
-                    .b = experts(w.w1, g),
-                    .offsets = offsets(g),
+                    .b = chunks.experts(w.w1, g),
+                    .offsets = chunks.offsets(g),
                     .d = v.act,
                     .epilogue = GemmEpilogue::kActivation,
                     .activation = config_.activation,
                     .clamped_swiglu = config_.clamped_swiglu,
-                    .bias = experts(w.b1, g),
+                    .bias = chunks.experts(w.b1, g),
                     .pre_activation = v.pre,
                     .max_ctas = gemm_ctas},
                    stream);
     });
     layer::run_stage(LayerStage::kFc2, stream, obs, [&] {
       grouped_gemm({.a = v.act,
-                    .b = experts(w.w2, g),
-                    .offsets = offsets(g),
+                    .b = chunks.experts(w.w2, g),
+                    .offsets = chunks.offsets(g),
                     .d = v.ys,
-                    .bias = experts(w.b2, g),
+                    .bias = chunks.experts(w.b2, g),
                     .max_ctas = gemm_ctas},
                    stream);
     });
-    if (pipelined) MOEFUSE_CUDA_CHECK(cudaEventRecord(pipeline_->computed[g], stream));
+    pass.part_computed(g);
   }
-
-  layer::run_stage(LayerStage::kEpReturn, tx, obs, [&] {
-    for (int g = 0; g < chunks; ++g) {
-      if (pipelined) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(tx, pipeline_->computed[g], 0));
-      ep.return_rows(v.ys, tx, part(g));
-    }
-  });
-  if (pipelined) h.fork(pipeline_->returned, tx, stream);
+  pass.return_rows(v.ys, LayerStage::kEpReturn);
 }
 
 void EpMoeLayer::forward(const TensorView& x, const MoeLayerWeights& w,

@@ -7,11 +7,13 @@
 //   → FC2 dgrad (+ dGLU → d_pre, act) → FC1 dgrad (dxs) → ep_return_bwd (dxs rows home)
 //   → permute_bwd (dx) → dx += shared dx → router_topk_bwd (+ aux, z) → router_logits_bwd
 //   (dx +=, d_w_router of this rank's tokens).
-// Second stream: the shared expert's backward from the start; once d_pre exists, the k-grouped
-// wgrads of this rank's experts, dW2 = Σ dysᵀ·act over the received dys and dW1 = Σ d_preᵀ·xs
-// over the forward's received rows (cached), and the bias gradients. Both read only this rank's
-// buffers and its receive window, which no peer writes before this rank's next dispatch (after
-// the join at the end).
+// With chunks > 1 the transfers run in parts on the transfer stream, pipelined with the dgrads
+// of each part as the forward (ep_layer.cpp, ep_pipeline.h).
+// Second stream: the shared expert's backward from the start; once every d_pre exists, the
+// k-grouped wgrads of this rank's experts, dW2 = Σ dysᵀ·act over the received dys and
+// dW1 = Σ d_preᵀ·xs over the forward's received rows (cached), and the bias gradients, beside
+// the returns. Both read only this rank's buffers and its receive window, which no peer writes
+// before this rank's next dispatch (after the join at the end).
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -22,7 +24,9 @@
 #include "cuda/layer/shared_expert.h"
 #include "cuda/layer/stage.h"
 #include "dist/ep_layer_plan.h"
+#include "dist/nccl/ep_chunks.h"
 #include "dist/nccl/ep_comm.h"
+#include "dist/nccl/ep_pass.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/ep_layer.h"
 #include "moefuse/grouped_gemm.h"
@@ -33,6 +37,70 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 namespace moefuse {
+
+void EpMoeLayer::routed_experts_backward(const MoeLayerWeights& w, const MoeLayerGrads& g,
+                                         const dist::EpLayerViews& v, LayerObserver* obs,
+                                         cudaStream_t stream) {
+  layer::LayerHandles& h = *handles_;
+  const dist::EpChunks chunks = this->chunks();
+  dist::EpPass pass(*comm_, chunks, pipeline_.get(), stream, obs);
+  const int gemm_ctas = this->gemm_ctas();
+  const TensorView dys = comm_->received(), offsets = comm_->receive_offsets();
+
+  // The forward's offsets: the owners get the same receive layout (and receive_offsets()).
+  pass.dispatch(v.dys, v.offsets, LayerStage::kEpDispatchBackward);
+  for (int c = 0; c < chunks.count(); ++c) {
+    pass.await_part(c);
+    layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
+      // No row scale: the combine applied the routing weight, combine_bwd differentiated it.
+      grouped_gemm_fc2_dgrad({.dys = dys,
+                              .w2 = chunks.experts(w.w2, c),
+                              .offsets = chunks.offsets(c),
+                              .pre = v.pre,
+                              .d_pre = v.dpre,
+                              .activation = config_.activation,
+                              .clamped_swiglu = config_.clamped_swiglu,
+                              .scaled_act = v.act_bwd,
+                              .max_ctas = gemm_ctas},
+                             Fc2DgradScratch{}, stream);
+    });
+    layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
+      grouped_gemm_dgrad({.a = v.dpre,
+                          .b = chunks.experts(w.w1, c),
+                          .offsets = chunks.offsets(c),
+                          .d = v.dxs,
+                          .max_ctas = gemm_ctas},
+                         stream);
+    });
+    pass.part_computed(c);
+  }
+
+  // dys, act and d_pre exist: the weight gradients go to the second stream, beside the returns
+  // (pipelined, on the SMs the transfers leave).
+  h.fork(h.fork_event, stream, h.side);
+  const int64_t El = local_experts(), H = config_.hidden, fc1 = config_.fc1_width();
+  layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
+    grouped_gemm_wgrad(
+        {.a = dys, .b = v.act_bwd, .offsets = offsets, .d = g.d_w2, .max_ctas = gemm_ctas},
+        h.side);
+    if (config_.expert_bias)
+      layer::segment_column_sum(dys.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
+                                g.d_b2.as<float>(), El, H, h.side);
+  });
+  layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
+    grouped_gemm_wgrad({.a = v.dpre,
+                        .b = v.xs_received,
+                        .offsets = offsets,
+                        .d = g.d_w1,
+                        .max_ctas = gemm_ctas},
+                       h.side);
+    if (config_.expert_bias)
+      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
+                                g.d_b1.as<float>(), El, fc1, h.side);
+  });
+  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
+  pass.return_rows(v.dxs, LayerStage::kEpReturnBackward);
+}
 
 void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& w,
                           const MoeLayerGrads& g, Workspace cache, Workspace workspace,
@@ -45,8 +113,7 @@ void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLa
   const dist::EpLayerViews v = dist::make_ep_layer_views(config_, p, cache, workspace);
   dist::EpComm& ep = *comm_;
   const bool shared = config_.shared_expert_ffn > 0;
-  const int64_t El = p.local_experts, k = config_.top_k, H = config_.hidden;
-  const int64_t fc1 = config_.fc1_width();
+  const int64_t k = config_.top_k, H = config_.hidden;
   LayerObserver* obs = run.observer;
 
   if (shared) {
@@ -67,45 +134,7 @@ void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLa
     combine_backward(dy, v.ys_returned, v.probs, v.row_of, v.token_of_row, v.dys, v.d_probs,
                      run.health, stream);
   });
-  // The forward's offsets: the owners get the same receive layout (and receive_offsets()).
-  layer::run_stage(LayerStage::kEpDispatchBackward, stream, obs,
-                   [&] { ep.dispatch(v.dys, v.offsets, stream); });
-  const TensorView dys = ep.received(), offsets = ep.receive_offsets();
-  layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
-    // No row scale: the combine applied the routing weight, combine_bwd differentiated it.
-    grouped_gemm_fc2_dgrad({.dys = dys,
-                            .w2 = w.w2,
-                            .offsets = offsets,
-                            .pre = v.pre,
-                            .d_pre = v.dpre,
-                            .activation = config_.activation,
-                            .clamped_swiglu = config_.clamped_swiglu,
-                            .scaled_act = v.act_bwd},
-                           Fc2DgradScratch{}, stream);
-  });
-
-  // dys, act and d_pre exist: the weight gradients go to the second stream.
-  h.fork(h.fork_event, stream, h.side);
-  layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
-    grouped_gemm_wgrad({.a = dys, .b = v.act_bwd, .offsets = offsets, .d = g.d_w2}, h.side);
-    if (config_.expert_bias)
-      layer::segment_column_sum(dys.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
-                                g.d_b2.as<float>(), El, H, h.side);
-  });
-  layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
-    grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_received, .offsets = offsets, .d = g.d_w1},
-                       h.side);
-    if (config_.expert_bias)
-      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
-                                g.d_b1.as<float>(), El, fc1, h.side);
-  });
-  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
-
-  layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
-    grouped_gemm_dgrad({.a = v.dpre, .b = w.w1, .offsets = offsets, .d = v.dxs}, stream);
-  });
-  layer::run_stage(LayerStage::kEpReturnBackward, stream, obs,
-                   [&] { ep.return_rows(v.dxs, stream); });
+  routed_experts_backward(w, g, v, obs, stream);
   layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
     permute_backward(ep.returned(), v.row_of, g.dx, run.health, stream);
     if (shared) {

@@ -63,7 +63,8 @@ gemm::bwd::DgradLaunch dgrad_launch(const GroupedGemmDgradArgs& args) {
                   .d_fp32 = args.d.dtype == DType::kFloat32},
       .dglu = {},
       .a = args.a.data,
-      .b = args.b.data};
+      .b = args.b.data,
+      .max_ctas = args.max_ctas};
 }
 
 // The FC2 dgrad's epilogue parameters and dp reduction from validated args.
@@ -94,7 +95,8 @@ gemm::bwd::DpReduce dp_reduce(const Fc2DgradArgs& args, const float* dp_partial)
 }
 
 GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView& g) {
-  return GroupedGemmDgradArgs{.a = args.dys, .b = args.w2, .offsets = args.offsets, .d = g};
+  return GroupedGemmDgradArgs{
+      .a = args.dys, .b = args.w2, .offsets = args.offsets, .d = g, .max_ctas = args.max_ctas};
 }
 
 gemm::bwd::WgradLaunch wgrad_launch(const GroupedGemmWgradArgs& args) {
@@ -113,7 +115,8 @@ gemm::bwd::WgradLaunch wgrad_launch(const GroupedGemmWgradArgs& args) {
                   .gather_index = gather ? args.gather_index.as<const int>() : nullptr,
                   .gather_rows = gather ? static_cast<int>(args.b.size(0)) : 0},
       .a = args.a.data,
-      .b = args.b.data};
+      .b = args.b.data,
+      .max_ctas = args.max_ctas};
 }
 
 }  // namespace
@@ -122,6 +125,8 @@ gemm::bwd::WgradLaunch wgrad_launch(const GroupedGemmWgradArgs& args) {
 
 void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args) {
   const Device cuda = Device::kCuda;
+  MOEFUSE_EXPECT(args.max_ctas >= 0, "max_ctas", "0 (every SM) or a positive CTA count",
+                 std::to_string(args.max_ctas));
   MOEFUSE_EXPECT(args.b.rank == 3, "b", "rank 3 [E, K, N]", "rank " + std::to_string(args.b.rank));
   expect_tensor(args.b, "b", DType::kBFloat16, cuda, {kAnyExtent, kAnyExtent, kAnyExtent});
   const int64_t e = expect_experts(args.b.size(0), "b"), k = args.b.size(1), n = args.b.size(2);
@@ -155,6 +160,8 @@ int64_t fc2_dgrad_dp_blocks(int64_t ffn) {
 
 void validate_fc2_dgrad(const Fc2DgradArgs& args) {
   const Device cuda = Device::kCuda;
+  MOEFUSE_EXPECT(args.max_ctas >= 0, "max_ctas", "0 (every SM) or a positive CTA count",
+                 std::to_string(args.max_ctas));
   gemm::activation_epilogue_op(args.activation);  // validates the enum
   MOEFUSE_EXPECT(args.w2.rank == 3, "w2", "rank 3 [E, H, F]",
                  "rank " + std::to_string(args.w2.rank));
@@ -225,6 +232,8 @@ void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScra
 
 void validate_grouped_gemm_wgrad(const GroupedGemmWgradArgs& args) {
   const Device cuda = Device::kCuda;
+  MOEFUSE_EXPECT(args.max_ctas >= 0, "max_ctas", "0 (every SM) or a positive CTA count",
+                 std::to_string(args.max_ctas));
   MOEFUSE_EXPECT(args.d.rank == 3, "d", "rank 3 [E, M_out, N_out]",
                  "rank " + std::to_string(args.d.rank));
   MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16 || args.d.dtype == DType::kFloat32, "d",

@@ -13,6 +13,7 @@ struct DgradLaunch {
   DGluEpilogue dglu;
   const void* a = nullptr;  // [m_cap, k] bf16
   const void* b = nullptr;  // [num_experts, k, n] bf16
+  int max_ctas = 0;         // persistent CTAs at most (0: one per SM)
 };
 void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream);
 
@@ -20,6 +21,7 @@ struct WgradLaunch {
   WgradProblem problem;
   const void* a = nullptr;  // [m_cap, m_out] bf16
   const void* b = nullptr;  // [m_cap, n_out] bf16 (unused when gathering)
+  int max_ctas = 0;         // persistent CTAs at most (0: one per SM)
 };
 void launch_wgrad(const WgradLaunch& launch, cudaStream_t stream);
 void launch_wgrad_gather(const WgradLaunch& launch, cudaStream_t stream);

@@ -20,7 +20,9 @@ void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream) {
   // m-block) only trims the grid for tiny problems.
   const int64_t max_tiles =
       (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) * ceil_div(p.n, kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), max_tiles));
+  const int sms = cuda::device_sm_count();
+  const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
+  const int grid = static_cast<int>(std::min<int64_t>(ctas, max_tiles));
   const int64_t bytes = smem_bytes(p.num_experts);
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(&dgrad_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -32,7 +32,9 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
       kGather ? tmap_a : make_tma_2d(kTmaBf16, launch.b, p.m_cap, p.n_out, kBlockK, kMnChunk);
   const int64_t tiles = int64_t{p.num_experts} * ceil_div(p.m_out, kBlockM) *
                         ceil_div(p.n_out, kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), tiles));
+  const int sms = cuda::device_sm_count();
+  const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
+  const int grid = static_cast<int>(std::min<int64_t>(ctas, tiles));
   const int64_t bytes = smem_bytes(0);
   auto* kernel = &wgrad_kernel<kGather>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
