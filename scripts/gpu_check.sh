@@ -68,6 +68,8 @@ fi
 # isolation: the device has no registry), then the pytest suite, GPU tests included.
 if [[ " $stages " == *" python "* || " $stages " == *" example "* || " $stages " == *" gaps "* ]]; then
   export MOEFUSE_LIBRARY=$PWD/$BUILD/libmoefuse_c.so
+  # The EP library (built with NCCL): moefuse.ep's tests skip without it.
+  export MOEFUSE_EP_LIBRARY=$PWD/$BUILD/libmoefuse_ep_c.so
   python3 -m pip install --no-build-isolation --no-deps -q -e ./python > "$OUT/pip.log" 2>&1 ||
     { echo "pip install failed (log in pip.log); using PYTHONPATH"; export PYTHONPATH=$PWD/python; }
 fi

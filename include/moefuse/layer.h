@@ -138,7 +138,10 @@ struct MoeLayerWeightPointers {
   void* fp8 = nullptr;  // MoeLayerWeights::fp8, with its size
   size_t fp8_bytes = 0;
 };
-MoeLayerWeights layer_weight_views(const MoeConfig& config, const MoeLayerWeightPointers& p);
+// experts_held: the experts whose weights (and gradients) the pointers hold, 0 for all E;
+// EpMoeLayer's callers pass their rank's El (the router's are all E either way).
+MoeLayerWeights layer_weight_views(const MoeConfig& config, const MoeLayerWeightPointers& p,
+                                   int64_t experts_held = 0);
 
 struct MoeLayerGradPointers {
   void* dx = nullptr;
@@ -151,7 +154,7 @@ struct MoeLayerGradPointers {
   float* d_shared_w2 = nullptr;
 };
 MoeLayerGrads layer_grad_views(const MoeConfig& config, int64_t tokens,
-                               const MoeLayerGradPointers& p);
+                               const MoeLayerGradPointers& p, int64_t experts_held = 0);
 
 struct MoeLayerOutputs {
   TensorView y;       // [T, H] bf16

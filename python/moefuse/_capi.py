@@ -147,44 +147,57 @@ _PROTOTYPES = {
 }
 
 
+class Library:
+    """A moefuse shared library loaded on first use, every prototype declared: looked up at
+    $<env_var>, next to this file (a copy placed in the installed package), then in
+    build/release of the source tree this file sits in."""
+
+    def __init__(self, name: str, env_var: str, prototypes: dict, how_to_build: str):
+        self.name, self.env_var, self.prototypes = name, env_var, prototypes
+        self.how_to_build = how_to_build
+        self._lock = threading.Lock()
+        self._handle: ctypes.CDLL | None = None
+
+    def candidates(self) -> list[pathlib.Path]:
+        """Where the library is looked for, in order."""
+        env = os.environ.get(self.env_var)
+        if env:
+            return [pathlib.Path(env)]
+        here = pathlib.Path(__file__).resolve().parent
+        return [here / self.name, here.parent.parent / "build" / "release" / self.name]
+
+    def __call__(self) -> ctypes.CDLL:
+        with self._lock:
+            if self._handle is None:
+                candidates = self.candidates()
+                found = next((p for p in candidates if p.is_file()), None)
+                if found is None:
+                    raise OSError(
+                        f"moefuse: {self.name} not found (looked at "
+                        + ", ".join(str(p) for p in candidates)
+                        + f"); {self.how_to_build} or set {self.env_var} to its path")
+                handle = ctypes.CDLL(str(found))
+                for name, (restype, argtypes) in self.prototypes.items():
+                    fn = getattr(handle, name)
+                    fn.restype, fn.argtypes = restype, argtypes
+                self._handle = handle
+        return self._handle
+
+
+lib = Library(LIBRARY_NAME, "MOEFUSE_LIBRARY", _PROTOTYPES, "build it with scripts/build.sh")
+
+
 def library_candidates() -> list[pathlib.Path]:
-    """Where the library is looked for, in order."""
-    env = os.environ.get("MOEFUSE_LIBRARY")
-    if env:
-        return [pathlib.Path(env)]
-    here = pathlib.Path(__file__).resolve().parent
-    return [here / LIBRARY_NAME, here.parent.parent / "build" / "release" / LIBRARY_NAME]
+    """Where libmoefuse_c.so is looked for, in order."""
+    return lib.candidates()
 
 
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-
-
-def lib() -> ctypes.CDLL:
-    """The loaded library with every prototype declared (loaded once, on first use)."""
-    global _lib
-    with _lock:
-        if _lib is None:
-            candidates = library_candidates()
-            found = next((p for p in candidates if p.is_file()), None)
-            if found is None:
-                raise OSError(
-                    f"moefuse: {LIBRARY_NAME} not found (looked at "
-                    + ", ".join(str(p) for p in candidates)
-                    + "); build it with scripts/build.sh or set MOEFUSE_LIBRARY to its path")
-            handle = ctypes.CDLL(str(found))
-            for name, (restype, argtypes) in _PROTOTYPES.items():
-                fn = getattr(handle, name)
-                fn.restype, fn.argtypes = restype, argtypes
-            _lib = handle
-    return _lib
-
-
-def check(status: int) -> None:
-    """Raises the exception of a failed status (the calling thread's moefuse_last_error)."""
+def check(status: int, library: ctypes.CDLL | None = None) -> None:
+    """Raises the exception of a failed status (the calling thread's moefuse_last_error of
+    `library`, by default libmoefuse_c; each moefuse library keeps its own)."""
     if status == Status.OK:
         return
-    message = lib().moefuse_last_error().decode(errors="replace")
+    message = (library or lib()).moefuse_last_error().decode(errors="replace")
     status = Status(status)
     cls = MoefuseInvalidArgument if status == Status.INVALID_ARGUMENT else MoefuseError
     raise cls(status, message)

@@ -79,14 +79,17 @@ def deinterleave_glu(t: Tensor, ffn: int, dim: int) -> Tensor:
 
 # ---- Shapes and validation ---------------------------------------------------------------------
 
-def weight_specs(config: MoeConfig) -> dict[str, Optional[tuple[tuple[int, ...], torch.dtype]]]:
-    """Shape and dtype of each weight in the layer's layout; None where the config has none."""
-    E, H, F = config.num_experts, config.hidden, config.ffn
+def weight_specs(config: MoeConfig, experts_held: Optional[int] = None
+                 ) -> dict[str, Optional[tuple[tuple[int, ...], torch.dtype]]]:
+    """Shape and dtype of each weight in the layer's layout; None where the config has none.
+    experts_held: the experts whose weights are held (expert parallelism: a rank's), default all
+    E; the router's are always all E."""
+    E, H, F = experts_held or config.num_experts, config.hidden, config.ffn
     bf, f32 = torch.bfloat16, torch.float32
     shared = config.shared_expert_ffn > 0
     return {
-        "w_router": ((E, H), bf),
-        "score_bias": ((E,), f32) if config.router_use_score_bias else None,
+        "w_router": ((config.num_experts, H), bf),
+        "score_bias": ((config.num_experts,), f32) if config.router_use_score_bias else None,
         "w1": ((E, config.fc1_width, H), bf),
         "b1": ((E, config.fc1_width), f32) if config.expert_bias else None,
         "w2": ((E, H, F), bf),
@@ -115,7 +118,8 @@ def _expect_tensor(name: str, t, shape: tuple[int, ...], dtype: torch.dtype,
         raise ValueError(f"moefuse: {name} must be on {device} (where x is), got {t.device}")
 
 
-def validate_inputs(config: MoeConfig, x, weights: dict[str, Optional[Tensor]]) -> None:
+def validate_inputs(config: MoeConfig, x, weights: dict[str, Optional[Tensor]],
+                    experts_held: Optional[int] = None) -> None:
     """Every check the C layer would make on shapes, dtypes and devices, as Python errors."""
     if not isinstance(x, Tensor):
         raise TypeError(f"moefuse: x must be a torch.Tensor, got {type(x).__name__}")
@@ -123,7 +127,7 @@ def validate_inputs(config: MoeConfig, x, weights: dict[str, Optional[Tensor]]) 
         raise ValueError(f"moefuse: x must have shape [tokens >= 1, {config.hidden}], "
                          f"got {list(x.shape)}")
     _expect_tensor("x", x, (x.shape[0], config.hidden), torch.bfloat16, None)
-    for name, spec in weight_specs(config).items():
+    for name, spec in weight_specs(config, experts_held).items():
         t = weights.get(name)
         if spec is None:
             if t is not None:
@@ -297,35 +301,24 @@ class _Handles:
             _fp8_weight_bytes.cache_clear()
 
 
-class MoE(nn.Module):
-    """A Mixture-of-Experts layer running moefuse's fused CUDA layer (Hopper, bf16).
+class _Weights(nn.Module):
+    """The layer's parameters (and its score_bias buffer) with their layout conversions, for MoE
+    and ExpertParallelMoE (moefuse.ep): `specs` from weight_specs."""
 
-    Parameters, experts stacked along dim 0, in the layer's layout (GLU rows interleaved; use
-    load_from_gate_up / gate_up_weights to convert from/to the usual [gate; up] layout):
-    w_router [E, H], w1 [E, fc1, H], w2 [E, H, F] bf16; b1 [E, fc1], b2 [E, H] fp32 when
-    config.expert_bias; shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16 when
-    config.shared_expert_ffn > 0. Buffer score_bias [E] fp32 when config.router_use_score_bias
-    (a selection-only bias, updated outside autograd).
-
-    forward(x [..., H] bf16, contiguous, on CUDA) -> (y shaped as x, losses [2] fp32 {aux, z}).
-    """
-
-    def __init__(self, config: MoeConfig, *, mode: LayerMode = LayerMode.FUSED,
-                 recompute_pre: bool = False, device=None):
+    def __init__(self, config: MoeConfig, specs, device):
         super().__init__()
         config.validate()
         self.config = config
-        self.mode = LayerMode(mode)
-        self.recompute_pre = bool(recompute_pre)
-        self._handles = _Handles()
-        for name, spec in weight_specs(config).items():
+        self._create_parameters(specs, device)
+        self.reset_parameters()
+
+    def _create_parameters(self, specs, device) -> None:
+        for name, spec in specs.items():
             tensor = None if spec is None else torch.empty(spec[0], dtype=spec[1], device=device)
             if name == "score_bias":
                 self.register_buffer(name, tensor)
             else:
                 self.register_parameter(name, None if tensor is None else nn.Parameter(tensor))
-        self.reset_parameters()
-        self._ensure_handle()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -383,6 +376,38 @@ class MoE(nn.Module):
         ffn = c.shared_expert_ffn if name == "shared_w1" else c.ffn
         return convert(t, ffn, dim=0 if name == "shared_w1" else 1)
 
+    def _flat_input(self, x: Tensor) -> Tensor:
+        """x [..., H] as [T, H], after the checks that need no GPU."""
+        if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.config.hidden:
+            raise ValueError(f"moefuse: x must have shape [..., {self.config.hidden}], got "
+                             f"{list(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        if not x.is_contiguous():
+            raise ValueError(f"moefuse: x must be contiguous (strides {x.stride()}); "
+                             f"call .contiguous() first")
+        return x.view(-1, self.config.hidden)
+
+
+class MoE(_Weights):
+    """A Mixture-of-Experts layer running moefuse's fused CUDA layer (Hopper, bf16).
+
+    Parameters, experts stacked along dim 0, in the layer's layout (GLU rows interleaved; use
+    load_from_gate_up / gate_up_weights to convert from/to the usual [gate; up] layout):
+    w_router [E, H], w1 [E, fc1, H], w2 [E, H, F] bf16; b1 [E, fc1], b2 [E, H] fp32 when
+    config.expert_bias; shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16 when
+    config.shared_expert_ffn > 0. Buffer score_bias [E] fp32 when config.router_use_score_bias
+    (a selection-only bias, updated outside autograd).
+
+    forward(x [..., H] bf16, contiguous, on CUDA) -> (y shaped as x, losses [2] fp32 {aux, z}).
+    """
+
+    def __init__(self, config: MoeConfig, *, mode: LayerMode = LayerMode.FUSED,
+                 recompute_pre: bool = False, device=None):
+        super().__init__(config, weight_specs(config), device)
+        self.mode = LayerMode(mode)
+        self.recompute_pre = bool(recompute_pre)
+        self._handles = _Handles()
+        self._ensure_handle()
+
     def _apply(self, fn, recurse=True):
         out = super()._apply(fn, recurse)
         self._ensure_handle()
@@ -405,13 +430,7 @@ class MoE(nn.Module):
         return handle
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.config.hidden:
-            raise ValueError(f"moefuse: x must have shape [..., {self.config.hidden}], got "
-                             f"{list(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
-        if not x.is_contiguous():
-            raise ValueError(f"moefuse: x must be contiguous (strides {x.stride()}); "
-                             f"call .contiguous() first")
-        flat = x.view(-1, self.config.hidden)
+        flat = self._flat_input(x)
         weights = self._tensors()
         validate_inputs(self.config, flat, weights)
         y, losses, _ = layer_forward(self._handle(flat.device), flat,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/c_api.h"
+#include "core/c_api_views.h"
 #include "moefuse/error.h"
 #include "moefuse/layer.h"
 #include "moefuse/moefuse.h"
@@ -21,45 +22,6 @@ LayerOptions layer_options(moefuse_layer_mode_t mode, int32_t recompute_pre) {
                  std::to_string(static_cast<int>(mode)));
   return {.mode = mode == MOEFUSE_LAYER_FUSED ? LayerMode::kFused : LayerMode::kUnfused,
           .recompute_pre = recompute_pre != 0};
-}
-
-template <class P>
-void expect_pointer(P* p, const char* name, const char* what) {
-  MOEFUSE_EXPECT(p != nullptr, name, what, "NULL");
-}
-
-// A device view over `p` (absent when NULL: the layer says whether it must be there).
-TensorView dev(const void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  if (!p) return TensorView{};
-  return TensorView::contiguous(const_cast<void*>(p), dtype, shape, Device::kCuda);
-}
-
-MoeLayerWeights weights_of(const MoeConfig& c, const moefuse_layer_weights_t& w) {
-  return layer_weight_views(c, {.w_router = w.w_router,
-                                .score_bias = w.score_bias,
-                                .w1 = w.w1,
-                                .b1 = w.b1,
-                                .w2 = w.w2,
-                                .b2 = w.b2,
-                                .shared_w1 = w.shared_w1,
-                                .shared_w2 = w.shared_w2,
-                                .fp8 = w.fp8_weights,
-                                .fp8_bytes = w.fp8_weights_bytes});
-}
-
-MoeLayerGrads grads_of(const MoeConfig& c, int64_t T, const moefuse_layer_grads_t& g) {
-  return layer_grad_views(c, T, {.dx = g.dx,
-                                 .d_w_router = g.d_w_router,
-                                 .d_w1 = g.d_w1,
-                                 .d_b1 = g.d_b1,
-                                 .d_w2 = g.d_w2,
-                                 .d_b2 = g.d_b2,
-                                 .d_shared_w1 = g.d_shared_w1,
-                                 .d_shared_w2 = g.d_shared_w2});
-}
-
-void expect_tokens(int64_t tokens) {
-  MOEFUSE_EXPECT(tokens >= 1, "tokens", "at least 1", std::to_string(tokens));
 }
 
 }  // namespace

@@ -65,39 +65,33 @@ void LayerTensors::skew_router(uint64_t seed) {
 MoeLayerWeights LayerTensors::weights() const {
   const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
   auto f32 = [](const DeviceBuffer& b) { return static_cast<const float*>(b.get()); };
-  // Expert tensors of the experts held; the router's of all E.
-  MoeConfig held = c;
-  held.num_experts = experts_held;
-  MoeLayerWeights w =
-      layer_weight_views(held, {.w_router = w_router.get(),
-                                .score_bias = c.router.use_score_bias ? f32(score_bias) : nullptr,
-                                .w1 = w1.get(),
-                                .b1 = bias ? f32(b1) : nullptr,
-                                .w2 = w2.get(),
-                                .b2 = bias ? f32(b2) : nullptr,
-                                .shared_w1 = shared ? sw1.get() : nullptr,
-                                .shared_w2 = shared ? sw2.get() : nullptr});
-  w.w_router = w_router.view(DType::kBFloat16, {c.num_experts, c.hidden});
-  if (c.router.use_score_bias) w.score_bias = score_bias.view(DType::kFloat32, {c.num_experts});
-  return w;
+  return layer_weight_views(c,
+                            {.w_router = w_router.get(),
+                             .score_bias = c.router.use_score_bias ? f32(score_bias) : nullptr,
+                             .w1 = w1.get(),
+                             .b1 = bias ? f32(b1) : nullptr,
+                             .w2 = w2.get(),
+                             .b2 = bias ? f32(b2) : nullptr,
+                             .shared_w1 = shared ? sw1.get() : nullptr,
+                             .shared_w2 = shared ? sw2.get() : nullptr},
+                            experts_held);
 }
+
 MoeLayerGrads LayerTensors::grads() const {
   const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
   auto f32 = [](const DeviceBuffer& b) { return static_cast<float*>(b.get()); };
-  MoeConfig held = c;
-  held.num_experts = experts_held;
-  MoeLayerGrads g = layer_grad_views(held, T,
-                                     {.dx = dx.get(),
-                                      .d_w_router = f32(dwr),
-                                      .d_w1 = f32(dw1),
-                                      .d_b1 = bias ? f32(db1) : nullptr,
-                                      .d_w2 = f32(dw2),
-                                      .d_b2 = bias ? f32(db2) : nullptr,
-                                      .d_shared_w1 = shared ? f32(dsw1) : nullptr,
-                                      .d_shared_w2 = shared ? f32(dsw2) : nullptr});
-  g.d_w_router = dwr.view(DType::kFloat32, {c.num_experts, c.hidden});
-  return g;
+  return layer_grad_views(c, T,
+                          {.dx = dx.get(),
+                           .d_w_router = f32(dwr),
+                           .d_w1 = f32(dw1),
+                           .d_b1 = bias ? f32(db1) : nullptr,
+                           .d_w2 = f32(dw2),
+                           .d_b2 = bias ? f32(db2) : nullptr,
+                           .d_shared_w1 = shared ? f32(dsw1) : nullptr,
+                           .d_shared_w2 = shared ? f32(dsw2) : nullptr},
+                          experts_held);
 }
+
 MoeLayerOutputs LayerTensors::outputs() const {
   return {.y = y.view(DType::kBFloat16, {T, c.hidden}),
           .losses = losses.view(DType::kFloat32, {2})};

@@ -13,12 +13,14 @@ TensorView device_view(const void* p, DType dtype, std::initializer_list<int64_t
 
 }  // namespace
 
-MoeLayerWeights layer_weight_views(const MoeConfig& c, const MoeLayerWeightPointers& p) {
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+MoeLayerWeights layer_weight_views(const MoeConfig& c, const MoeLayerWeightPointers& p,
+                                   int64_t experts_held) {
+  const int64_t E = experts_held > 0 ? experts_held : c.num_experts, H = c.hidden, F = c.ffn,
+                fc1 = c.fc1_width();
   const MoeConfig s = shared_expert_config(c);
   const DType bf = DType::kBFloat16, f32 = DType::kFloat32;
-  return {.w_router = device_view(p.w_router, bf, {E, H}),
-          .score_bias = device_view(p.score_bias, f32, {E}),
+  return {.w_router = device_view(p.w_router, bf, {c.num_experts, H}),
+          .score_bias = device_view(p.score_bias, f32, {c.num_experts}),
           .w1 = device_view(p.w1, bf, {E, fc1, H}),
           .b1 = device_view(p.b1, f32, {E, fc1}),
           .w2 = device_view(p.w2, bf, {E, H, F}),
@@ -28,12 +30,14 @@ MoeLayerWeights layer_weight_views(const MoeConfig& c, const MoeLayerWeightPoint
           .fp8 = {.data = p.fp8, .bytes = p.fp8_bytes}};
 }
 
-MoeLayerGrads layer_grad_views(const MoeConfig& c, int64_t tokens, const MoeLayerGradPointers& p) {
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+MoeLayerGrads layer_grad_views(const MoeConfig& c, int64_t tokens, const MoeLayerGradPointers& p,
+                               int64_t experts_held) {
+  const int64_t E = experts_held > 0 ? experts_held : c.num_experts, H = c.hidden, F = c.ffn,
+                fc1 = c.fc1_width();
   const MoeConfig s = shared_expert_config(c);
   const DType f32 = DType::kFloat32;
   return {.dx = device_view(p.dx, DType::kBFloat16, {tokens, H}),
-          .d_w_router = device_view(p.d_w_router, f32, {E, H}),
+          .d_w_router = device_view(p.d_w_router, f32, {c.num_experts, H}),
           .d_w1 = device_view(p.d_w1, f32, {E, fc1, H}),
           .d_b1 = device_view(p.d_b1, f32, {E, fc1}),
           .d_w2 = device_view(p.d_w2, f32, {E, H, F}),
