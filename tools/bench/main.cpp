@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "bench/ep_forward.h"
 #include "bench/mode.h"
 
 namespace {
@@ -17,12 +18,15 @@ void print_help() {
   for (const auto& m : moefuse::bench::modes())
     std::printf("  %-14s %.*s\n", std::string(m.name).c_str(), static_cast<int>(m.summary.size()),
                 m.summary.data());
+  std::printf("  %-14s %s\n", "ep",
+              "expert parallelism over N GPUs (--ep N): runs moefuse-ep-bench");
   std::printf("\nWith no MODE: %s.\n", std::string(kDefaultMode).c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (moefuse::bench::wants_ep(argc, argv)) return moefuse::bench::exec_ep_bench(argc, argv);
   std::string_view mode_name = kDefaultMode;
   int first = 1;
   if (argc > 1 && std::string_view(argv[1]).rfind("--", 0) != 0) {
