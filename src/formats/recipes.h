@@ -59,9 +59,14 @@ MOEFUSE_HD float nvfp4_tensor_encode_scale(float amax) {
 // The stored tensor (decode) scale: 1 / encode scale.
 MOEFUSE_HD float nvfp4_tensor_scale(float encode_scale) { return 1.0f / encode_scale; }
 
+// What a block amax is multiplied by before its E4M3 rounding: encode_scale / 6.
+MOEFUSE_HD float nvfp4_block_encode(float encode_scale) {
+  return encode_scale * (1.0f / kE2M1Max);
+}
+
 // E4M3 block scale: e4m3(block_amax * (encode_scale / 6)), satfinite.
 MOEFUSE_HD uint8_t nvfp4_block_scale_code(float block_amax, float encode_scale) {
-  return e4m3_from_float(block_amax * (encode_scale * (1.0f / kE2M1Max)));
+  return e4m3_from_float(block_amax * nvfp4_block_encode(encode_scale));
 }
 
 // What x is multiplied by before the E2M1 rounding: 1 / (block scale * tensor scale), capped at

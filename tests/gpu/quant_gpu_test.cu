@@ -381,7 +381,8 @@ struct CodecMismatch {
   uint32_t first;  // smallest mismatching input (bits), 0xFFFFFFFF if none
 };
 
-// Thread t encodes the four patterns 4t .. 4t + 3 in one e4m3x4 call (so byte order is checked too).
+// Thread t encodes the four patterns 4t .. 4t + 3 in one e4m3x4 call (so byte order is checked
+// too), and each but NaNs (whose code it leaves open) alone with e4m3_code.
 __global__ void e4m3_encode_check(CodecMismatch* out) {
   for (uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; t < (uint64_t(1) << 30);
        t += uint64_t(gridDim.x) * blockDim.x) {
@@ -389,11 +390,14 @@ __global__ void e4m3_encode_check(CodecMismatch* out) {
     const uint32_t got =
         cuda::quant::e4m3x4(formats::bits_float(u), formats::bits_float(u + 1),
                             formats::bits_float(u + 2), formats::bits_float(u + 3));
-    for (uint32_t k = 0; k < 4; ++k)
-      if (((got >> (8 * k)) & 0xFFu) != formats::e4m3_from_float(formats::bits_float(u + k))) {
+    for (uint32_t k = 0; k < 4; ++k) {
+      const float x = formats::bits_float(u + k);
+      const uint32_t want = formats::e4m3_from_float(x);
+      if (((got >> (8 * k)) & 0xFFu) != want || (x == x && cuda::quant::e4m3_code(x) != want)) {
         atomicAdd(&out->count, 1ull);
         atomicMin(&out->first, u + k);
       }
+    }
   }
 }
 

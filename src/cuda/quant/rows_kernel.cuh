@@ -25,13 +25,19 @@ struct RowQuantParams {
   int64_t rows = 0, cols = 0, groups_per_row = 0;
 };
 
-// Each recipe: kGroup; tensor_encode(p), a per-tensor value read once per thread; prepare(),
-// which turns a group amax into the value multiplier and has the group's leader store the scale.
+inline constexpr int kRowsThreads = 256;
+inline constexpr int kRowsWarps = kRowsThreads / 32;
+
+// Each recipe: kGroup; State, what every thread needs of the tensor, made by setup(p), which all
+// threads of the CTA call once (NVFP4's fills a shared table); prepare(), which turns a group
+// amax into the value multiplier and has the group's leader store the scale.
 struct BlockwiseRecipe {
   static constexpr int kGroup = formats::kBlockwiseGroup;
   static constexpr bool kFp4 = false;
-  __device__ static float tensor_encode(const RowQuantParams&) { return 1.0f; }
-  __device__ static float prepare(float amax, float, const RowQuantParams& p, int64_t s, bool leader) {
+  struct State {};
+  __device__ static State setup(const RowQuantParams&) { return {}; }
+  __device__ static float prepare(float amax, const State&, const RowQuantParams& p, int64_t s,
+                                  bool leader) {
     const formats::BlockwiseScale b = formats::blockwise_scale(amax);
     if (leader) static_cast<float*>(p.scales)[s] = b.scale;
     return b.multiplier;
@@ -41,30 +47,50 @@ struct BlockwiseRecipe {
 struct MxRecipe {
   static constexpr int kGroup = formats::kMxBlock;
   static constexpr bool kFp4 = false;
-  __device__ static float tensor_encode(const RowQuantParams&) { return 1.0f; }
-  __device__ static float prepare(float amax, float, const RowQuantParams& p, int64_t s, bool leader) {
+  struct State {};
+  __device__ static State setup(const RowQuantParams&) { return {}; }
+  __device__ static float prepare(float amax, const State&, const RowQuantParams& p, int64_t s,
+                                  bool leader) {
     const uint8_t code = formats::mx_scale_code(amax);
     if (leader) static_cast<uint8_t*>(p.scales)[s] = code;
     return formats::ue8m0_reciprocal(code);
   }
 };
 
+// NVFP4's block scale costs one conversion and one shared load a group, not a software E4M3
+// encode and decode and an IEEE division (whose branches and compares were most of the integer
+// work besides the E2M1 codes). The code comes from the hardware conversion, exact but for NaN,
+// which block_amax * block_encode never is: the block amax is fmaxf's (>= +0, NaN skipped) and
+// block_encode is positive and finite. Being >= +0, the code is at most 0x7E, and the multiplier
+// is looked up in a table of formats::nvfp4_value_multiplier over the codes 0..127, which each
+// CTA fills with the reference function itself.
+inline constexpr int kNvfp4Codes = 128;
+
 struct Nvfp4Recipe {
   static constexpr int kGroup = formats::kNvfp4Block;
   static constexpr bool kFp4 = true;
-  __device__ static float tensor_encode(const RowQuantParams& p) {
-    return formats::nvfp4_tensor_encode_scale(*p.amax);
+  struct State {
+    float block_encode;
+    const float* multipliers;  // shared, kNvfp4Codes
+  };
+  __device__ static State setup(const RowQuantParams& p) {
+    static_assert(kRowsThreads >= kNvfp4Codes);
+    __shared__ float multipliers[kNvfp4Codes];
+    const float encode = formats::nvfp4_tensor_encode_scale(*p.amax);
+    const float tensor_scale = formats::nvfp4_tensor_scale(encode);
+    if (threadIdx.x < kNvfp4Codes)
+      multipliers[threadIdx.x] = formats::nvfp4_value_multiplier(threadIdx.x, tensor_scale);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *p.tensor_scale = tensor_scale;
+    __syncthreads();
+    return {formats::nvfp4_block_encode(encode), multipliers};
   }
-  __device__ static float prepare(float amax, float encode, const RowQuantParams& p, int64_t s,
+  __device__ static float prepare(float amax, const State& t, const RowQuantParams& p, int64_t s,
                                   bool leader) {
-    const uint8_t code = formats::nvfp4_block_scale_code(amax, encode);
+    const uint32_t code = e4m3_code(amax * t.block_encode);
     if (leader) static_cast<uint8_t*>(p.scales)[s] = code;
-    return formats::nvfp4_value_multiplier(code, formats::nvfp4_tensor_scale(encode));
+    return t.multipliers[code];
   }
 };
-
-inline constexpr int kRowsThreads = 256;
-inline constexpr int kRowsWarps = kRowsThreads / 32;
 
 template <class T, class Recipe>
 __global__ void __launch_bounds__(kRowsThreads) quantize_rows_kernel(RowQuantParams p) {
@@ -73,10 +99,7 @@ __global__ void __launch_bounds__(kRowsThreads) quantize_rows_kernel(RowQuantPar
   constexpr int64_t kStepCols = 32 * kSteps * kVec;
   static_assert(kStepCols % Recipe::kGroup == 0 && 32 % kLanes == 0);
   const int lane = threadIdx.x % 32;
-  const float encode = Recipe::tensor_encode(p);
-  if constexpr (Recipe::kFp4) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) *p.tensor_scale = formats::nvfp4_tensor_scale(encode);
-  }
+  const typename Recipe::State state = Recipe::setup(p);
   const int64_t warps = int64_t(gridDim.x) * kRowsWarps;
   for (int64_t row = blockIdx.x * int64_t(kRowsWarps) + threadIdx.x / 32; row < p.rows;
        row += warps) {
@@ -97,7 +120,7 @@ __global__ void __launch_bounds__(kRowsThreads) quantize_rows_kernel(RowQuantPar
         const float amax = group_max<kLanes>(amax16(v[u]));
         if (col >= p.cols) continue;
         const float multiplier =
-            Recipe::prepare(amax, encode, p, row * p.groups_per_row + col / Recipe::kGroup,
+            Recipe::prepare(amax, state, p, row * p.groups_per_row + col / Recipe::kGroup,
                             col % Recipe::kGroup == 0);
         if constexpr (Recipe::kFp4)
           store16_e2m1(p.q + (row * p.cols + col) / 2, v[u], multiplier);

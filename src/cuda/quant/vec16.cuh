@@ -101,6 +101,14 @@ __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
   return w ^ nan_ff;
 }
 
+// The E4M3 code of a in the low byte and zeros above (the conversion's other operand is 0, whose
+// code is 0): = formats::e4m3_from_float(a) for every a but NaN, whose code may carry its sign.
+__device__ __forceinline__ uint32_t e4m3_code(float a) {
+  uint16_t c;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, 0f00000000, %1;" : "=h"(c) : "f"(a));
+  return c;
+}
+
 // The four E4M3 codes of w (byte k is element k) as floats, = formats::e4m3_to_float of each:
 // the hardware conversion to f16 is exact (every E4M3 value is an fp16 value) and NaN stays NaN.
 __device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float (&f)[4]) {
