@@ -76,7 +76,8 @@ moefuse_status_t moefuse_config_validate(const moefuse_config_t* config);
 
 /* Layout of the ABI's structs, for bindings that mirror them (python/moefuse checks its ctypes
  * copies with it): *bytes = sizeof(type) when field is NULL, else offsetof(type, field).
- * type: "moefuse_config_t", "moefuse_layer_weights_t" or "moefuse_layer_grads_t". */
+ * type: "moefuse_config_t", "moefuse_layer_weights_t", "moefuse_layer_grads_t", or
+ * moefuse_ep.h's "moefuse_ep_options_t". */
 moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t* bytes);
 
 /* ---- The MoE layer on the GPU (moefuse/layer.h) ------------------------------------------------

@@ -110,10 +110,20 @@ class LayerGradsStruct(ctypes.Structure):
     ]
 
 
+class EpOptionsStruct(ctypes.Structure):
+    """moefuse_ep_options_t (moefuse_ep.h; its functions are in libmoefuse_ep_c, _capi_ep)."""
+
+    _fields_ = [("max_tokens_per_rank", ctypes.c_int64),
+                ("receive_capacity_rows", ctypes.c_int64),
+                ("chunks", ctypes.c_int32),
+                ("transfer_sms", ctypes.c_int32)]
+
+
 STRUCTS = {
     "moefuse_config_t": ConfigStruct,
     "moefuse_layer_weights_t": LayerWeightsStruct,
     "moefuse_layer_grads_t": LayerGradsStruct,
+    "moefuse_ep_options_t": EpOptionsStruct,
 }
 
 _size_p = ctypes.POINTER(ctypes.c_size_t)

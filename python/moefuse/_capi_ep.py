@@ -10,21 +10,11 @@ from __future__ import annotations
 
 import ctypes
 
-from moefuse._capi import (ConfigStruct, LayerGradsStruct, Library, LayerWeightsStruct, _enum,
-                           check)
+from moefuse._capi import (ConfigStruct, EpOptionsStruct, LayerGradsStruct, Library,
+                           LayerWeightsStruct, _enum, check)
 
 LIBRARY_NAME = "libmoefuse_ep_c.so"
 UNIQUE_ID_BYTES = 128
-
-
-class OptionsStruct(ctypes.Structure):
-    """moefuse_ep_options_t."""
-
-    _fields_ = [("max_tokens_per_rank", ctypes.c_int64),
-                ("receive_capacity_rows", ctypes.c_int64),
-                ("chunks", ctypes.c_int32),
-                ("transfer_sms", ctypes.c_int32)]
-
 
 _size_p = ctypes.POINTER(ctypes.c_size_t)
 _i64_p = ctypes.POINTER(ctypes.c_int64)
@@ -35,7 +25,7 @@ _PROTOTYPES = {
     "moefuse_last_error": (ctypes.c_char_p, []),
     "moefuse_ep_unique_id": (_enum, [_id_t]),
     "moefuse_ep_layer_create": (_enum, [ctypes.POINTER(ConfigStruct), _id_t, ctypes.c_int32,
-                                        ctypes.c_int32, ctypes.POINTER(OptionsStruct),
+                                        ctypes.c_int32, ctypes.POINTER(EpOptionsStruct),
                                         ctypes.POINTER(_layer_p)]),
     "moefuse_ep_layer_destroy": (_enum, [_layer_p]),
     "moefuse_ep_layer_info": (_enum, [_layer_p, _i64_p, _i64_p, _size_p, _size_p]),
@@ -66,7 +56,7 @@ def unique_id() -> bytes:
 
 
 def layer_create(config: ConfigStruct, uid: bytes, ranks: int, rank: int,
-                 options: OptionsStruct) -> int:
+                 options: EpOptionsStruct) -> int:
     """Collective: a moefuse_ep_layer_t* as an int, on the current CUDA device."""
     if len(uid) != UNIQUE_ID_BYTES:
         raise ValueError(f"moefuse: the unique id must be {UNIQUE_ID_BYTES} bytes, "

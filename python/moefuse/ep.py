@@ -110,9 +110,9 @@ class ExpertParallelMoE(_Weights):
         # Rank 0 makes the NCCL unique id; the others get it over the group.
         box = [_capi_ep.unique_id() if rank == 0 else None]
         dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
-        options = _capi_ep.OptionsStruct(max_tokens_per_rank=max_tokens_per_rank,
-                                         receive_capacity_rows=receive_capacity_rows,
-                                         chunks=chunks, transfer_sms=transfer_sms)
+        options = _capi.EpOptionsStruct(max_tokens_per_rank=max_tokens_per_rank,
+                                        receive_capacity_rows=receive_capacity_rows,
+                                        chunks=chunks, transfer_sms=transfer_sms)
         with torch.cuda.device(device):
             self._layer = _EpLayer(_capi_ep.layer_create(config.to_c(), box[0], ranks, rank,
                                                          options))

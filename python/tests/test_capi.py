@@ -96,3 +96,29 @@ def test_missing_library_says_where_it_looked(tmp_path):
                             env={"MOEFUSE_LIBRARY": str(missing), "PYTHONPATH": ":".join(sys.path)})
     assert result.returncode != 0
     assert str(missing) in result.stderr and "scripts/build.sh" in result.stderr
+
+
+def _ep_binding():
+    """moefuse._capi_ep with its library loaded, or a skip when it was not built (no NCCL)."""
+    from moefuse import _capi_ep
+    try:
+        _capi_ep.lib()
+    except OSError as e:
+        pytest.skip(str(e))
+    return _capi_ep
+
+
+def test_ep_binding_names_a_bad_argument_before_any_gpu_work():
+    ep = _ep_binding()
+    config = _capi.config_preset("qwen3-30b-a3b")
+    options = _capi.EpOptionsStruct(max_tokens_per_rank=64, chunks=1, transfer_sms=16)
+    uid = bytes(ep.UNIQUE_ID_BYTES)
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'ranks'"):
+        ep.layer_create(config, uid, 0, 0, options)
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'rank'"):
+        ep.layer_create(config, uid, 2, 5, options)
+    config.hidden = 0
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="hidden"):
+        ep.layer_create(config, uid, 2, 0, options)
+    with pytest.raises(ValueError, match="128 bytes"):
+        ep.layer_create(config, b"short", 2, 0, options)

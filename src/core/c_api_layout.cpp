@@ -6,6 +6,7 @@
 #include "core/c_api.h"
 #include "moefuse/error.h"
 #include "moefuse/moefuse.h"
+#include "moefuse/moefuse_ep.h"
 
 namespace moefuse::capi {
 namespace {
@@ -27,6 +28,7 @@ constexpr TypeSize kSizes[] = {
     {"moefuse_config_t", sizeof(moefuse_config_t)},
     {"moefuse_layer_weights_t", sizeof(moefuse_layer_weights_t)},
     {"moefuse_layer_grads_t", sizeof(moefuse_layer_grads_t)},
+    {"moefuse_ep_options_t", sizeof(moefuse_ep_options_t)},
 };
 
 constexpr FieldOffset kFields[] = {
@@ -66,6 +68,11 @@ constexpr FieldOffset kFields[] = {
     MOEFUSE_FIELD(moefuse_layer_grads_t, d_b2),
     MOEFUSE_FIELD(moefuse_layer_grads_t, d_shared_w1),
     MOEFUSE_FIELD(moefuse_layer_grads_t, d_shared_w2),
+    // moefuse_ep.h's (a plain C header: the layout needs no NCCL).
+    MOEFUSE_FIELD(moefuse_ep_options_t, max_tokens_per_rank),
+    MOEFUSE_FIELD(moefuse_ep_options_t, receive_capacity_rows),
+    MOEFUSE_FIELD(moefuse_ep_options_t, chunks),
+    MOEFUSE_FIELD(moefuse_ep_options_t, transfer_sms),
 };
 
 #undef MOEFUSE_FIELD
