@@ -10,8 +10,9 @@ process group (expert parallelism; include/moefuse/moefuse_ep.h, docs/ep.md).
 Each rank holds E / ranks experts (w1, w2, b1, b2: [El, ...], rank r's experts
 [r·El, (r+1)·El)) and the whole router and shared expert (replicated: their gradients are this
 rank's tokens' part; sum them over the data-parallel group like any replicated weight). The
-router and its aux and z losses see the rank's own tokens. Eager mode and CUDA graphs; not
-torch.compile (the ops are a plain autograd.Function).
+router and its aux and z losses see the rank's own tokens. Eager mode (the C layer never
+synchronises, but capture through this module is not tested); not torch.compile (the ops are a
+plain autograd.Function).
 
 The library (libmoefuse_ep_c.so) talks NCCL through its own communicator, made from a unique id
 that rank 0 sends the others over `group`: it must load the libnccl it was built against; with
