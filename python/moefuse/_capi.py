@@ -197,11 +197,6 @@ class Library:
 lib = Library(LIBRARY_NAME, "MOEFUSE_LIBRARY", _PROTOTYPES, "build it with scripts/build.sh")
 
 
-def library_candidates() -> list[pathlib.Path]:
-    """Where libmoefuse_c.so is looked for, in order."""
-    return lib.candidates()
-
-
 def check(status: int, library: ctypes.CDLL | None = None) -> None:
     """Raises the exception of a failed status (the calling thread's moefuse_last_error of
     `library`, by default libmoefuse_c; each moefuse library keeps its own)."""

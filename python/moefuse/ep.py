@@ -103,6 +103,8 @@ class ExpertParallelMoE(_Weights):
                              f"got {dist.get_backend(group)!r}")
         config.validate()
         ranks, rank = dist.get_world_size(group), dist.get_rank(group)
+        # Checked here too (the C layer names config.num_experts), because the parameters are
+        # shaped by it before the C layer exists.
         if config.num_experts % ranks:
             raise ValueError(f"moefuse: config.num_experts ({config.num_experts}) must be a "
                              f"multiple of the group's {ranks} ranks")
@@ -118,7 +120,6 @@ class ExpertParallelMoE(_Weights):
             self._layer = _EpLayer(_capi_ep.layer_create(config.to_c(), box[0], ranks, rank,
                                                          options))
         self.ranks, self.rank = ranks, rank
-        self.max_tokens_per_rank = max_tokens_per_rank
 
     @property
     def first_expert(self) -> int:
@@ -137,19 +138,11 @@ class ExpertParallelMoE(_Weights):
                 weights[name] = weights[name][first:first + count]
         return super().load_from_gate_up(**weights)
 
-    def _apply(self, fn, recurse=True):
-        out = super()._apply(fn, recurse)
-        if self.w1.device.type != "cuda":
-            raise ValueError("moefuse: an ExpertParallelMoE stays on its CUDA device")
-        return out
-
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         flat = self._flat_input(x)
         weights = self._tensors()
+        # More tokens than max_tokens_per_rank: the C layer names x (InvalidArgument).
         validate_inputs(self.config, flat, weights, self.local_experts)
-        if flat.shape[0] > self.max_tokens_per_rank:
-            raise ValueError(f"moefuse: x holds {flat.shape[0]} tokens, more than "
-                             f"max_tokens_per_rank = {self.max_tokens_per_rank}")
         y, losses = _EpFunction.apply(self._layer, flat, *(weights[n] for n in WEIGHT_NAMES))
         return y.view(x.shape), losses
 

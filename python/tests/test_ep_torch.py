@@ -9,6 +9,7 @@ Three presets' kinds of layer scaled down (softmax; clamped SwiGLU with expert b
 groups with a score bias and a shared expert), one also pipelined. Tolerances as
 tests/test_layer_torch.py. Skipped without two sm_90 GPUs or without libmoefuse_ep_c.so."""
 
+import dataclasses
 import os
 import socket
 
@@ -48,6 +49,7 @@ EXPERT_WEIGHTS = ("w1", "w2", "b1", "b2")
 
 
 def _rank_main(rank: int, port: int, preset: str, chunks: int) -> None:
+    from moefuse import MoefuseInvalidArgument
     from moefuse.ep import ExpertParallelMoE
     from moefuse.reference import moe_forward
 
@@ -63,8 +65,15 @@ def _rank_main(rank: int, port: int, preset: str, chunks: int) -> None:
         xs = [dyadic((t, c.hidden), 8).bfloat16() for t in TOKENS]
         dys = [torch.randn(t, c.hidden, device="cuda").bfloat16() for t in TOKENS]
 
+        # Bad input, named before any collective work: experts that do not split over the ranks.
+        with pytest.raises(ValueError, match="num_experts"):
+            ExpertParallelMoE(dataclasses.replace(c, num_experts=5, top_k=2),
+                              max_tokens_per_rank=8)
         moe = ExpertParallelMoE(c, max_tokens_per_rank=max(TOKENS), chunks=chunks,
                                 transfer_sms=8).load_from_gate_up(**w)
+        # More tokens than the layer was sized for: the C layer names x before launching.
+        with pytest.raises(MoefuseInvalidArgument, match="'x'"):
+            moe(torch.zeros(max(TOKENS) + 1, c.hidden, device="cuda", dtype=torch.bfloat16))
         assert (moe.first_expert, moe.local_experts) == (rank * el, el)
         x = xs[rank].clone().requires_grad_()
         y, losses = moe(x)
@@ -111,3 +120,15 @@ def _rank_main(rank: int, port: int, preset: str, chunks: int) -> None:
                                             ("gpt-oss-120b", 1), ("deepseek-v3", 1)])
 def test_expert_parallel_matches_torch_reference(preset, chunks):
     mp.spawn(_rank_main, args=(_free_port(), preset, chunks), nprocs=RANKS, join=True)
+
+
+def test_a_group_without_nccl_is_refused():
+    """No GPU needed: a gloo group is named before anything else happens."""
+    from moefuse import MoeConfig
+    from moefuse.ep import ExpertParallelMoE
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="NCCL backend"):
+            ExpertParallelMoE(MoeConfig.preset("qwen3-30b-a3b"), max_tokens_per_rank=8)
+    finally:
+        dist.destroy_process_group()

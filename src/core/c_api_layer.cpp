@@ -76,18 +76,10 @@ moefuse_status_t moefuse_layer_forward(moefuse_layer_t* layer, int64_t tokens, c
                                        float* losses, void* cache, size_t cache_bytes,
                                        void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
-    using namespace moefuse::capi;
-    using moefuse::DType;
-    expect_pointer(layer, "layer", "a layer from moefuse_layer_create");
-    expect_pointer(weights, "weights", "a pointer to a moefuse_layer_weights_t");
-    expect_tokens(tokens);
-    const moefuse::MoeConfig& c = layer->layer.config();
-    layer->layer.forward(
-        dev(x, DType::kBFloat16, {tokens, c.hidden}), weights_of(c, *weights),
-        {.y = dev(y, DType::kBFloat16, {tokens, c.hidden}),
-         .losses = dev(losses, DType::kFloat32, {2})},
-        {.data = cache, .bytes = cache_bytes}, {.data = workspace, .bytes = workspace_bytes},
-        static_cast<cudaStream_t>(stream));
+    moefuse::capi::expect_pointer(layer, "layer", "a layer from moefuse_layer_create");
+    moefuse::capi::forward_from_c(layer->layer, 0, tokens, x, weights, y, losses,
+                                  {.data = cache, .bytes = cache_bytes},
+                                  {.data = workspace, .bytes = workspace_bytes}, stream);
   });
 }
 
@@ -109,18 +101,10 @@ moefuse_status_t moefuse_layer_backward(moefuse_layer_t* layer, int64_t tokens, 
                                         size_t cache_bytes, void* workspace,
                                         size_t workspace_bytes, void* stream) {
   return guarded([&] {
-    using namespace moefuse::capi;
-    using moefuse::DType;
-    expect_pointer(layer, "layer", "a layer from moefuse_layer_create");
-    expect_pointer(weights, "weights", "a pointer to a moefuse_layer_weights_t");
-    expect_pointer(grads, "grads", "a pointer to a moefuse_layer_grads_t");
-    expect_tokens(tokens);
-    const moefuse::MoeConfig& c = layer->layer.config();
-    layer->layer.backward(dev(x, DType::kBFloat16, {tokens, c.hidden}),
-                          dev(dy, DType::kBFloat16, {tokens, c.hidden}), weights_of(c, *weights),
-                          grads_of(c, tokens, *grads), {.data = cache, .bytes = cache_bytes},
-                          {.data = workspace, .bytes = workspace_bytes},
-                          static_cast<cudaStream_t>(stream));
+    moefuse::capi::expect_pointer(layer, "layer", "a layer from moefuse_layer_create");
+    moefuse::capi::backward_from_c(layer->layer, 0, tokens, x, dy, weights, grads,
+                                   {.data = cache, .bytes = cache_bytes},
+                                   {.data = workspace, .bytes = workspace_bytes}, stream);
   });
 }
 

@@ -292,7 +292,8 @@ TEST(EpCommArgs, HiddenAndCommAreNamed) {
 }
 
 // A plan of another communicator (checked before any collective call, so no rank waits on the
-// others), then views of the wrong shape for dispatch and return_rows (checked before launch).
+// others), then views of the wrong shape and bad parts for dispatch and return_rows (checked
+// before launch).
 TEST(EpCommArgs, PlanAndViewsMustMatch) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
   const int ranks = 2;
@@ -326,6 +327,17 @@ TEST(EpCommArgs, PlanAndViewsMustMatch) {
       test::expect_invalid([&] { ep.dispatch(xs, view(DType::kInt32, {plan.experts}), nullptr); },
                            "offsets");
       test::expect_invalid([&] { ep.return_rows(xs, nullptr); }, "ys_recv");
+      // Parts of a chunked transfer (2 local experts a rank): empty, past El, too many CTAs.
+      const TensorView received = ep.received();
+      for (const TransferPart bad : {TransferPart{.first_expert = 1, .end_expert = 1},
+                                     TransferPart{.first_expert = 0, .end_expert = 3}}) {
+        test::expect_invalid([&] { ep.dispatch(xs, offsets, nullptr, bad); }, "part");
+        test::expect_invalid([&] { ep.return_rows(received, nullptr, bad); }, "part");
+      }
+      test::expect_invalid(
+          [&] { ep.dispatch(xs, offsets, nullptr, {.first_expert = 0, .end_expert = 2,
+                                                   .ctas = 1 << 20}); },
+          "part.ctas");
       stage = "destroy";
       MOEFUSE_CUDA_CHECK(cudaFree(buffer));
     }

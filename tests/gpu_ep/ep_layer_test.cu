@@ -455,9 +455,9 @@ TEST(EpLayerArgs, ConfigCommAndOptionsAreNamed) {
 }
 
 // On two GPUs: E not a multiple of the ranks, chunks and transfer SMs out of range, then calls
-// whose views do not fit the rank (more tokens than max_tokens_per_rank, all E experts' weights
-// instead of the rank's, a short cache), each checked before anything is launched, so no rank
-// waits on the other.
+// that do not fit the rank (a memory plan or x of more tokens than max_tokens_per_rank, all E
+// experts' weights instead of the rank's, a short cache), each checked before anything is
+// launched, so no rank waits on the other.
 TEST(EpLayerArgs, RankShapesAreNamed) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
   const int ranks = 2;
@@ -497,6 +497,8 @@ TEST(EpLayerArgs, RankShapesAreNamed) {
                     cw, work_ws, nullptr);
     };
     stage = "bad calls";
+    test::expect_invalid([&] { layer.memory_plan(0); }, "tokens");
+    test::expect_invalid([&] { layer.memory_plan(T + 1); }, "tokens");
     test::expect_invalid([&] { forward(T + 1, w, cache_ws); }, "x");
     MoeLayerWeights all = w;
     all.w1 = w1.view(DType::kBFloat16, {E, 2 * F, H});

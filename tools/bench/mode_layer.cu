@@ -29,7 +29,7 @@
 #include "bench/layer_flops.h"
 #include "bench/layer_tensors.h"
 #include "bench/mode.h"
-#include "bench/stage_recorder.h"
+#include "bench/step_intervals.h"
 #include "bench/report.h"
 #include "bench/routing.h"
 #include "bench/timing.h"
@@ -138,12 +138,15 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
 
   progress(tag + "stage breakdown");
   {
-    StageRecorder rec;
+    StepIntervals rec;
     const int n = std::min(o.iters, 20);
-    for (int i = 0; i < n; ++i) step(stream, {.observer = &rec});
+    for (int i = 0; i < n; ++i) {
+      rec.start_step(stream);
+      step(stream, {.observer = &rec});
+    }
     MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
     double fwd_sum = 0, bwd_sum = 0;
-    const auto medians = rec.medians();
+    const auto medians = rec.medians().stage_ms;
     for (const auto& [stage, ms] : medians)
       (layer_stage_is_backward(stage) ? bwd_sum : fwd_sum) += ms;
     for (const auto& [stage, ms] : medians) {

@@ -8,9 +8,9 @@
 #include "bench/cuda_graph.h"
 #include "bench/device_buffer.h"
 #include "bench/layer_tensors.h"
+#include "bench/step_intervals.h"
 #include "bench/timing.h"
 #include "cuda/check.h"
-#include "ep_bench/step_intervals.h"
 #include "moefuse/ep_layer.h"
 #include "moefuse/error.h"
 #include "moefuse/health.h"
@@ -37,14 +37,14 @@ LayerTiming time_layer(const Step& forward, const Step& step, int warmup, int it
       bench::time_on_stream([&](cudaStream_t s) { step(s, nullptr); }, stream, warmup, iters)
           .median_ms;
   {
-    StepIntervals intervals;
+    bench::StepIntervals intervals;
     sync();
     for (int i = 0; i < iters; ++i) {
       intervals.start_step(stream);
       step(stream, &intervals);
     }
     MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const StepIntervals::Medians m = intervals.medians();
+    const bench::StepIntervals::Medians m = intervals.medians();
     t.stages = m.stage_ms;
     t.transfer_ms = m.transfer_ms;
     t.exposed_transfer_ms = m.exposed_transfer_ms;

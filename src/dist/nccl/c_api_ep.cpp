@@ -100,19 +100,10 @@ moefuse_status_t moefuse_ep_layer_forward(moefuse_ep_layer_t* layer, int64_t tok
                                           void* y, float* losses, void* cache, size_t cache_bytes,
                                           void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
-    using namespace moefuse::capi;
-    using moefuse::DType;
-    expect_pointer(layer, "layer", "a layer from moefuse_ep_layer_create");
-    expect_pointer(weights, "weights", "a pointer to a moefuse_layer_weights_t");
-    expect_tokens(tokens);
-    moefuse::EpMoeLayer& l = *layer->layer;
-    const moefuse::MoeConfig& c = l.config();
-    l.forward(dev(x, DType::kBFloat16, {tokens, c.hidden}),
-              weights_of(c, *weights, l.local_experts()),
-              {.y = dev(y, DType::kBFloat16, {tokens, c.hidden}),
-               .losses = dev(losses, DType::kFloat32, {2})},
-              {.data = cache, .bytes = cache_bytes},
-              {.data = workspace, .bytes = workspace_bytes}, static_cast<cudaStream_t>(stream));
+    moefuse::capi::expect_pointer(layer, "layer", "a layer from moefuse_ep_layer_create");
+    moefuse::capi::forward_from_c(*layer->layer, layer->layer->local_experts(), tokens, x,
+                                  weights, y, losses, {.data = cache, .bytes = cache_bytes},
+                                  {.data = workspace, .bytes = workspace_bytes}, stream);
   });
 }
 
@@ -123,20 +114,10 @@ moefuse_status_t moefuse_ep_layer_backward(moefuse_ep_layer_t* layer, int64_t to
                                            size_t cache_bytes, void* workspace,
                                            size_t workspace_bytes, void* stream) {
   return guarded([&] {
-    using namespace moefuse::capi;
-    using moefuse::DType;
-    expect_pointer(layer, "layer", "a layer from moefuse_ep_layer_create");
-    expect_pointer(weights, "weights", "a pointer to a moefuse_layer_weights_t");
-    expect_pointer(grads, "grads", "a pointer to a moefuse_layer_grads_t");
-    expect_tokens(tokens);
-    moefuse::EpMoeLayer& l = *layer->layer;
-    const moefuse::MoeConfig& c = l.config();
-    l.backward(dev(x, DType::kBFloat16, {tokens, c.hidden}),
-               dev(dy, DType::kBFloat16, {tokens, c.hidden}),
-               weights_of(c, *weights, l.local_experts()),
-               grads_of(c, tokens, *grads, l.local_experts()),
-               {.data = cache, .bytes = cache_bytes},
-               {.data = workspace, .bytes = workspace_bytes}, static_cast<cudaStream_t>(stream));
+    moefuse::capi::expect_pointer(layer, "layer", "a layer from moefuse_ep_layer_create");
+    moefuse::capi::backward_from_c(*layer->layer, layer->layer->local_experts(), tokens, x, dy,
+                                   weights, grads, {.data = cache, .bytes = cache_bytes},
+                                   {.data = workspace, .bytes = workspace_bytes}, stream);
   });
 }
 

@@ -1,4 +1,4 @@
-#include "ep_bench/step_intervals.h"
+#include "bench/step_intervals.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "cuda/check.h"
 #include "moefuse/error.h"
 
-namespace moefuse::ep_bench {
+namespace moefuse::bench {
 namespace {
 
 using Interval = std::pair<double, double>;
@@ -116,4 +116,4 @@ StepIntervals::Medians StepIntervals::medians() const {
   return m;
 }
 
-}  // namespace moefuse::ep_bench
+}  // namespace moefuse::bench

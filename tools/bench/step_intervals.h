@@ -1,8 +1,8 @@
-// A LayerObserver for moefuse-ep-bench: CUDA events at every stage's begin and end, on whichever
-// stream runs it, and one at each observed step's start. From them, per step: each stage's total
-// time (a stage may run several times a step: the chunks of a pipelined forward) and the exposed
-// transfer time, the time in which some transfer stage runs and no other stage does, on any
-// stream. Medians over the steps.
+// A LayerObserver for the layer benchmarks (moefuse-bench layer, moefuse-ep-bench): CUDA events at
+// every stage's begin and end, on whichever stream runs it, and one at each observed step's start.
+// From them, per step: each stage's total time (a stage may run several times a step: the chunks
+// of EpMoeLayer's pipeline) and, under expert parallelism, the exposed transfer time, the time in
+// which some transfer stage runs and no other stage does, on any stream. Medians over the steps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,7 +12,7 @@
 
 #include "moefuse/layer.h"
 
-namespace moefuse::ep_bench {
+namespace moefuse::bench {
 
 class StepIntervals : public LayerObserver {
  public:
@@ -43,4 +43,4 @@ class StepIntervals : public LayerObserver {
 // The transfer stages of the layers (kEpDispatch, kEpReturn and their backward twins).
 bool is_transfer(LayerStage s);
 
-}  // namespace moefuse::ep_bench
+}  // namespace moefuse::bench
