@@ -18,7 +18,18 @@
 
 namespace moefuse::gemm {
 
-MOEFUSE_EPI_FN float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
+// σ(x) = 1 / (1 + e^-x). On the GPU by ex2.approx and rcp.approx (a few ulp in fp32, far below
+// the bf16 rounding of every output): expf and the IEEE division, with its slow-path call, were
+// half the instructions of the FC2 dgrad's dSwiGLU (432 → 216 SASS instructions an octet), and
+// that epilogue is issue-bound on its three warps (docs/grouped_gemm_backward.md). As x → -∞,
+// e^-x overflows to inf and __fdividef gives 0, the limit.
+MOEFUSE_EPI_FN float sigmoid_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fdividef(1.0f, 1.0f + __expf(-x));
+#else
+  return 1.0f / (1.0f + std::exp(-x));
+#endif
+}
 
 // The operation as a compile-time choice: the fused epilogue instantiates its fully unrolled
 // loop once per op, so each copy holds only its own math. (One loop with the switch inside
