@@ -31,8 +31,10 @@ MOEFUSE_EPI_FN ActivationGrad activation_grad_op(const EpilogueParams& ep, float
   if constexpr (kOp == EpilogueOp::kLinear) {
     return {value, 1.0f, 0.0f};
   } else if constexpr (kOp == EpilogueOp::kSwiGLU) {
+    // d/dg (g·σ(g)) = σ + g·σ·(1 - σ): with a = g·σ, σ + a·(1 - σ) (one FFMA).
     const float s = sigmoid_f32(g);
-    return {value, u * s * (1.0f + g * (1.0f - s)), g * s};
+    const float a = g * s;
+    return {value, u * fmaf(a, 1.0f - s, s), a};
   } else if constexpr (kOp == EpilogueOp::kGeGLU) {
     const float cdf = 0.5f * (1.0f + erff(g * 0.70710678118654752f));
     const float pdf = 0.39894228040143268f * expf(-0.5f * g * g);

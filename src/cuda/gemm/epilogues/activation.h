@@ -18,14 +18,17 @@
 
 namespace moefuse::gemm {
 
-// σ(x) = 1 / (1 + e^-x). On the GPU by ex2.approx and rcp.approx (a few ulp in fp32, far below
-// the bf16 rounding of every output): expf and the IEEE division, with its slow-path call, were
-// half the instructions of the FC2 dgrad's dSwiGLU (432 → 216 SASS instructions an octet), and
-// that epilogue is issue-bound on its three warps (docs/grouped_gemm_backward.md). As x → -∞,
-// e^-x overflows to inf and __fdividef gives 0, the limit.
+// σ(x) = 1 / (1 + e^-x). On the GPU by ex2.approx.ftz and rcp.approx.ftz, four instructions (a
+// few ulp in fp32, far below the bf16 rounding of every output). expf and the IEEE division,
+// with its slow-path call, made the FC2 dgrad's dSwiGLU octet 432 SASS instructions; this form
+// (with the derivative as one FFMA, activation_backward.h) 208. That epilogue is issue-bound on
+// its three warps (docs/grouped_gemm_backward.md). As x → -∞, e^-x → inf and rcp gives 0.
 MOEFUSE_EPI_FN float sigmoid_f32(float x) {
 #if defined(__CUDA_ARCH__)
-  return __fdividef(1.0f, 1.0f + __expf(-x));
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return r;
 #else
   return 1.0f / (1.0f + std::exp(-x));
 #endif
