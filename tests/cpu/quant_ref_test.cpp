@@ -39,6 +39,11 @@ TensorView u8(std::vector<uint8_t>& v, DType t, std::initializer_list<int64_t> s
   return TensorView::contiguous(v.data(), t, shape);
 }
 
+// The whole tensor's relative error norm: every normal element is within 2^-4 of itself (the
+// subnormals' absolute bound is negligible in the norm). 0.04 flaked: wide-range data puts the
+// norm on a few large elements, whose rounding error is anywhere in [0, 2^-4] (0.0447, session 14).
+constexpr double kE4m3HalfStep = 0.0625;
+
 // |deq - x| within half an E4M3 step of x / scale: 2^-4 relative for normals, 2^-10 * scale
 // for subnormals (the smallest subnormal is 2^-9), with slack for the fp32 multiply.
 void expect_e4m3_error_bound(float x, float deq, float scale, const char* what, int64_t i) {
@@ -86,7 +91,7 @@ TEST(QuantBlockwise1x128, RoundTripWithinHalfStepAndPartialLastGroup) {
       for (int64_t c = c0; c < c1; ++c)
         expect_e4m3_error_bound(x[r * k + c], back[r * k + c], scale, "1x128", r * k + c);
     }
-  EXPECT_LT(test::rel_norm_error(back, x), 0.04);
+  EXPECT_LT(test::rel_norm_error(back, x), kE4m3HalfStep);
 }
 
 TEST(QuantBlockwise1x128, TinyNaNAndInfGroups) {
@@ -193,7 +198,7 @@ TEST(QuantMxfp8, ScaleIsTheSmallestPowerOfTwoThatAvoidsSaturation) {
       for (int64_t c = b * 32; c < std::min(k, b * 32 + 32); ++c)
         expect_e4m3_error_bound(x[r * k + c], back[r * k + c], float(scale), "mxfp8", r * k + c);
     }
-  EXPECT_LT(test::rel_norm_error(back, x), 0.04);
+  EXPECT_LT(test::rel_norm_error(back, x), kE4m3HalfStep);
 }
 
 TEST(QuantNvfp4, HandComputedBlockAndPacking) {
