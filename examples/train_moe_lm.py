@@ -9,14 +9,16 @@
     torch-repeat     the torch back end trained a second time; on a GPU its atomics (index_add,
                      attention backward) make it no bitwise copy of the first, so its distance
                      from the torch run is the noise floor of the loss comparison
+    torch-grouped-repeat  torch-grouped trained a second time: the same noise floor, against the
+                     fast baseline
 
 Every back end starts from the same weights (drawn once on the CPU from --seed; the moefuse
 layers get them through load_from_gate_up) and sees the same batches. In bf16 the optimiser
 updates fp32 master copies of the parameters (--master-weights; see Optimiser). The script prints
 tokens/s per back end (synchronised timing after warm-up steps), the final loss, and how far each
-loss curve is from the torch one; it writes losses.json and, when matplotlib is importable, PNG
-plots: loss vs step per back end, and the per-expert token counts of one layer after a short
-training without and with the aux (load-balancing) loss.
+loss curve is from the reference one (torch, else torch-grouped); it writes losses.json and,
+when matplotlib is importable, PNG plots: loss vs step per back end, and the per-expert token
+counts of one layer after a short training without and with the aux (load-balancing) loss.
 
 Corpus: no downloads. The source text of a fixed list of Python standard-library modules
 (inspect.getsource), byte-level (vocabulary 256), so it exists wherever Python does; its exact
@@ -37,7 +39,10 @@ import time
 
 _REPO_PYTHON = pathlib.Path(__file__).resolve().parent.parent / "python"
 
-BACKENDS = ("torch", "torch-repeat", "torch-grouped", "moefuse-unfused", "moefuse-fused")
+BACKENDS = ("torch", "torch-repeat", "torch-grouped", "torch-grouped-repeat", "moefuse-unfused",
+            "moefuse-fused")
+# The loss curves are compared with the first of these that ran.
+REFERENCES = ("torch", "torch-grouped")
 
 # Defaults (the issue's model) and --tiny (a smoke test that runs in seconds on a CPU).
 PRESETS = {
@@ -121,8 +126,10 @@ def import_moefuse():
 
 def check_backends(args, torch) -> None:
     """Fails early, with the reason, where a requested back end cannot run here."""
-    if "torch-grouped" in args.backends and (args.device != "cuda" or args.dtype != "bf16"):
-        raise UsageError("torch-grouped (torch._grouped_mm) needs --device cuda and --dtype bf16")
+    grouped = [b for b in args.backends if b.startswith("torch-grouped")]
+    if grouped and (args.device != "cuda" or args.dtype != "bf16"):
+        raise UsageError(f"{', '.join(grouped)} (torch._grouped_mm) need(s) --device cuda and "
+                         f"--dtype bf16")
     wanted = [b for b in args.backends if b.startswith("moefuse")]
     if not wanted:
         return
@@ -270,7 +277,7 @@ def make_model(torch, moefuse, args, backend: str, aux_coeff: float):
     torch.manual_seed(args.seed)  # drawn on the CPU in fp32: identical for every back end
     model = MoeLM(moe_config(moefuse, args, aux_coeff), args.layers, args.heads, args.seq)
     model = model.to(device=args.device, dtype=args.torch_dtype)
-    if backend == "torch-grouped":
+    if backend.startswith("torch-grouped"):
         for block in model.blocks:
             block.moe.grouped_mm = True
     if backend.startswith("moefuse"):
@@ -408,15 +415,24 @@ def tail_mean(losses: list, n: int = 50) -> float:
     return sum(tail) / len(tail)
 
 
-def summarise(runs: dict) -> None:
-    """Adds each back end's last-50-step mean loss and its relative difference from torch's."""
-    ref = runs.get("torch")
+def reference_backend(runs: dict):
+    """The back end the others are compared with (REFERENCES), or None."""
+    return next((name for name in REFERENCES if name in runs), None)
+
+
+def summarise(runs: dict):
+    """Adds each back end's last-50-step mean loss and its signed relative difference from the
+    reference back end's; returns the reference's name (None: no comparison)."""
     for r in runs.values():
         r["final_loss"] = r["loss"][-1]
         r["last50_mean_loss"] = tail_mean(r["loss"])
-        if ref is not None:
-            r["rel_diff_vs_torch"] = (abs(r["last50_mean_loss"] - ref["last50_mean_loss"])
-                                      / ref["last50_mean_loss"])
+    ref = reference_backend(runs)
+    if ref is not None:
+        base = runs[ref]["last50_mean_loss"]
+        for r in runs.values():
+            r["reference"] = ref
+            r["rel_diff_vs_reference"] = (r["last50_mean_loss"] - base) / base
+    return ref
 
 
 def write_plots(out: pathlib.Path, runs: dict, balance) -> list:
@@ -474,14 +490,14 @@ def main(argv=None) -> int:
         r = runs[backend]
         print(f"{backend:16s} {r['tokens_per_s']:12.0f} tokens/s   final loss "
               f"{r['loss'][-1]:.4f}   ({args.steps} steps, {r['timed_steps']} timed)")
-    summarise(runs)
-    if "torch" in runs:
+    ref = summarise(runs)
+    if ref is not None:
         for name, r in runs.items():
-            if name != "torch":
-                print(f"{name:16s} last-50-step mean loss {r['last50_mean_loss']:.4f} vs torch "
-                      f"{runs['torch']['last50_mean_loss']:.4f}: relative difference "
-                      f"{r['rel_diff_vs_torch']:.2%}; speed "
-                      f"{r['tokens_per_s'] / runs['torch']['tokens_per_s']:.2f}x torch")
+            if name != ref:
+                print(f"{name:16s} last-50-step mean loss {r['last50_mean_loss']:.4f} vs {ref} "
+                      f"{runs[ref]['last50_mean_loss']:.4f}: relative difference "
+                      f"{r['rel_diff_vs_reference']:+.2%}; speed "
+                      f"{r['tokens_per_s'] / runs[ref]['tokens_per_s']:.2f}x {ref}")
 
     balance = None
     if args.balance_steps > 0:
@@ -489,7 +505,8 @@ def main(argv=None) -> int:
         for key in ("aux_off", "aux_on"):
             b = balance[key]
             print(f"expert load, layer {balance['layer']}, aux {b['aux_coeff']:g}: max/mean "
-                  f"{b['max_over_mean']:.2f} after {balance['steps']} steps ({balance['backend']} back end)")
+                  f"{b['max_over_mean']:.2f} after {balance['steps']} steps "
+                  f"({balance['backend']} back end)")
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -62,8 +62,9 @@ def test_torch_repeat_is_compared_with_torch(tmp_path):
     runs = json.loads((tmp_path / "losses.json").read_text())["backends"]
     # The CPU is deterministic: the repeat is the same run, its difference zero.
     assert runs["torch-repeat"]["loss"] == runs["torch"]["loss"]
-    assert runs["torch-repeat"]["rel_diff_vs_torch"] == 0.0
-    assert "torch-repeat" in proc.stdout and "relative difference 0.00%" in proc.stdout
+    assert runs["torch-repeat"]["rel_diff_vs_reference"] == 0.0
+    assert runs["torch-repeat"]["reference"] == "torch"
+    assert "torch-repeat" in proc.stdout and "relative difference +0.00%" in proc.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without "
