@@ -1,0 +1,72 @@
+"""scripts/bench_compare.py and scripts/ab_bench.sh on made-up reports (no GPU: runs in CI)."""
+
+import json
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+
+import pytest
+
+SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
+
+
+def report(path: pathlib.Path, fused_ms: float) -> pathlib.Path:
+    rows = [{"preset": "qwen3", "op": "fc2 dgrad", "variant": "fused", "median_ms": fused_ms,
+             "vs_torch": "-"},
+            {"preset": "qwen3", "op": "fc2 dgrad", "variant": "dense", "median_ms": 0.5}]
+    path.write_text(json.dumps({"reports": [{"title": "backward", "rows": rows}]}))
+    return path
+
+
+def compare(*args):
+    return subprocess.run([sys.executable, str(SCRIPTS / "bench_compare.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_labels_side_by_side_with_means_and_ratios(tmp_path):
+    a1, a2 = report(tmp_path / "a1.json", 1.0), report(tmp_path / "a2.json", 1.2)
+    b1 = report(tmp_path / "b1.json", 0.77)
+    proc = compare(f"main:{a1}", f"main:{a2}", f"new:{b1}")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "median_ms | main | new | new/main"
+    assert "qwen3 fc2 dgrad fused | 1.1 | 0.77 | 0.700" in lines
+    assert "qwen3 fc2 dgrad dense | 0.5 | 0.5 | 1.000" in lines
+
+
+@pytest.mark.parametrize("arg,message", [("nolabel.json", "expected LABEL:FILE"),
+                                         ("a:missing.json", "no such file")])
+def test_bad_arguments_are_named(tmp_path, arg, message):
+    proc = compare(arg)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def fake_build(path: pathlib.Path, fused_ms: float) -> pathlib.Path:
+    """A moefuse-bench that writes a made-up report to its --json argument."""
+    path.mkdir()
+    bench = path / "moefuse-bench"
+    template = json.dumps({"reports": [{"title": "t", "rows": [
+        {"preset": "P", "op": "fc2 dgrad", "variant": "fused", "median_ms": fused_ms}]}]})
+    bench.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --json ] && "
+                     f"printf '%s' '{template}' > \"$2\"; shift; done\n")
+    bench.chmod(bench.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_ab_bench_interleaves_builds_and_compares(tmp_path):
+    a, b = fake_build(tmp_path / "a", 2.0), fake_build(tmp_path / "b", 1.0)
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "gemm-backward", "p1 p2", "2",
+                           f"main={a}", f"new={b}"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, OUT=str(out)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(list((out / "ab").glob("*.json"))) == 8  # 2 rounds × 2 builds × 2 presets
+    assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500") == 2
+
+
+def test_ab_bench_refuses_a_build_without_the_binary(tmp_path):
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "gemm", "p", "1",
+                           f"x={tmp_path}"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "BUILD_DIR/moefuse-bench" in proc.stderr

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Interleaved A/B of moefuse-bench between builds on one machine, in one device call:
+#
+#   scripts/ab_bench.sh MODE "PRESET ..." ROUNDS LABEL=BUILD_DIR [LABEL=BUILD_DIR ...]
+#   e.g. scripts/ab_bench.sh gemm-backward "qwen3-30b-a3b gpt-oss-120b" 2 main=.gpu/main k32=.gpu/k32
+#
+# Round by round, every build runs every preset (interleaving spreads the machine's drift over all
+# builds); each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT default gpu-out).
+# Then scripts/bench_compare.py prints each preset's rows with the builds side by side (mean over
+# rounds) and their ratios to the first build.
+set -uo pipefail
+usage() { sed -n '2,10p' "$0" >&2; exit 2; }
+[[ $# -ge 4 ]] || usage
+mode=$1 presets=$2 rounds=$3
+shift 3
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
+for build in "$@"; do
+  [[ $build == *=* && -x ${build#*=}/moefuse-bench ]] ||
+    { echo "expected LABEL=BUILD_DIR with BUILD_DIR/moefuse-bench, got '$build'" >&2; exit 2; }
+done
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT/ab"
+status=0
+for r in $(seq "$rounds"); do
+  for build in "$@"; do
+    label=${build%%=*} dir=${build#*=}
+    for p in $presets; do
+      base="$OUT/ab/${mode}_${p}_${label}_$r"
+      "$dir/moefuse-bench" "$mode" --preset "$p" --json "$base.json" > "$base.log" 2>&1 ||
+        { echo "FAILED: $label $p round $r ($base.log)"; status=1; }
+    done
+  done
+done
+for p in $presets; do
+  runs=()
+  for build in "$@"; do
+    for r in $(seq "$rounds"); do
+      f="$OUT/ab/${mode}_${p}_${build%%=*}_$r.json"
+      [[ -f $f ]] && runs+=("${build%%=*}:$f")
+    done
+  done
+  echo "== moefuse-bench $mode --preset $p"
+  [[ ${#runs[@]} -gt 0 ]] && python3 "$(dirname "$0")/bench_compare.py" "${runs[@]}"
+done
+exit $status
