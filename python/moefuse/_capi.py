@@ -130,6 +130,16 @@ _size_p = ctypes.POINTER(ctypes.c_size_t)
 _config_p = ctypes.POINTER(ConfigStruct)
 _layer_p = ctypes.c_void_p  # moefuse_layer_t*, opaque
 
+# The arguments of a layer's forward and backward after the layer handle: the same in
+# moefuse_layer_* and moefuse_ep_layer_* (one C body serves both, src/core/c_api_views.cpp).
+FORWARD_ARGS = [ctypes.c_int64, ctypes.c_void_p, ctypes.POINTER(LayerWeightsStruct),
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+BACKWARD_ARGS = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                 ctypes.POINTER(LayerWeightsStruct), ctypes.POINTER(LayerGradsStruct),
+                 ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                 ctypes.c_void_p]
+
 # name: (restype, argtypes). Every call but the two string getters returns a moefuse_status_t.
 _PROTOTYPES = {
     "moefuse_last_error": (ctypes.c_char_p, []),
@@ -145,15 +155,8 @@ _PROTOTYPES = {
     "moefuse_layer_create": (_enum, [_config_p, _enum, ctypes.c_int32,
                                      ctypes.POINTER(_layer_p)]),
     "moefuse_layer_destroy": (_enum, [_layer_p]),
-    "moefuse_layer_forward": (_enum, [_layer_p, ctypes.c_int64, ctypes.c_void_p,
-                                      ctypes.POINTER(LayerWeightsStruct), ctypes.c_void_p,
-                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]),
-    "moefuse_layer_backward": (_enum, [_layer_p, ctypes.c_int64, ctypes.c_void_p,
-                                       ctypes.c_void_p, ctypes.POINTER(LayerWeightsStruct),
-                                       ctypes.POINTER(LayerGradsStruct), ctypes.c_void_p,
-                                       ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
-                                       ctypes.c_void_p]),
+    "moefuse_layer_forward": (_enum, [_layer_p, *FORWARD_ARGS]),
+    "moefuse_layer_backward": (_enum, [_layer_p, *BACKWARD_ARGS]),
 }
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ctypes
 
-from moefuse._capi import (ConfigStruct, EpOptionsStruct, LayerGradsStruct, Library,
-                           LayerWeightsStruct, _enum, check)
+from moefuse._capi import (BACKWARD_ARGS, FORWARD_ARGS, ConfigStruct, EpOptionsStruct,
+                           LayerGradsStruct, LayerWeightsStruct, Library, _enum, check)
 
 LIBRARY_NAME = "libmoefuse_ep_c.so"
 UNIQUE_ID_BYTES = 128
@@ -29,15 +29,8 @@ _PROTOTYPES = {
                                         ctypes.POINTER(_layer_p)]),
     "moefuse_ep_layer_destroy": (_enum, [_layer_p]),
     "moefuse_ep_layer_info": (_enum, [_layer_p, _i64_p, _i64_p, _size_p, _size_p]),
-    "moefuse_ep_layer_forward": (_enum, [_layer_p, ctypes.c_int64, ctypes.c_void_p,
-                                         ctypes.POINTER(LayerWeightsStruct), ctypes.c_void_p,
-                                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                         ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]),
-    "moefuse_ep_layer_backward": (_enum, [_layer_p, ctypes.c_int64, ctypes.c_void_p,
-                                          ctypes.c_void_p, ctypes.POINTER(LayerWeightsStruct),
-                                          ctypes.POINTER(LayerGradsStruct), ctypes.c_void_p,
-                                          ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
-                                          ctypes.c_void_p]),
+    "moefuse_ep_layer_forward": (_enum, [_layer_p, *FORWARD_ARGS]),
+    "moefuse_ep_layer_backward": (_enum, [_layer_p, *BACKWARD_ARGS]),
 }
 
 

@@ -43,6 +43,11 @@ def test_bad_arguments_are_named(tmp_path, arg, message):
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
+def test_a_metric_no_row_has_is_named(tmp_path):
+    proc = compare("--metric", "TFLOP/s", f"a:{report(tmp_path / 'a.json', 1.0)}")
+    assert proc.returncode != 0 and "no row of the files has a numeric 'TFLOP/s'" in proc.stderr
+
+
 def fake_build(path: pathlib.Path, fused_ms: float) -> pathlib.Path:
     """A moefuse-bench that writes a made-up report to its --json argument."""
     path.mkdir()
@@ -66,7 +71,12 @@ def test_ab_bench_interleaves_builds_and_compares(tmp_path):
     assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500") == 2
 
 
-def test_ab_bench_refuses_a_build_without_the_binary(tmp_path):
-    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "gemm", "p", "1",
-                           f"x={tmp_path}"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "BUILD_DIR/moefuse-bench" in proc.stderr
+@pytest.mark.parametrize("args,message", [
+    (["gemm", "p", "1", "x=."], "BUILD_DIR/moefuse-bench"),
+    (["gemm", "p", "0", "x=."], "ROUNDS must be a positive integer, got '0'"),
+    (["gemm", "p", "1"], "scripts/ab_bench.sh MODE"),  # too few arguments: the usage
+])
+def test_ab_bench_names_bad_arguments(tmp_path, args, message):
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), *args], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr

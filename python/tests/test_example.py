@@ -76,11 +76,12 @@ def test_moefuse_backend_without_gpu_fails_with_a_message(tmp_path):
     assert "moefuse-fused" in proc.stderr and "GPU" in proc.stderr, proc.stderr
 
 
-def test_torch_grouped_backend_on_the_cpu_fails_with_a_message(tmp_path):
-    proc = run_example("--backends", "torch-grouped", "--steps", "2", tmp_path=tmp_path)
+@pytest.mark.parametrize("backend", ["torch-grouped", "torch-grouped-repeat"])
+def test_torch_grouped_backend_on_the_cpu_fails_with_a_message(tmp_path, backend):
+    proc = run_example("--backends", backend, "--steps", "2", tmp_path=tmp_path)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
-    assert "torch-grouped" in proc.stderr and "--device cuda" in proc.stderr, proc.stderr
+    assert backend in proc.stderr and "--device cuda" in proc.stderr, proc.stderr
 
 
 def load_example():

@@ -3,8 +3,7 @@
 #include <algorithm>
 
 #include "cuda/layer/carver.h"
-#include "moefuse/dispatch.h"
-#include "moefuse/router.h"
+#include "cuda/layer/routing_plan.h"
 
 namespace moefuse::dist {
 
@@ -31,12 +30,7 @@ EpLayerPlan make_ep_layer_plan(const MoeConfig& c, const EpPlan& plan, int64_t t
   using layer::Carver;
 
   Carver cache(LayerRegion::kCache, 0, &p.buffers);
-  p.logits = cache.add("logits [T,E] fp32", T * E * f32);
-  p.expert_idx = cache.add("expert_idx [T,k] int32", R * i32);
-  p.probs = cache.add("probs [T,k] fp32", R * f32);
-  p.counts = cache.add("counts [E] int32", E * i32);
-  p.offsets = cache.add("offsets [E+1] int32", (E + 1) * i32);
-  p.row_of = cache.add("row_of [T,k] int32", R * i32);
+  layer::carve_routing_cache(cache, p, T, E, k);
   p.token_of_row = cache.add("token_of_row [S] int32", S * i32);
   p.xs_received = cache.add("xs_received [C,H] bf16 (dW1's rows)", C * H * bf);
   p.pre = cache.add("pre [C,fc1] bf16", C * fc1 * bf);
@@ -48,14 +42,7 @@ EpLayerPlan make_ep_layer_plan(const MoeConfig& c, const EpPlan& plan, int64_t t
   p.cache_bytes = cache.end();
 
   Carver common(LayerRegion::kWorkspaceBoth, 0, &p.buffers);
-  p.router_gemm = common.add("router cuBLAS workspace",
-                             router_logits_backward_workspace_size(tokens, c.num_experts));
-  p.router_topk =
-      common.add("router_topk workspace", router_topk_workspace_size(tokens, c.num_experts));
-  p.maps =
-      common.add("dispatch_maps workspace", dispatch_maps_workspace_size(tokens, c.num_experts));
-  p.aux_f = common.add("aux_f [E] fp32", E * f32);
-  p.aux_P = common.add("aux_P [E] fp32", E * f32);
+  layer::carve_routing_workspace(common, p, tokens, c.num_experts);
 
   Carver fwd(LayerRegion::kWorkspaceForward, common.end(), &p.buffers);
   p.xs = fwd.add("xs [S,H] bf16 (permute, sent)", S * H * bf);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/layer/carver.h"
+#include "cuda/layer/routing_plan.h"
 #include "cuda/layer/ops.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -39,12 +40,7 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   const size_t scale_cols = static_cast<size_t>(fp8_scale_rows(static_cast<int64_t>(R)));
 
   Carver cache(LayerRegion::kCache, 0, &p.buffers);
-  p.logits = cache.add("logits [T,E] fp32", T * E * f32);
-  p.expert_idx = cache.add("expert_idx [T,k] int32", R * i32);
-  p.probs = cache.add("probs [T,k] fp32", R * f32);
-  p.counts = cache.add("counts [E] int32", E * i32);
-  p.offsets = cache.add("offsets [E+1] int32", (E + 1) * i32);
-  p.row_of = cache.add("row_of [T,k] int32", R * i32);
+  carve_routing_cache(cache, p, T, E, k);
   p.token_of_row = cache.add("token_of_row [R] int32", R * i32);
   p.row_prob = cache.add("row_prob [R] fp32", R * f32);
   if (shared) p.shared_offsets = cache.add("shared_offsets [2] int32", 2 * i32);
@@ -54,15 +50,7 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   p.cache_bytes = cache.end();
 
   Carver common(LayerRegion::kWorkspaceBoth, 0, &p.buffers);
-  // The backward's logits workspace (cuBLAS's plus the bf16 d_logits) covers the forward's.
-  p.router_gemm = common.add("router cuBLAS workspace",
-                             router_logits_backward_workspace_size(tokens, c.num_experts));
-  p.router_topk = common.add("router_topk workspace",
-                             router_topk_workspace_size(tokens, c.num_experts));
-  p.maps = common.add("dispatch_maps workspace", dispatch_maps_workspace_size(tokens,
-                                                                              c.num_experts));
-  p.aux_f = common.add("aux_f [E] fp32", E * f32);
-  p.aux_P = common.add("aux_P [E] fp32", E * f32);
+  carve_routing_workspace(common, p, tokens, c.num_experts);
 
   Carver fwd(LayerRegion::kWorkspaceForward, common.end(), &p.buffers);
   // bf16, both modes: FC1 reads a permuted copy of x (TMA) rather than gathering x rows itself
