@@ -225,11 +225,14 @@ int run(Args& args) {
       "backward grouped GEMMs (bf16 in, fp32 accumulate; dgrad bf16 out, wgrad fp32 out)", o,
       GroupedGemmTile{.block_m = cfg::kBlockM,
                       .block_n = cfg::kBlockN,
-                      .block_k = cfg::kBlockK,
-                      .stages = cfg::kStages},
+                      .block_k = cfg::DgradStages::kBlockK,
+                      .stages = cfg::DgradStages::kStages},
       "vs_dense = dense cuBLAS time of the same M, N, K / this time (for a wgrad K = all rows: "
       "1/E of the output); vs_torch and vs_unfused = their time / this time; torch's wgrad "
       "writes bf16, ours fp32");
+  report.set_meta("wgrad stages", std::to_string(cfg::WgradStages::kStages) + " of " +
+                                      std::to_string(cfg::WgradStages::kBlockK) +
+                                      " K rows (the gather wgrad: the tile's)");
   CublasBackward cublas;
   for (const auto& name : o.presets) bench_preset(name, o, cublas, report);
   finish_gemm_report(report, o, args);

@@ -12,17 +12,11 @@ namespace moefuse::gemm::bwd {
 
 inline constexpr int kBlockM = 128;  // output rows per tile: 2 consumer warpgroups × 64
 inline constexpr int kBlockN = 256;  // output columns per tile: one wgmma m64n256k16 row slab
-inline constexpr int kBlockK = 64;   // K per stage
-// Three stages leave room for the epilogue hand-off's tile buffer (below); the forward measured
-// no slower with three than with four (docs/measurements.md).
-inline constexpr int kStages = 3;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
-
 // An MN-major operand arrives as TMA boxes of 64 MN-contiguous elements (128 bytes: one
-// 128B-swizzle row) × kBlockK K rows, each box kMnChunkBytes, boxes of a tile back to back.
+// 128B-swizzle row) × a stage's K rows, boxes of a tile back to back.
 inline constexpr int kMnChunk = 64;
-inline constexpr int kMnChunkBytes = kMnChunk * kBlockK * 2;  // 8 KiB
 
 // Warp roles (common/warp_roles.h): warps 1-3 of warpgroup 0 are the epilogue warps
 // (common/tile_handoff.cuh) in the dgrad and the TMA wgrad; the gather wgrad's producer needs all
@@ -38,14 +32,10 @@ inline constexpr int kGatherConsumerRegs = 216;
 static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
 static_assert(fits_register_file(kGatherProducerRegs, kGatherConsumerRegs));
 
-inline constexpr int kABytes = kBlockM * kBlockK * 2;  // one stage of A (either major-ness)
-inline constexpr int kBBytes = kBlockN * kBlockK * 2;  // one stage of B
-static_assert(kBlockK * 2 == kSwizzleRowBytes, "a K-major K block must be one swizzle row");
 static_assert(kMnChunk * 2 == kSwizzleRowBytes, "an MN-major chunk must be one swizzle row");
 static_assert(kBlockM == kConsumerWarpgroups * kMnChunk,
               "each consumer's MN-major A slab is exactly one chunk");
-static_assert(kBlockN % kMnChunk == 0 && kBlockK % 8 == 0);
-static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
+static_assert(kBlockN % kMnChunk == 0);
 
 // Named barriers (id 0 is __syncthreads): the two consumer warpgroups together (wgrad tail
 // zeroing), and one per consumer warpgroup from kSlabBarrierFirstId (the gather wgrad's
@@ -64,12 +54,37 @@ inline constexpr int kTileBufferBytes = kBlockM * kTilePitch;
 inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileBufferBytes);
 
-// Dynamic shared memory (common/handoff_layout.cuh): stages, the tile buffer, 2 × kStages + 2
-// mbarriers, tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
-constexpr int64_t smem_bytes(int num_experts) {
-  return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileBufferBytes +
-         (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
-}
-static_assert(smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+// A K loop's ring: kStages stages of kBlockK rows of K each (either operand's major-ness: an
+// MN-major box is kMnChunkBytes, K row k of it at k·128 bytes).
+template <int kK, int kCount>
+struct Stages {
+  static constexpr int kBlockK = kK;
+  static constexpr int kStages = kCount;
+  static constexpr int kMnChunkBytes = kMnChunk * kK * 2;
+  static constexpr int kABytes = kBlockM * kK * 2;  // one stage of A
+  static constexpr int kBBytes = kBlockN * kK * 2;  // one stage of B
+  static_assert(kK % kWgmmaK == 0);
+  static_assert(kMnChunkBytes % kSwizzleAtomBytes == 0, "boxes keep the 1024-byte alignment");
+  // Dynamic shared memory (common/handoff_layout.cuh): stages, the tile buffer, 2 × kStages + 2
+  // mbarriers, tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
+  static constexpr int64_t smem_bytes(int num_experts) {
+    return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileBufferBytes +
+           (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
+  }
+};
+
+// The dgrad: its K-major A needs a K block of one 128-byte swizzle row; three such stages leave
+// room for the tile buffer (the forward measured no slower with three than with four). The
+// gather wgrad too: its cp.async producer's addressing is written for 64-row blocks.
+using DgradStages = Stages<64, 3>;
+static_assert(DgradStages::kBlockK * 2 == kSwizzleRowBytes, "a K-major block is one swizzle row");
+static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+// The TMA wgrad: the same 144 KiB as six stages of 32 rows. The consumers hold one or two stages
+// (the one their wgmmas read, the previous until it retires), so four or five can be loading
+// against one or two of three 64-row stages: 96-120 KiB in flight instead of 48-96. ncu (session
+// 14): its consumers waited on stage data in 36% of their samples, L2 hit 80%, L2 and tensor
+// pipes 60-65% busy: latency, not a saturated unit.
+using WgradStages = Stages<32, 6>;
+static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 
 }  // namespace moefuse::gemm::bwd

@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) smem.init_barriers(1);
   __syncthreads();
   const int total_tiles = smem.tile_start[p.num_experts];
-  const int k_blocks = ceil_div(p.k, kBlockK);
+  using G = DgradStages;
+  const int k_blocks = ceil_div(p.k, G::kBlockK);
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
   if (warpgroup == 0) {
@@ -52,18 +53,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       return;
     }
     if (threadIdx.x != 0) return;
-    PipelineState<kStages> pipe;
+    PipelineState<G::kStages> pipe;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
       const int first_row = tile_rows<kBlockM>(p, c).first;
       for (int kb = 0; kb < k_blocks; ++kb) {
         ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
         uint64_t* full = &smem.full[pipe.stage];
-        ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes + kBBytes);
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, G::kABytes + G::kBBytes);
         cute::SM90_TMA_LOAD_2D::copy(&tmap_a, full, kCacheHintNormal, smem.a_stage(pipe.stage),
-                                     kb * kBlockK, first_row);
-        tma_mn_major_3d(&tmap_b, full, smem.b_stage(pipe.stage), kBlockN / kMnChunk,
-                        c.n_block * kBlockN, kb * kBlockK, c.expert);
+                                     kb * G::kBlockK, first_row);
+        tma_mn_major_3d<G>(&tmap_b, full, smem.b_stage(pipe.stage), kBlockN / kMnChunk,
+                           c.n_block * kBlockN, kb * G::kBlockK, c.expert);
         pipe.advance();
       }
     }
@@ -75,9 +76,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool fp32_handoff = !ep.pre && p.d_fp32;
   TileHandoff handoff = TileHandoff::of(smem);
   float acc[128];
-  PipelineState<kStages> pipe;
+  PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    consume_tile<Major::K, Major::MN>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
+    consume_tile<Major::K, Major::MN, G>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
     hand_off_tile(acc, handoff, slab, fp32_handoff);
   }
 }

@@ -12,10 +12,11 @@ namespace moefuse::gemm::bwd {
 void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream) {
   const DgradProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
-  const CUtensorMap tmap_a = make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, kBlockK);
+  const CUtensorMap tmap_a =
+      make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, DgradStages::kBlockK);
   // B [E, K, N]: boxes of 64 K rows × 64 N columns (MN-major operand).
   const CUtensorMap tmap_b =
-      make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.k, p.n, kBlockK, kMnChunk);
+      make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.k, p.n, DgradStages::kBlockK, kMnChunk);
   // The host cannot know the tile count; this bound (each expert adds at most one partial
   // m-block) only trims the grid for tiny problems.
   const int64_t max_tiles =
@@ -23,7 +24,7 @@ void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream) {
   const int sms = cuda::device_sm_count();
   const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
   const int grid = static_cast<int>(std::min<int64_t>(ctas, max_tiles));
-  const int64_t bytes = smem_bytes(p.num_experts);
+  const int64_t bytes = DgradStages::smem_bytes(p.num_experts);
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(&dgrad_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));

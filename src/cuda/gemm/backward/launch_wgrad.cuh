@@ -24,18 +24,19 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
                                          stream));
     return;
   }
-  // Boxes of 64 K rows × 64 MN columns. The gather variant's B map is unused: A's map stands in
+  // Boxes of G::kBlockK K rows × 64 MN columns. The gather variant's B map is unused: A's map stands in
   // so that the kernel signature stays one.
+  using G = WgradStagesOf<kGather>;
   const CUtensorMap tmap_a =
-      make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.m_out, kBlockK, kMnChunk);
+      make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.m_out, G::kBlockK, kMnChunk);
   const CUtensorMap tmap_b =
-      kGather ? tmap_a : make_tma_2d(kTmaBf16, launch.b, p.m_cap, p.n_out, kBlockK, kMnChunk);
+      kGather ? tmap_a : make_tma_2d(kTmaBf16, launch.b, p.m_cap, p.n_out, G::kBlockK, kMnChunk);
   const int64_t tiles = int64_t{p.num_experts} * ceil_div(p.m_out, kBlockM) *
                         ceil_div(p.n_out, kBlockN);
   const int sms = cuda::device_sm_count();
   const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
   const int grid = static_cast<int>(std::min<int64_t>(ctas, tiles));
-  const int64_t bytes = smem_bytes(0);
+  const int64_t bytes = G::smem_bytes(0);
   auto* kernel = &wgrad_kernel<kGather>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));

@@ -3,15 +3,17 @@
 //
 // Operand layouts in shared memory (both 128B-swizzled, 1024-byte aligned stage bases):
 //   K-major  [rows × 64 K]: row r at r·128 bytes (one TMA box, as the forward kernel).
-//   MN-major [64 K rows × MN]: boxes of 64 MN-contiguous elements × 64 K rows (8 KiB each) back
-//            to back; inside a box, K row k at k·128 bytes. wgmma's canonical MN-major SW128
-//            layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units (cute make_gmma_desc<MN>)
-//            then has LBO = 8 KiB (next 64-wide MN chunk) and SBO = 1 KiB (next 8 K rows).
+//   MN-major [K rows × MN]: boxes of 64 MN-contiguous elements × a stage's K rows (kMnChunkBytes
+//            each: 8 KiB at 64 rows) back to back; inside a box, K row k at k·128 bytes. wgmma's
+//            canonical MN-major SW128 layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units
+//            (cute make_gmma_desc<MN>) then has LBO = kMnChunkBytes (next 64-wide MN chunk) and
+//            SBO = 1 KiB (next 8 K rows).
+// The stage geometry (K rows a stage, stage count) is a template parameter G (config.h Stages).
 //
-// Pipeline protocol (kStages stages, `full` and `empty` mbarriers each), as the forward kernel:
+// Pipeline protocol (G::kStages stages, `full` and `empty` mbarriers each), as the forward kernel:
 //   producer: wait empty[s] (parity phase ^ 1), arrive.expect_tx(full[s], bytes), TMA loads
 //     (or cp.async + cp.async.mbarrier.arrive.noinc for the gathered operand).
-//   consumers: wait full[s] (parity phase), [tail fix-up], 4 wgmma k16, commit; once the
+//   consumers: wait full[s] (parity phase), [tail fix-up], K/16 wgmma k16, commit; once the
 //     previous stage's wgmmas retire (wait_group 1) every consumer thread arrives on its empty
 //     barrier (count 256). One wgmma batch stays in flight across stage boundaries.
 // Both roles walk the same tiles and K-block counts, so their (stage, phase) stay in lockstep.
@@ -32,59 +34,64 @@
 
 namespace moefuse::gemm::bwd {
 
-// kStages × (A, B) stages, the hand-off's tile buffer (kTileBufferBytes; the gather wgrad's
+// G::kStages × (A, B) stages, the hand-off's tile buffer (kTileBufferBytes; the gather wgrad's
 // per-consumer staging buffers, staged_store.cuh, live in it), the barriers, tile_start[E + 1]
 // (dgrad only).
-using SharedLayout = HandoffSharedLayout<kStages, kABytes, kBBytes, kTileBufferBytes>;
+template <class G>
+using StagedLayout = HandoffSharedLayout<G::kStages, G::kABytes, G::kBBytes, kTileBufferBytes>;
+using SharedLayout = StagedLayout<DgradStages>;  // the dgrad's
 
-template <Major kMajor>
+template <Major kMajor, class G>
 struct OperandDesc;
 
 // K-major (common/smem_descriptor.cuh): K advances 16 elements = 32 bytes inside the row.
-template <>
-struct OperandDesc<Major::K> {
+template <class G>
+struct OperandDesc<Major::K, G> {
   static constexpr uint64_t kStep = 32 >> 4;
   __device__ static uint64_t make(const void* smem) { return smem_descriptor(smem); }
 };
 
 // MN-major: LBO = next 64-wide MN chunk, SBO = next 8 K rows; K advances 16 rows = 2 atoms.
-template <>
-struct OperandDesc<Major::MN> {
+template <class G>
+struct OperandDesc<Major::MN, G> {
   static constexpr uint64_t kStep = (2 * kSwizzleAtomBytes) >> 4;
   __device__ static uint64_t make(const void* smem) {
-    return sw128_descriptor(smem, kMnChunkBytes, kSwizzleAtomBytes);
+    return sw128_descriptor(smem, G::kMnChunkBytes, kSwizzleAtomBytes);
   }
 };
 
-// TMA of an MN-major tile: `chunks` boxes of [64 K rows × 64 MN], box i from MN coordinate
-// mn0 + 64·i, into consecutive 8 KiB slots. 2D map: (mn, k); 3D map: (mn, k, batch).
+// TMA of an MN-major tile: `chunks` boxes of [G::kBlockK K rows × 64 MN], box i from MN
+// coordinate mn0 + 64·i, into consecutive kMnChunkBytes slots. 2D map: (mn, k); 3D: (mn, k, batch).
+template <class G>
 __device__ __forceinline__ void tma_mn_major_2d(const CUtensorMap* map, uint64_t* full,
                                                 uint8_t* dst, int chunks, int mn0, int k0) {
   for (int i = 0; i < chunks; ++i)
-    cute::SM90_TMA_LOAD_2D::copy(map, full, kCacheHintNormal, dst + i * kMnChunkBytes,
+    cute::SM90_TMA_LOAD_2D::copy(map, full, kCacheHintNormal, dst + i * G::kMnChunkBytes,
                                  mn0 + i * kMnChunk, k0);
 }
+template <class G>
 __device__ __forceinline__ void tma_mn_major_3d(const CUtensorMap* map, uint64_t* full,
                                                 uint8_t* dst, int chunks, int mn0, int k0,
                                                 int batch) {
   for (int i = 0; i < chunks; ++i)
-    cute::SM90_TMA_LOAD_3D::copy(map, full, kCacheHintNormal, dst + i * kMnChunkBytes,
+    cute::SM90_TMA_LOAD_3D::copy(map, full, kCacheHintNormal, dst + i * G::kMnChunkBytes,
                                  mn0 + i * kMnChunk, k0, batch);
 }
 
 // Consumer warpgroup `slab`'s A slab (rows 64·slab .. 64·slab + 63 of the tile) in a stage.
-template <Major kA>
+template <Major kA, class G>
 __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int slab) {
   // K-major: 64 rows × 128 B; MN-major: exactly one 64-wide chunk (config.h static_assert).
-  return a_stage + slab * (kA == Major::K ? (kBlockM / 2) * 128 : kMnChunkBytes);
+  return a_stage + slab * (kA == Major::K ? (kBlockM / 2) * 128 : G::kMnChunkBytes);
 }
 
 // One tile's K loop for consumer warpgroup `slab`. `prepare(stage, kb)` runs after the stage's
 // full barrier, before its wgmmas (tail zeroing, proxy fences); it must be uniform per warpgroup.
-template <Major kA, Major kB, class Prepare>
+template <Major kA, Major kB, class G, class Prepare>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
-                                             const SharedLayout& smem, PipelineState<kStages>& pipe,
-                                             int slab, Prepare&& prepare) {
+                                             const StagedLayout<G>& smem,
+                                             PipelineState<G::kStages>& pipe, int slab,
+                                             Prepare&& prepare) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
@@ -92,13 +99,14 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
   for (int kb = 0; kb < k_blocks; ++kb) {
     ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
     prepare(pipe.stage, kb);
-    const uint64_t desc_a = OperandDesc<kA>::make(a_slab<kA>(smem.a_stage(pipe.stage), slab));
-    const uint64_t desc_b = OperandDesc<kB>::make(smem.b_stage(pipe.stage));
+    const uint64_t desc_a =
+        OperandDesc<kA, G>::make(a_slab<kA, G>(smem.a_stage(pipe.stage), slab));
+    const uint64_t desc_b = OperandDesc<kB, G>::make(smem.b_stage(pipe.stage));
     cute::warpgroup_arrive();
 #pragma unroll
-    for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
-      wgmma_m64n256k16<kA, kB>(desc_a + OperandDesc<kA>::kStep * k,
-                               desc_b + OperandDesc<kB>::kStep * k, acc,
+    for (int k = 0; k < G::kBlockK / kWgmmaK; ++k) {
+      wgmma_m64n256k16<kA, kB>(desc_a + OperandDesc<kA, G>::kStep * k,
+                               desc_b + OperandDesc<kB, G>::kStep * k, acc,
                                std::make_index_sequence<128>{});
     }
     cute::warpgroup_commit_batch();

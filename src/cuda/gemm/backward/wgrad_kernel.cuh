@@ -32,6 +32,8 @@
 
 #include <cutlass/arch/reg_reconfig.h>
 
+#include <type_traits>
+
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/staged_store.cuh"
@@ -51,6 +53,13 @@ __device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) 
   return ExpertRows{.first = first, .count = max(0, min(__ldg(p.offsets + e + 1), p.m_cap) - first)};
 }
 
+// Stage geometry (config.h): the TMA variant six stages of 32 K rows, the gather variant the
+// dgrad's three of 64 (its producer's addressing below is written for 64-row blocks).
+template <bool kGather>
+using WgradStagesOf = std::conditional_t<kGather, DgradStages, WgradStages>;
+template <bool kGather>
+using WgradLayout = StagedLayout<WgradStagesOf<kGather>>;
+
 struct WgradTiles {
   TileShape shape;
   int m_blocks;
@@ -62,25 +71,27 @@ struct WgradTiles {
   }
 };
 
-// TMA producer (one thread): 2 boxes of A (128 m) and 4 of B (256 n) per 64-row K block.
+// TMA producer (one thread): 2 boxes of A (128 m) and 4 of B (256 n) per K block.
 __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
                                                   const CUtensorMap* tmap_b,
-                                                  const WgradProblem& p, const SharedLayout& smem,
+                                                  const WgradProblem& p,
+                                                  const WgradLayout<false>& smem,
                                                   const WgradTiles& tiles, int total_tiles) {
-  PipelineState<kStages> pipe;
+  using G = WgradStagesOf<false>;
+  PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     const ExpertRows rows = expert_rows(p, c.expert);
-    const int k_blocks = ceil_div(rows.count, kBlockK);
+    const int k_blocks = ceil_div(rows.count, G::kBlockK);
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
-      ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes + kBBytes);
-      const int k0 = rows.first + kb * kBlockK;
-      tma_mn_major_2d(tmap_a, full, smem.a_stage(pipe.stage), kBlockM / kMnChunk,
-                      c.m_block * kBlockM, k0);
-      tma_mn_major_2d(tmap_b, full, smem.b_stage(pipe.stage), kBlockN / kMnChunk,
-                      c.n_block * kBlockN, k0);
+      ClusterTransactionBarrier::arrive_and_expect_tx(full, G::kABytes + G::kBBytes);
+      const int k0 = rows.first + kb * G::kBlockK;
+      tma_mn_major_2d<G>(tmap_a, full, smem.a_stage(pipe.stage), kBlockM / kMnChunk,
+                         c.m_block * kBlockM, k0);
+      tma_mn_major_2d<G>(tmap_b, full, smem.b_stage(pipe.stage), kBlockN / kMnChunk,
+                         c.n_block * kBlockN, k0);
       pipe.advance();
     }
   }
@@ -90,36 +101,37 @@ __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
 // i / 8 + 16·j (j < 4) in each of the 4 MN chunks of B; thread 0 also issues A's TMA.
 __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
                                                      const WgradProblem& p,
-                                                     const SharedLayout& smem,
+                                                     const WgradLayout<true>& smem,
                                                      const WgradTiles& tiles, int total_tiles) {
+  using G = WgradStagesOf<true>;
   constexpr int kPieces = kMnChunk * 2 / 16;                 // 8 per 128-byte K row
   constexpr int kRowsPerPass = kWarpgroupThreads / kPieces;  // 16
-  constexpr int kPasses = kBlockK / kRowsPerPass;            // 4
+  constexpr int kPasses = G::kBlockK / kRowsPerPass;         // 4
   constexpr int kChunks = kBlockN / kMnChunk;                // 4
   const int tid = threadIdx.x;
   const int piece = tid % kPieces;
   const int row_in_pass = tid / kPieces;
-  PipelineState<kStages> pipe;
+  PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     const ExpertRows rows = expert_rows(p, c.expert);
-    const int k_blocks = ceil_div(rows.count, kBlockK);
+    const int k_blocks = ceil_div(rows.count, G::kBlockK);
     const int n0 = c.n_block * kBlockN + piece * 8;
     for (int kb = 0; kb < k_blocks; ++kb) {
       // Source tokens of this thread's K rows (-1: zeros), read before waiting for the stage.
       int token[kPasses];
 #pragma unroll
       for (int j = 0; j < kPasses; ++j) {
-        const int r = kb * kBlockK + row_in_pass + kRowsPerPass * j;
+        const int r = kb * G::kBlockK + row_in_pass + kRowsPerPass * j;
         const int tok = r < rows.count ? __ldg(p.gather_index + rows.first + r) : -1;
         token[j] = (tok >= 0 && tok < p.gather_rows) ? tok : -1;
       }
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
       if (tid == 0) {
-        ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes);
-        tma_mn_major_2d(tmap_a, full, smem.a_stage(pipe.stage), kBlockM / kMnChunk,
-                        c.m_block * kBlockM, rows.first + kb * kBlockK);
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, G::kABytes);
+        tma_mn_major_2d<G>(tmap_a, full, smem.a_stage(pipe.stage), kBlockM / kMnChunk,
+                           c.m_block * kBlockM, rows.first + kb * G::kBlockK);
       }
       uint8_t* b_stage = smem.b_stage(pipe.stage);
 #pragma unroll
@@ -131,7 +143,7 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
           const bool ok = token[j] >= 0 && col < p.n_out;
           const __nv_bfloat16* src =
               ok ? p.gather_x + static_cast<int64_t>(token[j]) * p.n_out + col : p.gather_x;
-          cp_async_16(b_stage + i * kMnChunkBytes + r * 128 + ((piece ^ (r % 8)) * 16), src,
+          cp_async_16(b_stage + i * G::kMnChunkBytes + r * 128 + ((piece ^ (r % 8)) * 16), src,
                       ok ? 16 : 0);
         }
       }
@@ -145,14 +157,17 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
 
 // Zeroes K rows [valid, 64) of every MN chunk of the stage (2 of A, 4 of B): 16-byte stores by
 // the 256 consumer threads, then the proxy fence and the consumers' named barrier.
-__device__ __forceinline__ void zero_tail_rows(const SharedLayout& smem, int stage, int valid) {
+template <class G>
+__device__ __forceinline__ void zero_tail_rows(const StagedLayout<G>& smem, int stage,
+                                               int valid) {
   constexpr int kChunksA = kBlockM / kMnChunk, kChunks = kChunksA + kBlockN / kMnChunk;
-  const int per_chunk = (kBlockK - valid) * (128 / 16);
+  const int per_chunk = (G::kBlockK - valid) * (128 / 16);
   const int ctid = threadIdx.x - kWarpgroupThreads;
   for (int i = ctid; i < kChunks * per_chunk; i += kConsumerThreads) {
     const int chunk = i / per_chunk;
-    uint8_t* base = chunk < kChunksA ? smem.a_stage(stage) + chunk * kMnChunkBytes
-                                     : smem.b_stage(stage) + (chunk - kChunksA) * kMnChunkBytes;
+    uint8_t* base = chunk < kChunksA
+                        ? smem.a_stage(stage) + chunk * G::kMnChunkBytes
+                        : smem.b_stage(stage) + (chunk - kChunksA) * G::kMnChunkBytes;
     *reinterpret_cast<uint4*>(base + valid * 128 + (i % per_chunk) * 16) = make_uint4(0, 0, 0, 0);
   }
   cutlass::arch::fence_view_async_shared();
@@ -200,14 +215,14 @@ __device__ __forceinline__ void prefetch_old_d(const WgradProblem& p, const Tile
 // TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. With
 // accumulate, the old D of this CTA's next tile is prefetched into L2 when a drain starts.
 __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
-                                                     const SharedLayout& smem,
+                                                     const WgradLayout<false>& smem,
                                                      const WgradTiles& tiles, int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
   if (p.accumulate && static_cast<int>(blockIdx.x) < total_tiles)
     prefetch_old_d(p, tiles.coord(blockIdx.x));
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
-    if (skip_tile(p, ceil_div(expert_rows(p, c.expert).count, kBlockK))) continue;
+    if (skip_tile(p, ceil_div(expert_rows(p, c.expert).count, WgradStages::kBlockK))) continue;
     uint8_t* d = wgrad_tile_origin(p, c);
     const int rows = p.m_out - c.m_block * kBlockM, cols = p.n_out - c.n_block * kBlockN;
     receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
@@ -226,8 +241,9 @@ template <bool kGather>
 __global__ void __launch_bounds__(kThreads, 1)
     wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
                  const __grid_constant__ CUtensorMap tmap_b, const WgradProblem p) {
+  using G = WgradStagesOf<kGather>;
   extern __shared__ uint8_t smem_raw[];
-  const SharedLayout smem = SharedLayout::carve(smem_raw);
+  const WgradLayout<kGather> smem = WgradLayout<kGather>::carve(smem_raw);
   const int n_blocks = ceil_div(p.n_out, kBlockN), m_blocks = ceil_div(p.m_out, kBlockM);
   const WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                                    .n_blocks = n_blocks},
@@ -250,17 +266,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int slab = warpgroup - 1;
   TileHandoff handoff = TileHandoff::of(smem);
   float acc[128];
-  PipelineState<kStages> pipe;
+  PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     const ExpertRows rows = expert_rows(p, c.expert);
-    const int k_blocks = ceil_div(rows.count, kBlockK);
-    const int tail = rows.count - (k_blocks - 1) * kBlockK;  // valid rows of the last block
-    consume_tile<Major::MN, Major::MN>(
+    const int k_blocks = ceil_div(rows.count, G::kBlockK);
+    const int tail = rows.count - (k_blocks - 1) * G::kBlockK;  // valid rows of the last block
+    consume_tile<Major::MN, Major::MN, G>(
         acc, k_blocks, smem, pipe, slab, [&](int stage, int kb) {
           // cp.async wrote B through the generic proxy; wgmma reads through the async proxy.
           if constexpr (kGather) cutlass::arch::fence_view_async_shared();
-          if (kb == k_blocks - 1 && tail < kBlockK) zero_tail_rows(smem, stage, tail);
+          if (kb == k_blocks - 1 && tail < G::kBlockK) zero_tail_rows<G>(smem, stage, tail);
         });
     if (skip_tile(p, k_blocks)) continue;
     if constexpr (kGather) {
