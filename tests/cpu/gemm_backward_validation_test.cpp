@@ -225,9 +225,11 @@ TEST(GemmBackwardValidation, ScratchMustNotOverlapTheArguments) {
 
 TEST(GemmBackwardValidation, DpBlocksCoverTheFfn) {
   EXPECT_EQ(fc2_dgrad_dp_blocks(8), 1);
-  EXPECT_EQ(fc2_dgrad_dp_blocks(256), 1);
-  EXPECT_EQ(fc2_dgrad_dp_blocks(2880), 12);
-  EXPECT_EQ(fc2_dgrad_dp_blocks(14336), 56);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(192), 1);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(256), 2);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(768), 4);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(2880), 15);
+  EXPECT_EQ(fc2_dgrad_dp_blocks(14336), 75);
 }
 
 }  // namespace

@@ -134,8 +134,8 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProble
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
       // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
-      wgmma_m64n256k16<Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
-                                           std::make_index_sequence<128>{});
+      wgmma_m64k16<256, Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
+                                            std::make_index_sequence<128>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();

@@ -55,20 +55,23 @@ inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (12
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileBufferBytes);
 
 // A K loop's ring: kStages stages of kBlockK rows of K each (either operand's major-ness: an
-// MN-major box is kMnChunkBytes, K row k of it at k·128 bytes).
-template <int kK, int kCount>
+// MN-major box is kMnChunkBytes, K row k of it at k·128 bytes), for tiles kN columns wide, beside
+// a hand-off buffer of kTileBytes.
+template <int K, int Count, int N = kBlockN, int TileBytes = kTileBufferBytes>
 struct Stages {
-  static constexpr int kBlockK = kK;
-  static constexpr int kStages = kCount;
-  static constexpr int kMnChunkBytes = kMnChunk * kK * 2;
-  static constexpr int kABytes = kBlockM * kK * 2;  // one stage of A
-  static constexpr int kBBytes = kBlockN * kK * 2;  // one stage of B
-  static_assert(kK % kWgmmaK == 0);
+  static constexpr int kBlockK = K;
+  static constexpr int kStages = Count;
+  static constexpr int kN = N;                  // tile columns
+  static constexpr int kTileBytes = TileBytes;  // the hand-off buffer
+  static constexpr int kMnChunkBytes = kMnChunk * K * 2;
+  static constexpr int kABytes = kBlockM * K * 2;  // one stage of A
+  static constexpr int kBBytes = N * K * 2;        // one stage of B
+  static_assert(K % kWgmmaK == 0 && N % kMnChunk == 0);
   static_assert(kMnChunkBytes % kSwizzleAtomBytes == 0, "boxes keep the 1024-byte alignment");
   // Dynamic shared memory (common/handoff_layout.cuh): stages, the tile buffer, 2 × kStages + 2
   // mbarriers, tile_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
   static constexpr int64_t smem_bytes(int num_experts) {
-    return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileBufferBytes +
+    return kSwizzleAtomBytes + int64_t{kStages} * (kABytes + kBBytes) + kTileBytes +
            (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
   }
 };
@@ -86,5 +89,20 @@ static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 22
 // pipes 60-65% busy: latency, not a saturated unit.
 using WgradStages = Stages<32, 6>;
 static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+
+// The FC2 dgrad with the dGLU epilogue: tiles 128 × 192 and a fourth warpgroup of epilogue
+// warps, seven in all (warps 1-3 and 12-15). Its epilogue is issue- and latency-bound (ncu,
+// session 14: three warps, one a scheduler, take longer per tile than the mainloop, and the
+// consumers wait for the tile buffer). 512 threads launch with 128 registers each, which a
+// 128 × 256 tile's 128 accumulators a consumer thread cannot fit (ptxas wants 154 for the m64n256
+// wgmma); 96 (m64n192) fit in 122. F = 768 (qwen3) is 4 such tiles, F = 2880 (gpt-oss) 15.
+// Four 40 KiB stages beside the 50 KiB buffer of bf16 g.
+inline constexpr int kGluBlockN = 192;
+inline constexpr int kGluThreads = 4 * kWarpgroupThreads;
+inline constexpr int kGluEpilogueWarps = kEpilogueWarps + 4;
+inline constexpr int kGluTilePitch = kGluBlockN * 2 + 16;
+inline constexpr int kGluTileBufferBytes = kBlockM * kGluTilePitch;
+using GluStages = Stages<64, 4, kGluBlockN, kGluTileBufferBytes>;
+static_assert(GluStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 
 }  // namespace moefuse::gemm::bwd

@@ -1,18 +1,19 @@
-// The dgrad kernel's epilogue warps (warps 1-3 of warpgroup 0): they drain every tile the
-// consumers hand over (tile_handoff.cuh) while the consumers run the next tile's mainloop.
+// The dgrad kernel's epilogue warps (warps 1-3 of warpgroup 0, and the fourth warpgroup in the
+// dGLU kernel): they drain every tile the consumers hand over (tile_handoff.cuh) while the
+// consumers run the next tile's mainloop.
 //
 // Plain dgrad: D = the accumulator, bf16 (one part) or fp32 (two parts), 16-byte row pieces.
 //
-// dGLU (FC2 dgrad): the buffer holds g = dys·W2[e] (bf16) for output columns f of F. Warp w
-// finishes tile rows w, w + 3, ... six at a time (the six rows' pre loads in flight together:
-// run 9's profile found these warps latency-bound on them with four; g is read from the buffer
-// only when used, so the registers go to loads in flight; eight spill within the kernel's 168
-// registers); lane l
-// finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte loads of g from the buffer and of
-// the saved pre (GLU: gate f0.. at interleaved column 2·f0, up 8 columns later — the interleave
-// of 8; squared ReLU: column f0), the activation and its derivatives, 16-byte stores of
-// d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and scaled_act = p·act. A warp thus reads
-// and writes whole rows: 1 KiB of pre and d_pre, 512 bytes of scaled_act (GLU).
+// dGLU (FC2 dgrad, tiles 192 columns wide: config.h kGluBlockN): the buffer holds g = dys·W2[e]
+// (bf16) for output columns f of F. Epilogue warp w of seven finishes tile rows w, w + 7, ...
+// six at a time (the six rows' pre loads in flight together: run 9's profile found these warps
+// latency-bound on them with four; g is read from the buffer only when used, so the registers go
+// to loads in flight); lane l < 24 finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte
+// loads of g from the buffer and of the saved pre (GLU: gate f0.. at interleaved column 2·f0, up
+// 8 columns later — the interleave of 8; squared ReLU: column f0), the activation and its
+// derivatives, 16-byte stores of d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and
+// scaled_act = p·act. A warp thus reads and writes whole row segments: 768 bytes of pre and
+// d_pre, 384 of scaled_act (GLU).
 //   dp: each lane sums g·act over its 8 columns in order, a xor-shuffle tree adds the 32 lanes,
 //   lane 0 stores the (row, n-block) partial: deterministic.
 //   Cache policy: pre, d_pre and scaled_act are touched once, so they are loaded and stored
@@ -71,24 +72,26 @@ __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, 
   return dp;
 }
 
-// The dGLU of one handed-over tile (rows from row_first, < row_end; columns from n0).
+// The dGLU of one handed-over tile (rows from row_first, < row_end; columns from n0): lanes
+// 0-23 take the tile's 24 octets (kGluBlockN = 192 columns).
 template <EpilogueOp kOp>
 __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProblem& p,
                                            const DGluEpilogue& ep, const TileRows& rows_of_tile,
                                            int n0, int n_block) {
   constexpr bool kGlu = is_glu_op(kOp);
   constexpr int kRows = 6;  // rows per warp whose pre loads are in flight together
+  constexpr int kWarps = kGluEpilogueWarps;
   const int pre_cols = kGlu ? 2 * p.n : p.n;
   const EpilogueLane me = EpilogueLane::of_thread();
   const int f0 = n0 + 8 * me.lane;
-  const bool col_ok = f0 < p.n;
+  const bool col_ok = me.lane < kGluBlockN / 8 && f0 < p.n;
   const int gate_col = kGlu ? 2 * f0 : f0;
   const int rows = min(kBlockM, rows_of_tile.end - rows_of_tile.first);
-  for (int r0 = me.warp; r0 < rows; r0 += kEpilogueWarps * kRows) {
+  for (int r0 = me.warp; r0 < rows; r0 += kWarps * kRows) {
     uint4 gate_raw[kRows], up_raw[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const int r = r0 + kEpilogueWarps * i;
+      const int r = r0 + kWarps * i;
       if (r < rows && col_ok) {
         const __nv_bfloat16* pre =
             ep.pre + static_cast<int64_t>(rows_of_tile.first + r) * pre_cols + gate_col;
@@ -98,13 +101,14 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
     }
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const int r = r0 + kEpilogueWarps * i;
+      const int r = r0 + kWarps * i;
       if (r >= rows) break;  // warp-uniform: the shuffles below see all 32 lanes
       const int64_t row = rows_of_tile.first + r;
       float dp = 0.0f;
       if (col_ok) {
         const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
-        const uint4 g_raw = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + 16 * me.lane);
+        const uint4 g_raw =
+            *reinterpret_cast<const uint4*>(tile + r * kGluTilePitch + 16 * me.lane);
         dp = finish_octet<kOp>(ep.act, scale, g_raw, gate_raw[i], up_raw[i],
                                ep.d_pre + row * pre_cols + gate_col,
                                ep.scaled_act ? ep.scaled_act + row * p.n + f0 : nullptr);
@@ -118,29 +122,32 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
 
 template <EpilogueOp kOp>
 __device__ __forceinline__ void dglu_epilogue(const DgradProblem& p, const DGluEpilogue& ep,
-                                              const SharedLayout& smem, const TileShape& shape,
-                                              int total_tiles) {
+                                              const StagedLayout<GluStages>& smem,
+                                              const TileShape& shape, int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
     const TileRows rows = tile_rows<kBlockM>(p, c);
     receive_tile(h, 1, [&](int, const uint8_t* tile) {
-      dglu_drain<kOp>(tile, p, ep, rows, c.n_block * kBlockN, c.n_block);
+      dglu_drain<kOp>(tile, p, ep, rows, c.n_block * kGluBlockN, c.n_block);
     });
   }
 }
 
-// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
-__device__ __forceinline__ void dgrad_epilogue_warps(const DgradProblem& p,
-                                                     const DGluEpilogue& ep,
-                                                     const SharedLayout& smem,
-                                                     const TileShape& shape, int total_tiles) {
-  if (ep.pre) {
-    dispatch_epilogue_op(ep.act.op, [&](auto op) {
-      dglu_epilogue<decltype(op)::value>(p, ep, smem, shape, total_tiles);
-    });
-    return;
-  }
+// The dGLU dgrad's seven epilogue warps: every tile of this CTA, in the consumers' order.
+__device__ __forceinline__ void dglu_epilogue_warps(const DgradProblem& p, const DGluEpilogue& ep,
+                                                    const StagedLayout<GluStages>& smem,
+                                                    const TileShape& shape, int total_tiles) {
+  dispatch_epilogue_op(ep.act.op, [&](auto op) {
+    dglu_epilogue<decltype(op)::value>(p, ep, smem, shape, total_tiles);
+  });
+}
+
+// The plain dgrad's warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
+__device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p,
+                                                           const SharedLayout& smem,
+                                                           const TileShape& shape,
+                                                           int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);

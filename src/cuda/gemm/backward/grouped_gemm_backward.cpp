@@ -154,8 +154,9 @@ void grouped_gemm_dgrad(const GroupedGemmDgradArgs& args, cudaStream_t stream) {
 
 // ---- FC2 dgrad + activation backward ------------------------------------------------------
 
+// One partial per (row, n-block) of the dGLU dgrad's tiles.
 int64_t fc2_dgrad_dp_blocks(int64_t ffn) {
-  return (ffn + gemm::bwd::kBlockN - 1) / gemm::bwd::kBlockN;
+  return (ffn + gemm::bwd::kGluBlockN - 1) / gemm::bwd::kGluBlockN;
 }
 
 void validate_fc2_dgrad(const Fc2DgradArgs& args) {

@@ -38,7 +38,7 @@ namespace moefuse::gemm::bwd {
 // per-consumer staging buffers, staged_store.cuh, live in it), the barriers, tile_start[E + 1]
 // (dgrad only).
 template <class G>
-using StagedLayout = HandoffSharedLayout<G::kStages, G::kABytes, G::kBBytes, kTileBufferBytes>;
+using StagedLayout = HandoffSharedLayout<G::kStages, G::kABytes, G::kBBytes, G::kTileBytes>;
 using SharedLayout = StagedLayout<DgradStages>;  // the dgrad's
 
 template <Major kMajor, class G>
@@ -88,12 +88,12 @@ __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int sla
 // One tile's K loop for consumer warpgroup `slab`. `prepare(stage, kb)` runs after the stage's
 // full barrier, before its wgmmas (tail zeroing, proxy fences); it must be uniform per warpgroup.
 template <Major kA, Major kB, class G, class Prepare>
-__device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
+__device__ __forceinline__ void consume_tile(float (&acc)[G::kN / 2], int k_blocks,
                                              const StagedLayout<G>& smem,
                                              PipelineState<G::kStages>& pipe, int slab,
                                              Prepare&& prepare) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < G::kN / 2; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
   int previous_stage = -1;
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -105,9 +105,9 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], int k_blocks,
     cute::warpgroup_arrive();
 #pragma unroll
     for (int k = 0; k < G::kBlockK / kWgmmaK; ++k) {
-      wgmma_m64n256k16<kA, kB>(desc_a + OperandDesc<kA, G>::kStep * k,
-                               desc_b + OperandDesc<kB, G>::kStep * k, acc,
-                               std::make_index_sequence<128>{});
+      wgmma_m64k16<G::kN, kA, kB>(desc_a + OperandDesc<kA, G>::kStep * k,
+                                  desc_b + OperandDesc<kB, G>::kStep * k, acc,
+                                  std::make_index_sequence<G::kN / 2>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();

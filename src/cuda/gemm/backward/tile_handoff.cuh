@@ -17,6 +17,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/gemm/backward/mainloop.cuh"
@@ -27,39 +28,41 @@ namespace moefuse::gemm::bwd {
 
 static_assert(kTileRowBytes == kBlockN * 2, "a buffer row is one bf16 tile row");
 
-// Consumer side: part kPart of warpgroup `slab`'s 64 × 256 accumulators as T (columns
-// [kPart · 512 / sizeof(T), ...) of the tile) into the buffer's rows 64·slab .. 64·slab + 63.
-template <class T, int kPart>
-__device__ __forceinline__ void stage_part(const float (&acc)[128], uint8_t* tile, int slab) {
-  constexpr int kJ = kTileRowBytes / int{sizeof(T)} / 8;  // column octets per part
+// Consumer side: part kPart of warpgroup `slab`'s 64 × N accumulators (kAcc = N / 2 a thread) as
+// T (a part is at most 512 bytes of a row: columns [kPart · 512 / sizeof(T), ...) of the tile)
+// into the buffer's rows 64·slab .. 64·slab + 63, kPitch bytes apart.
+template <class T, int kPart, int kPitch, int kAcc>
+__device__ __forceinline__ void stage_part(const float (&acc)[kAcc], uint8_t* tile, int slab) {
+  constexpr int kJ = std::min(kAcc / 4, kTileRowBytes / int{sizeof(T)} / 8);  // column octets
+  static_assert(kJ * 8 * int{sizeof(T)} + 16 <= kPitch, "a part's row fits the pitch");
   const AccPosition pos = AccPosition::of_thread();
-  uint8_t* row0 = tile + (slab * (kBlockM / 2) + pos.row) * kTilePitch;
+  uint8_t* row0 = tile + (slab * (kBlockM / 2) + pos.row) * kPitch;
 #pragma unroll
   for (int jj = 0; jj < kJ; ++jj) {
     const int j = kPart * kJ + jj;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       cuda::store_pair(
-          reinterpret_cast<T*>(row0 + 8 * h * kTilePitch + (8 * jj + pos.col) * int{sizeof(T)}),
+          reinterpret_cast<T*>(row0 + 8 * h * kPitch + (8 * jj + pos.col) * int{sizeof(T)}),
           acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
   }
 }
 
-template <class T, int kPart>
-__device__ __forceinline__ void send_part(const float (&acc)[128], TileHandoff& h, int slab) {
+template <class T, int kPart, int kPitch, int kAcc>
+__device__ __forceinline__ void send_part(const float (&acc)[kAcc], TileHandoff& h, int slab) {
   h.acquire();
-  stage_part<T, kPart>(acc, h.tile, slab);
+  stage_part<T, kPart, kPitch>(acc, h.tile, slab);
   h.publish();
 }
 
-// Consumer side of one tile: fp32 in two parts, or bf16 in one.
+// Consumer side of one 128 × 256 tile: fp32 in two parts, or bf16 in one.
 __device__ __forceinline__ void hand_off_tile(const float (&acc)[128], TileHandoff& h, int slab,
                                               bool fp32) {
   if (fp32) {
-    send_part<float, 0>(acc, h, slab);
-    send_part<float, 1>(acc, h, slab);
+    send_part<float, 0, kTilePitch>(acc, h, slab);
+    send_part<float, 1, kTilePitch>(acc, h, slab);
   } else {
-    send_part<__nv_bfloat16, 0>(acc, h, slab);
+    send_part<__nv_bfloat16, 0, kTilePitch>(acc, h, slab);
   }
 }
 
@@ -75,13 +78,17 @@ __device__ __forceinline__ void receive_tile(TileHandoff& h, int parts, Drain&& 
   }
 }
 
-// The epilogue thread's warp (0-2) and lane.
+// The epilogue thread's warp and lane: warps 1-3 of warpgroup 0 are epilogue warps 0-2, and in
+// the dGLU dgrad the warps of warpgroup 3 (config.h kGluThreads) are 3-6.
 struct EpilogueLane {
   int warp;
   int lane;
   __device__ static EpilogueLane of_thread() {
-    return EpilogueLane{.warp = static_cast<int>(threadIdx.x) / 32 - 1,
-                        .lane = static_cast<int>(threadIdx.x) % 32};
+    constexpr int kFourthWarpgroupWarp = (1 + kConsumerWarpgroups) * kWarpgroupThreads / 32;
+    const int w = static_cast<int>(threadIdx.x) / 32;
+    return EpilogueLane{
+        .warp = w < kFourthWarpgroupWarp ? w - 1 : w - kFourthWarpgroupWarp + kEpilogueWarps,
+        .lane = static_cast<int>(threadIdx.x) % 32};
   }
 };
 

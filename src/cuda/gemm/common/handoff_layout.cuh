@@ -43,9 +43,10 @@ struct HandoffSharedLayout {
   __device__ uint8_t* b_stage(int stage) const { return b + stage * kBBytes; }
 
   // Every barrier, by one thread, before the CTA-wide __syncthreads.
-  __device__ void init_barriers(int full_arrivals) const {
+  __device__ void init_barriers(int full_arrivals,
+                                int epilogue_threads = kEpilogueThreads) const {
     init_stage_barriers<kStages>(full, empty, full_arrivals);
-    TileHandoff::init_barriers(tile_full, tile_empty);
+    TileHandoff::init_barriers(tile_full, tile_empty, epilogue_threads);
     cutlass::arch::fence_barrier_init();
   }
 };

@@ -8,7 +8,7 @@
 //   consumers (256 threads), per hand-off:  acquire = wait tile_empty (parity phase ^ 1: a fresh
 //     barrier passes), write the buffer, publish = arrive tile_full (count 256), phase ^= 1.
 //   epilogue warps (96 threads), per hand-off:  wait_full = wait tile_full (parity phase), drain
-//     the buffer, release = arrive tile_empty (count 96), phase ^= 1.
+//     the buffer, release = arrive tile_empty (count: the epilogue threads, 96 or 224), phase ^= 1.
 // The arrive (release) / wait (acquire) pairs order the buffer's writes and reads; no named
 // barrier is involved. Both sides walk the same tiles with the same number of hand-offs per
 // tile, so each waiter waits on every phase in order and can never be lapped (a parity wait
@@ -46,9 +46,10 @@ struct TileHandoff {
     return TileHandoff{.tile = smem.tile, .full = smem.tile_full, .empty = smem.tile_empty};
   }
   // By one thread, before the CTA-wide __syncthreads (and before fence_barrier_init).
-  __device__ static void init_barriers(uint64_t* full, uint64_t* empty) {
+  __device__ static void init_barriers(uint64_t* full, uint64_t* empty,
+                                       int epilogue_threads = kEpilogueThreads) {
     ClusterBarrier::init(full, kConsumerThreads);
-    ClusterBarrier::init(empty, kEpilogueThreads);
+    ClusterBarrier::init(empty, epilogue_threads);
   }
 
   // Consumer side.

@@ -12,12 +12,24 @@ namespace moefuse::gemm {
 
 using Major = cute::SM90::GMMA::Major;
 
-// acc += A_slab · B_stage for one 64-row slab and a 256-column stage, K = 16, bf16 → fp32.
-template <Major kA, Major kB, size_t... I>
-__device__ __forceinline__ void wgmma_m64n256k16(uint64_t desc_a, uint64_t desc_b,
-                                                 float (&acc)[128], std::index_sequence<I...>) {
+// The bf16 → fp32 wgmma of a 64-row slab and an N-column stage, K = 16 (N / 2 accumulators a
+// thread): N = 256 for every kernel but the FC2 dgrad's dGLU (192, backward/config.h).
+template <int N, Major kA, Major kB>
+struct WgmmaBf16;
+template <Major kA, Major kB>
+struct WgmmaBf16<256, kA, kB> {
   using Mma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<kA, kB>;
-  Mma::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+};
+template <Major kA, Major kB>
+struct WgmmaBf16<192, kA, kB> {
+  using Mma = cute::SM90::GMMA::MMA_64x192x16_F32BF16BF16_SS<kA, kB>;
+};
+
+// acc += A_slab · B_stage.
+template <int N, Major kA, Major kB, size_t... I>
+__device__ __forceinline__ void wgmma_m64k16(uint64_t desc_a, uint64_t desc_b, float (&acc)[N / 2],
+                                             std::index_sequence<I...>) {
+  WgmmaBf16<N, kA, kB>::Mma::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
 // Keeps the compiler from moving accumulator reads or writes across a wgmma fence point.
