@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/test_util.h"
+#include "cuda/gemm/backward/config.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_backward.h"
 
@@ -230,6 +231,16 @@ TEST(GemmBackwardValidation, DpBlocksCoverTheFfn) {
   EXPECT_EQ(fc2_dgrad_dp_blocks(768), 4);
   EXPECT_EQ(fc2_dgrad_dp_blocks(2880), 15);
   EXPECT_EQ(fc2_dgrad_dp_blocks(14336), 75);
+}
+
+// The FC2 dGLU dgrad's tile width by K = H: the narrow shape up to 3072 (qwen3 2048, gpt-oss
+// 2880), the wide one past it (mixtral 4096, deepseek 7168); dp_blocks covers either.
+TEST(GemmBackwardValidation, DgluShapeByHidden) {
+  using gemm::bwd::dglu_block_n;
+  for (int64_t h : {8, 2048, 2880, 3072}) EXPECT_EQ(dglu_block_n(h), 192) << "H " << h;
+  for (int64_t h : {3080, 4096, 7168}) EXPECT_EQ(dglu_block_n(h), 256) << "H " << h;
+  for (int64_t f : {8, 192, 200, 328, 2048, 2880, 14336})
+    EXPECT_GE(fc2_dgrad_dp_blocks(f), (f + 255) / 256) << "F " << f;
 }
 
 }  // namespace

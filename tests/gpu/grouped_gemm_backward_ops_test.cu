@@ -23,6 +23,7 @@
 
 #include "common/fp8_operands.h"
 #include "common/test_util.h"
+#include "cuda/gemm/backward/config.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "ref/expert_mlp.h"
@@ -244,7 +245,8 @@ class Fc2Runner {
     pre_ = random_bf16(m_cap_ * fc1_, 2.0f);
     scale_ = test::random_uniform(m_cap_, 0.1f, 1.0f);
     dys_d_->upload(dys_), pre_d_->upload(pre_), scale_d_->upload(scale_), off_d_->upload(off_);
-    for (Buffer* b : {d_pre_d_.get(), act_d_.get(), dp_d_.get()}) b->poison();
+    // The dp partials too: a partial the kernel did not write must not reach dp.
+    for (Buffer* b : {d_pre_d_.get(), act_d_.get(), dp_d_.get(), partial_d_.get()}) b->poison();
   }
   void launch(cudaStream_t stream) const {
     Fc2DgradArgs args{.dys = dys_d_->view({m_cap_, c_.h}),
@@ -344,6 +346,21 @@ TEST(GroupedGemmBackward, Fc2DgradEveryActivationFusedAndUnfused) {
     }
   run_fc2({.counts = {40, 0, 90}, .spare_rows = 3, .row_scale = false, .bias = false},
           "no row scale, no bias");
+}
+
+// H past config.h's kDgluNarrowMaxK: the fused dGLU runs in the wide shape (256-column tiles,
+// three epilogue warps). F = 328: one full n-block and a tail; F = 768: dp sums the wide shape's
+// three partials of a row stride of fc2_dgrad_dp_blocks(768) = 4 (the fourth, poisoned, unread).
+TEST(GroupedGemmBackward, Fc2DgradWideShapeForALongHidden) {
+  MOEFUSE_REQUIRE_HOPPER();
+  static_assert(gemm::bwd::dglu_block_n(3200) == gemm::bwd::kBlockN);
+  for (Activation act : {Activation::kSwiGLU, Activation::kClampedSwiGLU,
+                         Activation::kSquaredReLU})
+    run_fc2({.counts = {0, 5, 127, 129, 300, 0, 64}, .row_base = 2, .spare_rows = 30,
+             .h = 3200, .f = 328, .act = act},
+            std::string(activation_name(act)) + " wide");
+  run_fc2({.counts = {0, 5, 127, 129, 300, 0, 64}, .h = 3200, .f = 768, .act = Activation::kGeGLU},
+          "GeGLU wide, F 768");
 }
 
 // ---- wgrad ---------------------------------------------------------------------------------

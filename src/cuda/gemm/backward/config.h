@@ -82,27 +82,49 @@ struct Stages {
 using DgradStages = Stages<64, 3>;
 static_assert(DgradStages::kBlockK * 2 == kSwizzleRowBytes, "a K-major block is one swizzle row");
 static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
-// The TMA wgrad: the same 144 KiB as six stages of 32 rows. The consumers hold one or two stages
-// (the one their wgmmas read, the previous until it retires), so four or five can be loading
-// against one or two of three 64-row stages: 96-120 KiB in flight instead of 48-96. ncu (session
-// 14): its consumers waited on stage data in 36% of their samples, L2 hit 80%, L2 and tensor
-// pipes 60-65% busy: latency, not a saturated unit.
-using WgradStages = Stages<32, 6>;
+// The TMA wgrad: three stages of 64 K rows too. Six of 32 (the same 144 KiB, so that four or
+// five can be loading while the consumers hold one or two) measured no faster on an H200 (run 15:
+// qwen3 dW1 1.003x the time of 64 x 3, gpt-oss 1.003, deepseek 1.016), although ncu had its
+// consumers waiting on stage data in 36% of their samples: the wait is not for stage room.
+using WgradStages = Stages<64, 3>;
 static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 
-// The FC2 dgrad with the dGLU epilogue: tiles 128 × 192 and a fourth warpgroup of epilogue
-// warps, seven in all (warps 1-3 and 12-15). Its epilogue is issue- and latency-bound (ncu,
-// session 14: three warps, one a scheduler, take longer per tile than the mainloop, and the
-// consumers wait for the tile buffer). 512 threads launch with 128 registers each, which a
-// 128 × 256 tile's 128 accumulators a consumer thread cannot fit (ptxas wants 154 for the m64n256
-// wgmma); 96 (m64n192) fit in 122. F = 768 (qwen3) is 4 such tiles, F = 2880 (gpt-oss) 15.
-// Four 40 KiB stages beside the 50 KiB buffer of bf16 g.
+// The FC2 dgrad with the dGLU epilogue has two shapes, chosen by K (the hidden size H):
+// - narrow (K <= kDgluNarrowMaxK): tiles 128 × 192 and a fourth warpgroup of epilogue warps,
+//   seven in all (warps 1-3 and 12-15). With a short K the epilogue bounds the kernel (ncu,
+//   session 14: three warps, one a scheduler, take longer per tile than the mainloop, and the
+//   consumers wait for the tile buffer). 512 threads launch with 128 registers each, which a
+//   128 × 256 tile's 128 accumulators a consumer thread cannot fit (ptxas wants 154 for the
+//   m64n256 wgmma); 96 (m64n192) fit in 122. Four 40 KiB stages beside the 50 KiB buffer of g.
+// - wide (longer K): the plain dgrad's 128 × 256 tiles, 384 threads and three epilogue warps;
+//   there the mainloop bounds the kernel and 192-column tiles load 11% more per flop.
+// Run 15 (H200, fused FC2 dgrad, narrow against wide): qwen3 (H 2048) 1.155 → 1.034 ms, gpt-oss
+// (2880) 3.34 → 3.00, deepseek (7168) 3.25 → 3.43.
 inline constexpr int kGluBlockN = 192;
 inline constexpr int kGluThreads = 4 * kWarpgroupThreads;
 inline constexpr int kGluEpilogueWarps = kEpilogueWarps + 4;
-inline constexpr int kGluTilePitch = kGluBlockN * 2 + 16;
-inline constexpr int kGluTileBufferBytes = kBlockM * kGluTilePitch;
+inline constexpr int kGluTileBufferBytes = kBlockM * (kGluBlockN * 2 + 16);
 using GluStages = Stages<64, 4, kGluBlockN, kGluTileBufferBytes>;
 static_assert(GluStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+inline constexpr int64_t kDgluNarrowMaxK = 3072;
+constexpr int dglu_block_n(int64_t k) { return k <= kDgluNarrowMaxK ? kGluBlockN : kBlockN; }
+
+// A dgrad kernel's shape (dgrad_kernel.cuh): stage ring and tile width G, epilogue warps, dGLU
+// epilogue or plain store. The 384-thread shapes move registers to the consumers (setmaxnreg);
+// the 512-thread one keeps the 128 each thread launches with.
+template <class Ring, int EpilogueWarps, bool Glu>
+struct DgradShape {
+  using G = Ring;
+  static constexpr bool kGlu = Glu;
+  static constexpr int kEpilogueWarps = EpilogueWarps;
+  static constexpr int kThreads = EpilogueWarps == gemm::kEpilogueWarps ? gemm::kThreads
+                                                                         : kGluThreads;
+  static constexpr bool kMovesRegisters = kThreads == gemm::kThreads;
+  static constexpr int kTilePitch = G::kTileBytes / kBlockM;  // bytes, a row of the tile buffer
+};
+using DgradStoreShape = DgradShape<DgradStages, kEpilogueWarps, false>;
+using DgluWideShape = DgradShape<DgradStages, kEpilogueWarps, true>;
+using DgluNarrowShape = DgradShape<GluStages, kGluEpilogueWarps, true>;
+static_assert(DgluWideShape::kTilePitch == kTilePitch && DgluNarrowShape::kThreads == kGluThreads);
 
 }  // namespace moefuse::gemm::bwd

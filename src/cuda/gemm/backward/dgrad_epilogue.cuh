@@ -1,19 +1,19 @@
 // The dgrad kernel's epilogue warps (warps 1-3 of warpgroup 0, and the fourth warpgroup in the
-// dGLU kernel): they drain every tile the consumers hand over (tile_handoff.cuh) while the
+// narrow dGLU shape): they drain every tile the consumers hand over (tile_handoff.cuh) while the
 // consumers run the next tile's mainloop.
 //
 // Plain dgrad: D = the accumulator, bf16 (one part) or fp32 (two parts), 16-byte row pieces.
 //
-// dGLU (FC2 dgrad, tiles 192 columns wide: config.h kGluBlockN): the buffer holds g = dys·W2[e]
-// (bf16) for output columns f of F. Epilogue warp w of seven finishes tile rows w, w + 7, ...
-// six at a time (the six rows' pre loads in flight together: run 9's profile found these warps
-// latency-bound on them with four; g is read from the buffer only when used, so the registers go
-// to loads in flight); lane l < 24 finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte
-// loads of g from the buffer and of the saved pre (GLU: gate f0.. at interleaved column 2·f0, up
-// 8 columns later — the interleave of 8; squared ReLU: column f0), the activation and its
-// derivatives, 16-byte stores of d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and
-// scaled_act = p·act. A warp thus reads and writes whole row segments: 768 bytes of pre and
-// d_pre, 384 of scaled_act (GLU).
+// dGLU (FC2 dgrad; tiles N = 256 or 192 columns wide, W = 3 or 7 epilogue warps: config.h
+// DgluWideShape, DgluNarrowShape): the buffer holds g = dys·W2[e] (bf16) for output columns f of
+// F. Epilogue warp w finishes tile rows w, w + W, ... six at a time (the six rows' pre loads in
+// flight together: run 9's profile found these warps latency-bound on them with four; g is read
+// from the buffer only when used, so the registers go to loads in flight); lane l < N / 8
+// finishes columns f0 = n0 + 8l .. f0 + 7 of the row: 16-byte loads of g from the buffer and of
+// the saved pre (GLU: gate f0.. at interleaved column 2·f0, up 8 columns later — the interleave
+// of 8; squared ReLU: column f0), the activation and its derivatives, 16-byte stores of
+// d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and scaled_act = p·act. A warp thus reads
+// and writes whole row segments: 4N bytes of pre and d_pre, 2N of scaled_act (GLU).
 //   dp: each lane sums g·act over its 8 columns in order, a xor-shuffle tree adds the 32 lanes,
 //   lane 0 stores the (row, n-block) partial: deterministic.
 //   Cache policy: pre, d_pre and scaled_act are touched once, so they are loaded and stored
@@ -73,18 +73,18 @@ __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, 
 }
 
 // The dGLU of one handed-over tile (rows from row_first, < row_end; columns from n0): lanes
-// 0-23 take the tile's 24 octets (kGluBlockN = 192 columns).
-template <EpilogueOp kOp>
+// 0 .. N / 8 - 1 take the tile's octets.
+template <EpilogueOp kOp, class S>
 __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProblem& p,
                                            const DGluEpilogue& ep, const TileRows& rows_of_tile,
                                            int n0, int n_block) {
   constexpr bool kGlu = is_glu_op(kOp);
   constexpr int kRows = 6;  // rows per warp whose pre loads are in flight together
-  constexpr int kWarps = kGluEpilogueWarps;
+  constexpr int kWarps = S::kEpilogueWarps;
   const int pre_cols = kGlu ? 2 * p.n : p.n;
   const EpilogueLane me = EpilogueLane::of_thread();
   const int f0 = n0 + 8 * me.lane;
-  const bool col_ok = me.lane < kGluBlockN / 8 && f0 < p.n;
+  const bool col_ok = me.lane < S::G::kN / 8 && f0 < p.n;
   const int gate_col = kGlu ? 2 * f0 : f0;
   const int rows = min(kBlockM, rows_of_tile.end - rows_of_tile.first);
   for (int r0 = me.warp; r0 < rows; r0 += kWarps * kRows) {
@@ -108,38 +108,39 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
       if (col_ok) {
         const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
         const uint4 g_raw =
-            *reinterpret_cast<const uint4*>(tile + r * kGluTilePitch + 16 * me.lane);
+            *reinterpret_cast<const uint4*>(tile + r * S::kTilePitch + 16 * me.lane);
         dp = finish_octet<kOp>(ep.act, scale, g_raw, gate_raw[i], up_raw[i],
                                ep.d_pre + row * pre_cols + gate_col,
                                ep.scaled_act ? ep.scaled_act + row * p.n + f0 : nullptr);
       }
 #pragma unroll
       for (int s = 16; s > 0; s /= 2) dp += __shfl_xor_sync(0xffffffffu, dp, s);
-      if (ep.dp_partial && me.lane == 0) ep.dp_partial[row * ep.dp_blocks + n_block] = dp;
+      if (ep.dp_partial && me.lane == 0) ep.dp_partial[row * ep.dp_stride + n_block] = dp;
     }
   }
 }
 
-template <EpilogueOp kOp>
+template <EpilogueOp kOp, class S>
 __device__ __forceinline__ void dglu_epilogue(const DgradProblem& p, const DGluEpilogue& ep,
-                                              const StagedLayout<GluStages>& smem,
+                                              const StagedLayout<typename S::G>& smem,
                                               const TileShape& shape, int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
     const TileRows rows = tile_rows<kBlockM>(p, c);
     receive_tile(h, 1, [&](int, const uint8_t* tile) {
-      dglu_drain<kOp>(tile, p, ep, rows, c.n_block * kGluBlockN, c.n_block);
+      dglu_drain<kOp, S>(tile, p, ep, rows, c.n_block * S::G::kN, c.n_block);
     });
   }
 }
 
-// The dGLU dgrad's seven epilogue warps: every tile of this CTA, in the consumers' order.
+// The dGLU dgrad's epilogue warps: every tile of this CTA, in the consumers' order.
+template <class S>
 __device__ __forceinline__ void dglu_epilogue_warps(const DgradProblem& p, const DGluEpilogue& ep,
-                                                    const StagedLayout<GluStages>& smem,
+                                                    const StagedLayout<typename S::G>& smem,
                                                     const TileShape& shape, int total_tiles) {
   dispatch_epilogue_op(ep.act.op, [&](auto op) {
-    dglu_epilogue<decltype(op)::value>(p, ep, smem, shape, total_tiles);
+    dglu_epilogue<decltype(op)::value, S>(p, ep, smem, shape, total_tiles);
   });
 }
 

@@ -1,8 +1,9 @@
 // The dgrad kernel: D[r] = A[r] · B[e] for the rows r of expert e, ragged M from device offsets,
 // A [m_cap, K] K-major (one 2D TMA map), B [E, K, N] used as stored, i.e. MN-major (one 3D TMA
-// map, boxes of 64 N × 64 K, expert outer). Persistent, warp-specialised. Two shapes (config.h):
-// the plain store (FC1 dgrad), 128 × 256 tiles and 384 threads; the FC2 dGLU (kGlu), 128 × 192
-// tiles and 512 threads, the fourth warpgroup four more epilogue warps.
+// map, boxes of 64 N × 64 K, expert outer). Persistent, warp-specialised. Three shapes
+// (config.h DgradShape): the plain store (FC1 dgrad) and the FC2 dGLU for a long K, 128 × 256
+// tiles and 384 threads; the FC2 dGLU for a short K, 128 × 192 tiles and 512 threads, the fourth
+// warpgroup four more epilogue warps.
 //
 // Timeline of a CTA:
 //   all:        warp 0 scans the tile counts (the forward's scheduler: experts in turn, m-blocks
@@ -11,7 +12,7 @@
 //   warpgroup 0, thread 0 (producer): per stage 1 TMA for A (128 rows × 64 K) and N / 64 for B
 //               (64 K × 64 N each); rows past the expert are loaded (next expert's rows, or zeros
 //               past m_cap) and masked in the epilogue; K and N tails are zero-filled by TMA.
-//   warpgroup 0, warps 1-3, and warpgroup 3 (epilogue warps): drain each finished tile from the
+//   warpgroup 0, warps 1-3, and warpgroup 3 if any (epilogue warps): drain each finished tile from the
 //               tile buffer: plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh).
 //   warpgroups 1, 2 (consumers): wgmma m64nNk16 (A K-major, B MN-major) into N / 2 fp32
 //               registers each, hand the tile over (tile_handoff.cuh: bf16 for bf16 D and the
@@ -24,8 +25,6 @@
 
 #include <cutlass/arch/reg_reconfig.h>
 
-#include <type_traits>
-
 #include "cuda/gemm/backward/dgrad_epilogue.cuh"
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/tile_handoff.cuh"
@@ -34,21 +33,12 @@
 
 namespace moefuse::gemm::bwd {
 
-// The two shapes' constants (config.h). The plain kernel moves registers to its consumers
-// (setmaxnreg); the dGLU kernel's 512 threads keep the 128 each they launch with.
-template <bool kGlu>
-struct DgradShape {
-  using G = std::conditional_t<kGlu, GluStages, DgradStages>;
-  static constexpr int kThreads = kGlu ? kGluThreads : gemm::kThreads;
-  static constexpr int kEpilogueWarps = kGlu ? kGluEpilogueWarps : gemm::kEpilogueWarps;
-};
-
-template <bool kGlu>
-__global__ void __launch_bounds__(DgradShape<kGlu>::kThreads, 1)
+// S: the shape (config.h DgradShape): DgradStoreShape, DgluWideShape or DgluNarrowShape.
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, 1)
     dgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
                  const __grid_constant__ CUtensorMap tmap_b, const DgradProblem p,
                  const DGluEpilogue ep) {
-  using S = DgradShape<kGlu>;
   using G = typename S::G;
   extern __shared__ uint8_t smem_raw[];
   const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
@@ -62,9 +52,9 @@ __global__ void __launch_bounds__(DgradShape<kGlu>::kThreads, 1)
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
   if (warpgroup == 0 || warpgroup > kConsumerWarpgroups) {
-    if constexpr (!kGlu) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if constexpr (S::kMovesRegisters) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (threadIdx.x >= 32) {
-      if constexpr (kGlu) dglu_epilogue_warps(p, ep, smem, shape, total_tiles);
+      if constexpr (S::kGlu) dglu_epilogue_warps<S>(p, ep, smem, shape, total_tiles);
       else dgrad_store_epilogue_warps(p, smem, shape, total_tiles);
       return;
     }
@@ -87,14 +77,14 @@ __global__ void __launch_bounds__(DgradShape<kGlu>::kThreads, 1)
     return;
   }
 
-  if constexpr (!kGlu) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+  if constexpr (S::kMovesRegisters) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
   const int slab = warpgroup - 1;
   TileHandoff handoff = TileHandoff::of(smem);
   float acc[G::kN / 2];
   PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     consume_tile<Major::K, Major::MN, G>(acc, k_blocks, smem, pipe, slab, [](int, int) {});
-    if constexpr (kGlu) send_part<__nv_bfloat16, 0, kGluTilePitch>(acc, handoff, slab);
+    if constexpr (S::kGlu) send_part<__nv_bfloat16, 0, S::kTilePitch>(acc, handoff, slab);
     else hand_off_tile(acc, handoff, slab, p.d_fp32);
   }
 }

@@ -56,7 +56,7 @@ __global__ void dp_reduce_kernel(const DpReduce r) {
   const float bias = warp_sum(bias_dot_share(r, row, lane, 32));
   if (lane != 0) return;
   float s = 0.0f;
-  const float* partial = r.dp_partial + static_cast<int64_t>(row) * r.dp_blocks;
+  const float* partial = r.dp_partial + static_cast<int64_t>(row) * r.dp_stride;
   for (int b = 0; b < r.dp_blocks; ++b) s += partial[b];
   r.dp[row] = s + bias;
 }

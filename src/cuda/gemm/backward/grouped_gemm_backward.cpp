@@ -11,6 +11,7 @@
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/launch.h"
 #include "cuda/gemm/row_length.h"
+#include "cuda/gemm/tile_scheduler.h"
 #include "moefuse/error.h"
 
 namespace moefuse {
@@ -78,7 +79,7 @@ gemm::bwd::DGluEpilogue dglu_epilogue(const Fc2DgradArgs& args, float* dp_partia
       .scaled_act = !is_absent(args.scaled_act) ? args.scaled_act.as<__nv_bfloat16>() : nullptr,
       .row_scale = !is_absent(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
       .dp_partial = dp_partial,
-      .dp_blocks = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2)))};
+      .dp_stride = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2)))};
 }
 
 gemm::bwd::DpReduce dp_reduce(const Fc2DgradArgs& args, const float* dp_partial) {
@@ -88,7 +89,9 @@ gemm::bwd::DpReduce dp_reduce(const Fc2DgradArgs& args, const float* dp_partial)
       .m_cap = static_cast<int>(args.dys.size(0)),
       .hidden = static_cast<int>(args.w2.size(1)),
       .dp_partial = dp_partial,
-      .dp_blocks = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2))),
+      .dp_stride = static_cast<int>(fc2_dgrad_dp_blocks(args.w2.size(2))),
+      .dp_blocks = gemm::ceil_div(static_cast<int>(args.w2.size(2)),
+                                  gemm::bwd::dglu_block_n(args.w2.size(1))),
       .dys = args.dys.as<const __nv_bfloat16>(),
       .b2 = !is_absent(args.b2) ? args.b2.as<const float>() : nullptr,
       .dp = !is_absent(args.d_row_scale) ? args.d_row_scale.as<float>() : nullptr};
@@ -154,7 +157,7 @@ void grouped_gemm_dgrad(const GroupedGemmDgradArgs& args, cudaStream_t stream) {
 
 // ---- FC2 dgrad + activation backward ------------------------------------------------------
 
-// One partial per (row, n-block) of the dGLU dgrad's tiles.
+// One partial per (row, n-block) of the dGLU dgrad's tiles, for the narrower of its shapes.
 int64_t fc2_dgrad_dp_blocks(int64_t ffn) {
   return (ffn + gemm::bwd::kGluBlockN - 1) / gemm::bwd::kGluBlockN;
 }

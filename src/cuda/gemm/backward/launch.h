@@ -26,15 +26,16 @@ struct WgradLaunch {
 void launch_wgrad(const WgradLaunch& launch, cudaStream_t stream);
 void launch_wgrad_gather(const WgradLaunch& launch, cudaStream_t stream);
 
-// dp[r] = Σ_b dp_partial[r, b] (b in order) + ⟨dys[r], b2[e]⟩ (b2 may be null) for the rows in
-// [offsets[0], min(offsets[E], m_cap)).
+// dp[r] = Σ_{b < dp_blocks} dp_partial[r, b] (b in order) + ⟨dys[r], b2[e]⟩ (b2 may be null) for
+// the rows in [offsets[0], min(offsets[E], m_cap)).
 struct DpReduce {
   const int* offsets = nullptr;
   int num_experts = 0;
   int m_cap = 0;
   int hidden = 0;
-  const float* dp_partial = nullptr;  // [m_cap, dp_blocks]
-  int dp_blocks = 0;
+  const float* dp_partial = nullptr;  // [m_cap, dp_stride]
+  int dp_stride = 0;
+  int dp_blocks = 0;  // the dGLU shape's n-blocks
   const __nv_bfloat16* dys = nullptr;  // [m_cap, hidden]
   const float* b2 = nullptr;           // [num_experts, hidden] or null
   float* dp = nullptr;                 // [m_cap]

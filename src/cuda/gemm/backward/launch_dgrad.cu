@@ -1,5 +1,5 @@
-// Host launcher of the dgrad kernel: TMA maps from pointers and shapes only, persistent grid; the
-// dGLU shape when the FC2 epilogue is on (dgrad_kernel.cuh).
+// Host launcher of the dgrad kernel: TMA maps from pointers and shapes only, persistent grid; a
+// dGLU shape when the FC2 epilogue is on, by K (config.h dglu_block_n).
 #include <algorithm>
 
 #include "cuda/check.h"
@@ -11,9 +11,8 @@
 namespace moefuse::gemm::bwd {
 namespace {
 
-template <bool kGlu>
+template <class S>
 void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
-  using S = DgradShape<kGlu>;
   using G = typename S::G;
   const DgradProblem& p = launch.problem;
   const CUtensorMap tmap_a = make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, G::kBlockK);
@@ -28,10 +27,10 @@ void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
   const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
   const int grid = static_cast<int>(std::min<int64_t>(ctas, max_tiles));
   const int64_t bytes = G::smem_bytes(p.num_experts);
-  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(&dgrad_kernel<kGlu>,
+  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(&dgrad_kernel<S>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
-  dgrad_kernel<kGlu><<<grid, S::kThreads, bytes, stream>>>(tmap_a, tmap_b, p, launch.dglu);
+  dgrad_kernel<S><<<grid, S::kThreads, bytes, stream>>>(tmap_a, tmap_b, p, launch.dglu);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
@@ -39,8 +38,9 @@ void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
 
 void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream) {
   if (launch.problem.m_cap == 0) return;  // nothing can be written
-  if (launch.dglu.pre) launch_shape<true>(launch, stream);
-  else launch_shape<false>(launch, stream);
+  if (!launch.dglu.pre) launch_shape<DgradStoreShape>(launch, stream);
+  else if (dglu_block_n(launch.problem.k) == kGluBlockN) launch_shape<DgluNarrowShape>(launch, stream);
+  else launch_shape<DgluWideShape>(launch, stream);
 }
 
 }  // namespace moefuse::gemm::bwd

@@ -29,8 +29,8 @@ struct DGluEpilogue {
   __nv_bfloat16* d_pre = nullptr;         // same shape as pre
   __nv_bfloat16* scaled_act = nullptr;    // [m_cap, n] or null
   const float* row_scale = nullptr;       // [m_cap] or null (p = 1)
-  float* dp_partial = nullptr;            // [m_cap, dp_blocks] or null
-  int dp_blocks = 0;
+  float* dp_partial = nullptr;            // [m_cap, dp_stride] or null
+  int dp_stride = 0;                      // >= the n-blocks
 };
 
 // wgrad: D[e] (+)= A_eᵀ · B_e over expert e's rows; A [m_cap, m_out], B [m_cap, n_out], both

@@ -53,7 +53,7 @@ __device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) 
   return ExpertRows{.first = first, .count = max(0, min(__ldg(p.offsets + e + 1), p.m_cap) - first)};
 }
 
-// Stage geometry (config.h): the TMA variant six stages of 32 K rows, the gather variant the
+// Stage geometry (config.h): the TMA variant WgradStages (a tuning knob), the gather variant the
 // dgrad's three of 64 (its producer's addressing below is written for 64-row blocks).
 template <bool kGather>
 using WgradStagesOf = std::conditional_t<kGather, DgradStages, WgradStages>;

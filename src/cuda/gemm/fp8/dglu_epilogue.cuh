@@ -80,7 +80,7 @@ __device__ __forceinline__ void dglu_tile_op(const float (&acc)[kAccumulators],
     dp += __shfl_xor_sync(0xffffffffu, dp, 1);
     dp += __shfl_xor_sync(0xffffffffu, dp, 2);
     if (ep.dp_partial && row_ok && lane % 4 == 0)
-      ep.dp_partial[static_cast<int64_t>(row) * ep.dp_blocks + n_block] = dp;
+      ep.dp_partial[static_cast<int64_t>(row) * ep.dp_stride + n_block] = dp;
   }
 }
 

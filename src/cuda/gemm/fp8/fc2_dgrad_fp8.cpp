@@ -44,7 +44,7 @@ void grouped_gemm_fc2_dgrad_fp8(const Fc2DgradFp8Args& args, const TensorView& d
                    is_absent(args.scaled_act) ? nullptr : args.scaled_act.as<__nv_bfloat16>(),
                .row_scale = row_scale,
                .dp_partial = partial,
-               .dp_blocks = dp_blocks},
+               .dp_stride = dp_blocks},
       .a = args.dys.data,
       .a_scales = args.dys_scales.data,
       .b = args.w2t.data};
@@ -57,6 +57,7 @@ void grouped_gemm_fc2_dgrad_fp8(const Fc2DgradFp8Args& args, const TensorView& d
        .m_cap = static_cast<int>(m),
        .hidden = static_cast<int>(h),
        .dp_partial = partial,
+       .dp_stride = dp_blocks,
        .dp_blocks = dp_blocks,
        .dys = bias ? args.dys_bf16.as<const __nv_bfloat16>() : nullptr,
        .b2 = bias ? args.b2.as<const float>() : nullptr,
