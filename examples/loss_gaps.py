@@ -6,9 +6,11 @@
 For each file (one seed): the reference back end (torch, else torch-grouped: train_moe_lm's rule)
 and every other back end's signed relative difference of the last-N-step mean loss. Then, per back
 end over the files: the number of seeds, the mean signed difference, its standard deviation and
-standard error, and how many seeds lie within 1%. A *-repeat back end is the reference trained
-again from the same seed; its spread is the noise floor the others are to be read against (bf16
-trajectories diverge after loss spikes; docs/measurements.md, runs 12-14).
+standard error, and how many seeds lie within 1%. A *-repeat back end is that back end trained
+again from the same seed; its gap from the first run is the noise floor the others are to be read
+against (bf16 trajectories diverge after loss spikes; docs/measurements.md, runs 12-15). The
+reference's repeat is among the gaps from the reference; any other X-repeat is also compared with
+X.
 """
 
 import argparse
@@ -32,6 +34,19 @@ def signed_gaps(result: dict, last: int):
                  for name, r in runs.items() if name != ref}
 
 
+def repeat_gaps(result: dict, ref: str, last: int):
+    """{(X, X-repeat): signed relative difference} for the repeats of back ends X other than the
+    reference (the reference's repeat is already one of signed_gaps')."""
+    runs = result["backends"]
+    gaps = {}
+    for name, r in runs.items():
+        base_name = name.removesuffix("-repeat")
+        if name != base_name and base_name != ref and base_name in runs:
+            base = tail_mean(runs[base_name]["loss"], last)
+            gaps[(base_name, name)] = (tail_mean(r["loss"], last) - base) / base
+    return gaps
+
+
 def summary(values: list) -> dict:
     n = len(values)
     mean = sum(values) / n
@@ -53,6 +68,9 @@ def main(argv=None) -> int:
         print(f"{f}: vs {ref}: " + ", ".join(f"{b} {g:+.2%}" for b, g in gaps.items()))
         for b, g in gaps.items():
             per_backend.setdefault((ref, b), []).append(g)
+        for (x, b), g in repeat_gaps(json.loads(f.read_text()), ref, args.last).items():
+            print(f"{f}: {b} vs {x} {g:+.2%}")
+            per_backend.setdefault((x, b), []).append(g)
     for (ref, b), values in per_backend.items():
         s = summary(values)
         print(f"{b} vs {ref}: {s['seeds']} seeds, mean {s['mean']:+.2%}, sd {s['sd']:.2%}, "

@@ -11,6 +11,9 @@
                      from the torch run is the noise floor of the loss comparison
     torch-grouped-repeat  torch-grouped trained a second time: the same noise floor, against the
                      fast baseline
+    moefuse-fused-repeat  moefuse-fused trained a second time: the floor of the moefuse model,
+                     whose MoE layers are bitwise repeatable but whose attention and embedding
+                     backward are torch's
 
 Every back end starts from the same weights (drawn once on the CPU from --seed; the moefuse
 layers get them through load_from_gate_up) and sees the same batches. In bf16 the optimiser
@@ -40,7 +43,7 @@ import time
 _REPO_PYTHON = pathlib.Path(__file__).resolve().parent.parent / "python"
 
 BACKENDS = ("torch", "torch-repeat", "torch-grouped", "torch-grouped-repeat", "moefuse-unfused",
-            "moefuse-fused")
+            "moefuse-fused", "moefuse-fused-repeat")
 # The loss curves are compared with the first of these that ran.
 REFERENCES = ("torch", "torch-grouped")
 
@@ -281,7 +284,7 @@ def make_model(torch, moefuse, args, backend: str, aux_coeff: float):
         for block in model.blocks:
             block.moe.grouped_mm = True
     if backend.startswith("moefuse"):
-        model.use_moefuse(moefuse.LayerMode.FUSED if backend == "moefuse-fused"
+        model.use_moefuse(moefuse.LayerMode.FUSED if backend.startswith("moefuse-fused")
                           else moefuse.LayerMode.UNFUSED)
     return model
 
@@ -512,8 +515,10 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "torch_dtype"}
     (out / "losses.json").write_text(json.dumps(
-        {"settings": settings, "device_name": device_name(torch, args.device),
-         "backends": runs, "expert_load": balance}, indent=1))
+        {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+         "library_commit": library_commit(moefuse), "settings": settings,
+         "device_name": device_name(torch, args.device), "backends": runs,
+         "expert_load": balance}, indent=1))
     print(f"wrote {out / 'losses.json'}")
     for path in write_plots(out, runs, balance):
         print(f"wrote {path}")
@@ -522,6 +527,14 @@ def main(argv=None) -> int:
 
 def device_name(torch, device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
+def library_commit(moefuse):
+    """The commit libmoefuse_c was built from, or None where it cannot be loaded (torch only)."""
+    try:
+        return moefuse.build_commit()
+    except (OSError, moefuse.MoefuseError):
+        return None
 
 
 if __name__ == "__main__":

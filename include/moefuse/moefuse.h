@@ -68,6 +68,10 @@ const char* moefuse_last_error(void);
 /* "major.minor.patch" */
 const char* moefuse_version(void);
 
+/* The git commit the library was built from (12 hex digits, "-dirty" if the tree had changes,
+   "unknown" outside a git checkout): for results files to name the kernels they measured. */
+const char* moefuse_build_commit(void);
+
 /* Fills *config with the named preset (qwen3-30b-a3b, gpt-oss-120b, mixtral-8x7b, deepseek-v3). */
 moefuse_status_t moefuse_config_preset(const char* name, moefuse_config_t* config);
 

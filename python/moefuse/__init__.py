@@ -5,12 +5,12 @@ helpers load libmoefuse_c.so on first use (see moefuse._capi for where it is loo
 """
 
 from moefuse._capi import (Activation, LayerMode, MoefuseError, MoefuseInvalidArgument,
-                           Precision, RouterKind, Status, version)
+                           Precision, RouterKind, Status, build_commit, version)
 from moefuse.config import PRESETS, MoeConfig
 
 __all__ = [
     "Activation", "LayerMode", "MoE", "MoeConfig", "MoefuseError", "MoefuseInvalidArgument",
-    "PRESETS", "Precision", "RouterKind", "Status", "version",
+    "PRESETS", "Precision", "RouterKind", "Status", "build_commit", "version",
 ]
 
 

@@ -144,6 +144,7 @@ BACKWARD_ARGS = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 _PROTOTYPES = {
     "moefuse_last_error": (ctypes.c_char_p, []),
     "moefuse_version": (ctypes.c_char_p, []),
+    "moefuse_build_commit": (ctypes.c_char_p, []),
     "moefuse_config_preset": (_enum, [ctypes.c_char_p, _config_p]),
     "moefuse_config_validate": (_enum, [_config_p]),
     "moefuse_abi_layout": (_enum, [ctypes.c_char_p, ctypes.c_char_p, _size_p]),
@@ -213,6 +214,11 @@ def check(status: int, library: ctypes.CDLL | None = None) -> None:
 
 def version() -> str:
     return lib().moefuse_version().decode()
+
+
+def build_commit() -> str:
+    """The git commit libmoefuse_c was built from (see moefuse_build_commit in moefuse.h)."""
+    return lib().moefuse_build_commit().decode()
 
 
 def config_preset(name: str) -> ConfigStruct:

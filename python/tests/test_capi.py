@@ -1,6 +1,7 @@
 """The ctypes binding against the C library, on the CPU: struct layouts, errors, discovery."""
 
 import ctypes
+import re
 import subprocess
 import sys
 
@@ -27,6 +28,12 @@ def test_abi_layout_names_an_unknown_field():
 def test_version_is_the_package_version():
     import moefuse
     assert moefuse.version() == "0.1.0"
+
+
+def test_build_commit_names_a_commit():
+    import moefuse
+    commit = moefuse.build_commit()
+    assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?|unknown", commit), commit
 
 
 def test_invalid_argument_is_a_value_error_with_status_and_message():

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -37,6 +38,10 @@ def test_tiny_torch_backend_trains_and_writes_losses(tmp_path):
     # Bytes start near ln 256 = 5.55; a few steps of Adam already lower it.
     assert min(losses[-3:]) < losses[0], losses
     assert result["backends"]["torch"]["tokens_per_s"] > 0
+    # What the file was made with: the date and, where the library loads, its build commit.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", result["date"]), result["date"]
+    commit = result["library_commit"]
+    assert commit is None or re.fullmatch(r"[0-9a-f]{12}(-dirty)?|unknown", commit), commit
     load = result["expert_load"]
     for key in ("aux_off", "aux_on"):
         counts = load[key]["counts"]

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "moefuse/error.h"
+#include "moefuse_git_commit.h"
 
 namespace moefuse::capi {
 namespace {
@@ -95,6 +96,8 @@ extern "C" {
 const char* moefuse_last_error(void) { return moefuse::capi::last_error.c_str(); }
 
 const char* moefuse_version(void) { return "0.1.0"; }
+
+const char* moefuse_build_commit(void) { return MOEFUSE_GIT_COMMIT; }
 
 moefuse_status_t moefuse_config_preset(const char* name, moefuse_config_t* config) {
   return guarded([&] {
