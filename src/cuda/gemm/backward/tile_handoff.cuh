@@ -1,10 +1,11 @@
 // The epilogue hand-off of the backward kernels: the consumer warpgroups write the finished
 // accumulator tile into the shared tile buffer and go straight back to the mainloop; the epilogue
-// warps (warps 1-3 of warpgroup 0, 96 threads) drain it to global memory while the tensor cores
-// work on the next tile.
+// warps (warps 1-3 of warpgroup 0, 96 threads; in the narrow dGLU dgrad also warpgroup 3, 224)
+// drain it to global memory while the tensor cores work on the next tile.
 //
 // Tile buffer: 128 rows × kTilePitch (528) bytes; a row holds 512 bytes of data: a whole tile row
-// as bf16 (256 columns) or half of it as fp32 (128 columns). A tile therefore goes over in
+// as bf16 (256 columns) or half of it as fp32 (128 columns). The narrow dGLU dgrad's (config.h
+// DgluNarrowShape): 128 rows × 400 bytes, a 192-column bf16 row. A tile therefore goes over in
 // `parts` = 1 (bf16 staging: the dGLU's g, bf16 outputs) or 2 (fp32 outputs: columns 0-127,
 // then 128-255) hand-offs. `parts` is a function of kernel parameters only, so both sides agree.
 //
@@ -79,7 +80,7 @@ __device__ __forceinline__ void receive_tile(TileHandoff& h, int parts, Drain&& 
 }
 
 // The epilogue thread's warp and lane: warps 1-3 of warpgroup 0 are epilogue warps 0-2, and in
-// the dGLU dgrad the warps of warpgroup 3 (config.h kGluThreads) are 3-6.
+// the narrow dGLU dgrad the warps of warpgroup 3 (config.h DgluNarrowShape) are 3-6.
 struct EpilogueLane {
   int warp;
   int lane;
