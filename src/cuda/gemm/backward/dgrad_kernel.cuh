@@ -12,8 +12,8 @@
 //   warpgroup 0, thread 0 (producer): per stage 1 TMA for A (128 rows × 64 K) and N / 64 for B
 //               (64 K × 64 N each); rows past the expert are loaded (next expert's rows, or zeros
 //               past m_cap) and masked in the epilogue; K and N tails are zero-filled by TMA.
-//   warpgroup 0, warps 1-3, and warpgroup 3 if any (epilogue warps): drain each finished tile from the
-//               tile buffer: plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh).
+//   warpgroup 0, warps 1-3, and warpgroup 3 if any (epilogue warps): drain each finished tile
+//               from the tile buffer: plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh).
 //   warpgroups 1, 2 (consumers): wgmma m64nNk16 (A K-major, B MN-major) into N / 2 fp32
 //               registers each, hand the tile over (tile_handoff.cuh: bf16 for bf16 D and the
 //               dGLU's g, two fp32 halves for fp32 D) and go on with the next tile.

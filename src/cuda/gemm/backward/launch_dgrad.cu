@@ -39,8 +39,10 @@ void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
 void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream) {
   if (launch.problem.m_cap == 0) return;  // nothing can be written
   if (!launch.dglu.pre) launch_shape<DgradStoreShape>(launch, stream);
-  else if (dglu_block_n(launch.problem.k) == kGluBlockN) launch_shape<DgluNarrowShape>(launch, stream);
-  else launch_shape<DgluWideShape>(launch, stream);
+  else if (dglu_block_n(launch.problem.k) == kGluBlockN)
+    launch_shape<DgluNarrowShape>(launch, stream);
+  else
+    launch_shape<DgluWideShape>(launch, stream);
 }
 
 }  // namespace moefuse::gemm::bwd

@@ -24,8 +24,8 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
                                          stream));
     return;
   }
-  // Boxes of G::kBlockK K rows × 64 MN columns. The gather variant's B map is unused: A's map stands in
-  // so that the kernel signature stays one.
+  // Boxes of G::kBlockK K rows × 64 MN columns. The gather variant's B map is unused: A's map
+  // stands in so that the kernel signature stays one.
   using G = WgradStagesOf<kGather>;
   const CUtensorMap tmap_a =
       make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.m_out, G::kBlockK, kMnChunk);
