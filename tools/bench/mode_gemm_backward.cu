@@ -232,7 +232,7 @@ int run(Args& args) {
       "writes bf16, ours fp32");
   report.set_meta("wgrad stages", std::to_string(cfg::WgradStages::kStages) + " of " +
                                       std::to_string(cfg::WgradStages::kBlockK) +
-                                      " K rows (the gather wgrad: the tile's)");
+                                      " K rows");
   CublasBackward cublas;
   for (const auto& name : o.presets) bench_preset(name, o, cublas, report);
   finish_gemm_report(report, o, args);

@@ -77,15 +77,15 @@ struct Stages {
 };
 
 // The dgrad: its K-major A needs a K block of one 128-byte swizzle row; three such stages leave
-// room for the tile buffer (the forward measured no slower with three than with four). The
-// gather wgrad too: its cp.async producer's addressing is written for 64-row blocks.
+// room for the tile buffer (the forward measured no slower with three than with four).
 using DgradStages = Stages<64, 3>;
 static_assert(DgradStages::kBlockK * 2 == kSwizzleRowBytes, "a K-major block is one swizzle row");
 static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
-// The TMA wgrad: three stages of 64 K rows too. Six of 32 (the same 144 KiB, so that four or
-// five can be loading while the consumers hold one or two) measured no faster on an H200 (run 15:
-// qwen3 dW1 1.003x the time of 64 x 3, gpt-oss 1.003, deepseek 1.016), although ncu had its
-// consumers waiting on stage data in 36% of their samples: the wait is not for stage room.
+// Both wgrads: three stages of 64 K rows too (the gather variant's cp.async producer is written
+// for 64-row blocks). Six of 32 for the TMA wgrad (the same 144 KiB, so that four or five can be
+// loading while the consumers hold one or two) measured no faster on an H200 (run 15: qwen3 dW1
+// 1.003x the time of 64 x 3, gpt-oss 1.003, deepseek 1.016), although ncu had its consumers
+// waiting on stage data in 36% of their samples: the wait is not for stage room.
 using WgradStages = Stages<64, 3>;
 static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 

@@ -26,7 +26,7 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
   }
   // Boxes of G::kBlockK K rows × 64 MN columns. The gather variant's B map is unused: A's map
   // stands in so that the kernel signature stays one.
-  using G = WgradStagesOf<kGather>;
+  using G = WgradStages;
   const CUtensorMap tmap_a =
       make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.m_out, G::kBlockK, kMnChunk);
   const CUtensorMap tmap_b =

@@ -32,8 +32,6 @@
 
 #include <cutlass/arch/reg_reconfig.h>
 
-#include <type_traits>
-
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/staged_store.cuh"
@@ -53,12 +51,7 @@ __device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) 
   return ExpertRows{.first = first, .count = max(0, min(__ldg(p.offsets + e + 1), p.m_cap) - first)};
 }
 
-// Stage geometry (config.h): the TMA variant WgradStages (a tuning knob), the gather variant the
-// dgrad's three of 64 (its producer's addressing below is written for 64-row blocks).
-template <bool kGather>
-using WgradStagesOf = std::conditional_t<kGather, DgradStages, WgradStages>;
-template <bool kGather>
-using WgradLayout = StagedLayout<WgradStagesOf<kGather>>;
+using WgradLayout = StagedLayout<WgradStages>;  // config.h: the stage geometry
 
 struct WgradTiles {
   TileShape shape;
@@ -74,10 +67,9 @@ struct WgradTiles {
 // TMA producer (one thread): 2 boxes of A (128 m) and 4 of B (256 n) per K block.
 __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
                                                   const CUtensorMap* tmap_b,
-                                                  const WgradProblem& p,
-                                                  const WgradLayout<false>& smem,
+                                                  const WgradProblem& p, const WgradLayout& smem,
                                                   const WgradTiles& tiles, int total_tiles) {
-  using G = WgradStagesOf<false>;
+  using G = WgradStages;
   PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
@@ -101,9 +93,10 @@ __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
 // i / 8 + 16·j (j < 4) in each of the 4 MN chunks of B; thread 0 also issues A's TMA.
 __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
                                                      const WgradProblem& p,
-                                                     const WgradLayout<true>& smem,
+                                                     const WgradLayout& smem,
                                                      const WgradTiles& tiles, int total_tiles) {
-  using G = WgradStagesOf<true>;
+  using G = WgradStages;
+  static_assert(G::kBlockK == 64, "the passes below are written for 64-row K blocks");
   constexpr int kPieces = kMnChunk * 2 / 16;                 // 8 per 128-byte K row
   constexpr int kRowsPerPass = kWarpgroupThreads / kPieces;  // 16
   constexpr int kPasses = G::kBlockK / kRowsPerPass;         // 4
@@ -157,9 +150,8 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
 
 // Zeroes K rows [valid, 64) of every MN chunk of the stage (2 of A, 4 of B): 16-byte stores by
 // the 256 consumer threads, then the proxy fence and the consumers' named barrier.
-template <class G>
-__device__ __forceinline__ void zero_tail_rows(const StagedLayout<G>& smem, int stage,
-                                               int valid) {
+__device__ __forceinline__ void zero_tail_rows(const WgradLayout& smem, int stage, int valid) {
+  using G = WgradStages;
   constexpr int kChunksA = kBlockM / kMnChunk, kChunks = kChunksA + kBlockN / kMnChunk;
   const int per_chunk = (G::kBlockK - valid) * (128 / 16);
   const int ctid = threadIdx.x - kWarpgroupThreads;
@@ -215,7 +207,7 @@ __device__ __forceinline__ void prefetch_old_d(const WgradProblem& p, const Tile
 // TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. With
 // accumulate, the old D of this CTA's next tile is prefetched into L2 when a drain starts.
 __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
-                                                     const WgradLayout<false>& smem,
+                                                     const WgradLayout& smem,
                                                      const WgradTiles& tiles, int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
   if (p.accumulate && static_cast<int>(blockIdx.x) < total_tiles)
@@ -241,9 +233,9 @@ template <bool kGather>
 __global__ void __launch_bounds__(kThreads, 1)
     wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
                  const __grid_constant__ CUtensorMap tmap_b, const WgradProblem p) {
-  using G = WgradStagesOf<kGather>;
+  using G = WgradStages;
   extern __shared__ uint8_t smem_raw[];
-  const WgradLayout<kGather> smem = WgradLayout<kGather>::carve(smem_raw);
+  const WgradLayout smem = WgradLayout::carve(smem_raw);
   const int n_blocks = ceil_div(p.n_out, kBlockN), m_blocks = ceil_div(p.m_out, kBlockM);
   const WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                                    .n_blocks = n_blocks},
@@ -276,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc, k_blocks, smem, pipe, slab, [&](int stage, int kb) {
           // cp.async wrote B through the generic proxy; wgmma reads through the async proxy.
           if constexpr (kGather) cutlass::arch::fence_view_async_shared();
-          if (kb == k_blocks - 1 && tail < G::kBlockK) zero_tail_rows<G>(smem, stage, tail);
+          if (kb == k_blocks - 1 && tail < G::kBlockK) zero_tail_rows(smem, stage, tail);
         });
     if (skip_tile(p, k_blocks)) continue;
     if constexpr (kGather) {
