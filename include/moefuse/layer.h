@@ -112,12 +112,15 @@ struct MoeLayerWeights {
 };
 
 // Gradients of <y, dy> + aux_loss + z_loss, same shapes as the weights (and x). Overwritten.
+// d_w1 and d_w2 may be bf16 (with config.precision kBF16), each on its own: the wgrad sums an
+// expert's rows in fp32 and rounds once, so the bf16 gradient is the fp32 one rounded, as torch's
+// bf16 weight gradients are, for half the bytes written and none to convert.
 struct MoeLayerGrads {
   TensorView dx;           // [T, H] bf16
   TensorView d_w_router;   // [E, H] fp32
-  TensorView d_w1;         // [E, fc1, H] fp32 (interleaved like w1)
+  TensorView d_w1;         // [E, fc1, H] fp32 or bf16 (interleaved like w1)
   TensorView d_b1;         // [E, fc1] fp32 when config.expert_bias, else empty
-  TensorView d_w2;         // [E, H, F] fp32
+  TensorView d_w2;         // [E, H, F] fp32 or bf16
   TensorView d_b2;         // [E, H] fp32 when config.expert_bias, else empty
   TensorView d_shared_w1;  // [shared_fc1, H] fp32 when shared_expert_ffn > 0
   TensorView d_shared_w2;  // [H, shared_F] fp32 when shared_expert_ffn > 0
@@ -146,12 +149,13 @@ MoeLayerWeights layer_weight_views(const MoeConfig& config, const MoeLayerWeight
 struct MoeLayerGradPointers {
   void* dx = nullptr;
   float* d_w_router = nullptr;
-  float* d_w1 = nullptr;
+  void* d_w1 = nullptr;  // of dtype expert_grads
   float* d_b1 = nullptr;
-  float* d_w2 = nullptr;
+  void* d_w2 = nullptr;  // of dtype expert_grads
   float* d_b2 = nullptr;
   float* d_shared_w1 = nullptr;
   float* d_shared_w2 = nullptr;
+  DType expert_grads = DType::kFloat32;  // d_w1 and d_w2: kFloat32 or kBFloat16
 };
 MoeLayerGrads layer_grad_views(const MoeConfig& config, int64_t tokens,
                                const MoeLayerGradPointers& p, int64_t experts_held = 0);

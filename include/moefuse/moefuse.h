@@ -88,7 +88,8 @@ moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t*
  * Device pointers, contiguous, shapes from the config and T: x, dy, y, dx [T, H] bf16;
  * w_router [E, H] bf16; w1 [E, fc1, H] bf16 (GLU rows interleaved); w2 [E, H, F] bf16;
  * shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16; score_bias [E], b1 [E, fc1],
- * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight.
+ * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight, but d_w1
+ * and d_w2, which are bf16 when grads.expert_grads says so (bf16 precision only).
  * NULL for a tensor the config does not have. `stream` is a cudaStream_t.
  * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, H and F multiples of 16): the weights
  * also carry fp8_weights, a 256-byte aligned device region of moefuse_layer_fp8_weight_bytes
@@ -114,15 +115,23 @@ typedef struct {
   size_t fp8_weights_bytes;
 } moefuse_layer_weights_t;
 
+/* The dtype of d_w1 and d_w2 (a zeroed struct asks for fp32). bf16: the fp32 sum of an expert's
+ * rows rounded once, as torch's bf16 weight gradients; half the bytes written, none converted. */
+typedef enum {
+  MOEFUSE_EXPERT_GRADS_FP32 = 0,
+  MOEFUSE_EXPERT_GRADS_BF16 = 1,
+} moefuse_expert_grads_t;
+
 typedef struct {
   void* dx;
   float* d_w_router;
-  float* d_w1;
+  void* d_w1;
   float* d_b1;
-  float* d_w2;
+  void* d_w2;
   float* d_b2;
   float* d_shared_w1;
   float* d_shared_w2;
+  moefuse_expert_grads_t expert_grads;
 } moefuse_layer_grads_t;
 
 /* Bytes of the per-layer cache and of the workspace for `tokens` tokens. No GPU needed. */

@@ -48,6 +48,12 @@ class LayerMode(enum.IntEnum):
     UNFUSED = 1
 
 
+class ExpertGrads(enum.IntEnum):
+    """moefuse_expert_grads_t: the dtype of d_w1 and d_w2."""
+    FP32 = 0
+    BF16 = 1
+
+
 class MoefuseError(RuntimeError):
     """A failed moefuse call: .status is the Status, the message is moefuse_last_error()."""
 
@@ -101,13 +107,14 @@ class LayerWeightsStruct(ctypes.Structure):
 
 
 class LayerGradsStruct(ctypes.Structure):
-    """moefuse_layer_grads_t: device pointers (None for an absent tensor)."""
+    """moefuse_layer_grads_t: device pointers (None for an absent tensor), then the dtype of
+    d_w1 and d_w2 (ExpertGrads; 0, fp32, unless set)."""
 
     _fields_ = [
         (name, ctypes.c_void_p)
         for name in ("dx", "d_w_router", "d_w1", "d_b1", "d_w2", "d_b2", "d_shared_w1",
                      "d_shared_w2")
-    ]
+    ] + [("expert_grads", _enum)]
 
 
 class EpOptionsStruct(ctypes.Structure):

@@ -29,15 +29,15 @@ from torch import Tensor
 
 from moefuse import _capi, _capi_ep
 from moefuse.config import MoeConfig
-from moefuse.layer import (WEIGHT_NAMES, _bytes_tensor, _grad_like, _ptr, _Weights,
+from moefuse.layer import (WEIGHT_NAMES, _bytes_tensor, _grad_buffers, _grads_struct, _Weights,
                            _weights_struct, validate_inputs, weight_specs)
 
 
 class _EpLayer:
     """The C layer of one module (its NCCL communicator included), destroyed with it."""
 
-    def __init__(self, handle: int):
-        self.handle = handle
+    def __init__(self, handle: int, config: MoeConfig):
+        self.handle, self.config = handle, config
         self.first_expert, self.local_experts, self.cache_bytes, self.workspace_bytes = (
             _capi_ep.layer_info(handle))
 
@@ -68,12 +68,11 @@ class _EpFunction(torch.autograd.Function):
         x, cache, *weights = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.to(torch.bfloat16).contiguous()
         by_name = dict(zip(WEIGHT_NAMES, weights))
-        grads = [torch.empty_like(x)] + [_grad_like(by_name[n], x)
-                                         for n in WEIGHT_NAMES if n != "score_bias"]
+        grads = _grad_buffers(layer.config, x, by_name)
         workspace = _bytes_tensor(layer.workspace_bytes, x.device)
         _capi_ep.layer_backward(layer.handle, x.shape[0], x.data_ptr(), dy.data_ptr(),
                                 _weights_struct(*weights),
-                                _capi.LayerGradsStruct(*(_ptr(g) for g in grads)),
+                                _grads_struct(layer.config, grads),
                                 cache.data_ptr(), layer.cache_bytes, workspace.data_ptr(),
                                 layer.workspace_bytes,
                                 torch.cuda.current_stream(x.device).cuda_stream)
@@ -118,7 +117,7 @@ class ExpertParallelMoE(_Weights):
                                         chunks=chunks, transfer_sms=transfer_sms)
         with torch.cuda.device(device):
             self._layer = _EpLayer(_capi_ep.layer_create(config.to_c(), box[0], ranks, rank,
-                                                         options))
+                                                         options), config)
         self.ranks, self.rank = ranks, rank
 
     @property

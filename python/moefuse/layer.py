@@ -210,11 +210,34 @@ def _(handle, x, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2):
     return torch.empty_like(x), x.new_empty((2,), dtype=torch.float32), cache
 
 
-def _grad_like(t: Optional[Tensor], like: Tensor) -> Tensor:
-    """An fp32 gradient buffer shaped as t, or an empty one where t is absent."""
+def _grad_like(t: Optional[Tensor], like: Tensor, dtype: torch.dtype) -> Tensor:
+    """A gradient buffer shaped as t, or an empty one where t is absent."""
     if t is None:
-        return like.new_empty((0,), dtype=torch.float32)
-    return t.new_empty(t.shape, dtype=torch.float32)
+        return like.new_empty((0,), dtype=dtype)
+    return t.new_empty(t.shape, dtype=dtype)
+
+
+def _expert_grad_dtype(config: MoeConfig) -> torch.dtype:
+    """d_w1 and d_w2 come in bf16 where the layer can write them (bf16 precision): the gradient
+    torch gives the bf16 weights, the fp32 sum rounded once, with no fp32 copy to convert; the
+    FP8 wgrad writes fp32."""
+    return torch.bfloat16 if config.precision == _capi.Precision.BF16 else torch.float32
+
+
+def _grad_buffers(config: MoeConfig, x: Tensor, weights: dict) -> list[Tensor]:
+    """dx, then the gradient of every weight but score_bias (WEIGHT_NAMES' order; empty where the
+    weight is absent): fp32, d_w1 and d_w2 in _expert_grad_dtype."""
+    expert = _expert_grad_dtype(config)
+    return [torch.empty_like(x)] + [
+        _grad_like(weights[n], x, expert if n in ("w1", "w2") else torch.float32)
+        for n in WEIGHT_NAMES if n != "score_bias"]
+
+
+def _grads_struct(config: MoeConfig, grads: list[Tensor]) -> _capi.LayerGradsStruct:
+    s = _capi.LayerGradsStruct(*(_ptr(g) for g in grads))
+    s.expert_grads = (_capi.ExpertGrads.BF16 if _expert_grad_dtype(config) == torch.bfloat16
+                      else _capi.ExpertGrads.FP32)
+    return s
 
 
 @torch.library.custom_op("moefuse::layer_backward", mutates_args=())
@@ -223,30 +246,30 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
                    b2: Optional[Tensor], shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
                    cache: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
                                            Tensor]:
-    """(dx bf16, then fp32 d_w_router, d_w1, d_b1, d_w2, d_b2, d_shared_w1, d_shared_w2), an
-    absent weight's gradient being an empty tensor. GLU gradients come back interleaved."""
+    """(dx bf16, then d_w_router, d_w1, d_b1, d_w2, d_b2, d_shared_w1, d_shared_w2: fp32 but d_w1
+    and d_w2 bf16 with bf16 precision), an absent weight's gradient being an empty tensor. GLU
+    gradients come back interleaved."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
+    config = _LAYERS[handle].config
     with torch.cuda.device(x.device):
-        grads = (torch.empty_like(x), _grad_like(w_router, x), _grad_like(w1, x),
-                 _grad_like(b1, x), _grad_like(w2, x), _grad_like(b2, x),
-                 _grad_like(shared_w1, x), _grad_like(shared_w2, x))
+        grads = _grad_buffers(config, x, dict(zip(WEIGHT_NAMES, (
+            w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2))))
         workspace = _bytes_tensor(workspace_bytes, x.device)
         weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
         stream = torch.cuda.current_stream().cuda_stream
         fp8 = _prepare_fp8_weights(handle, weights, x.device, stream)  # noqa: F841 (kept alive)
         _capi.layer_backward(
             handle, tokens, x.data_ptr(), dy.data_ptr(), weights,
-            _capi.LayerGradsStruct(*(_ptr(g) for g in grads)), cache.data_ptr(), cache_bytes,
+            _grads_struct(config, grads), cache.data_ptr(), cache_bytes,
             workspace.data_ptr(), workspace_bytes, stream)
-    return grads
+    return tuple(grads)
 
 
 @layer_backward.register_fake
 def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, cache):
-    return (torch.empty_like(x), _grad_like(w_router, x), _grad_like(w1, x), _grad_like(b1, x),
-            _grad_like(w2, x), _grad_like(b2, x), _grad_like(shared_w1, x),
-            _grad_like(shared_w2, x))
+    return tuple(_grad_buffers(_LAYERS[handle].config, x, dict(zip(WEIGHT_NAMES, (
+        w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)))))
 
 
 def _setup_context(ctx, inputs, output):

@@ -27,6 +27,10 @@ MoeLayerWeights weights_of(const MoeConfig& c, const moefuse_layer_weights_t& w,
 
 MoeLayerGrads grads_of(const MoeConfig& c, int64_t tokens, const moefuse_layer_grads_t& g,
                        int64_t experts_held) {
+  MOEFUSE_EXPECT(g.expert_grads == MOEFUSE_EXPERT_GRADS_FP32 ||
+                     g.expert_grads == MOEFUSE_EXPERT_GRADS_BF16,
+                 "grads.expert_grads", "MOEFUSE_EXPERT_GRADS_FP32 or MOEFUSE_EXPERT_GRADS_BF16",
+                 std::to_string(static_cast<int>(g.expert_grads)));
   return layer_grad_views(c, tokens,
                           {.dx = g.dx,
                            .d_w_router = g.d_w_router,
@@ -35,7 +39,10 @@ MoeLayerGrads grads_of(const MoeConfig& c, int64_t tokens, const moefuse_layer_g
                            .d_w2 = g.d_w2,
                            .d_b2 = g.d_b2,
                            .d_shared_w1 = g.d_shared_w1,
-                           .d_shared_w2 = g.d_shared_w2},
+                           .d_shared_w2 = g.d_shared_w2,
+                           .expert_grads = g.expert_grads == MOEFUSE_EXPERT_GRADS_BF16
+                                               ? DType::kBFloat16
+                                               : DType::kFloat32},
                           experts_held);
 }
 

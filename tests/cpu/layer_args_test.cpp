@@ -139,6 +139,10 @@ TEST(LayerArgs, EveryBadArgumentIsNamed) {
        false, true},
       {"qwen3-30b-a3b", "grads.d_w2", [&](FakeLayer& f) { f.g.d_w2 = f.dev(f32, {128, 768, 2048}); },
        false, true},
+      {"qwen3-30b-a3b", "grads.d_w1",
+       [&](FakeLayer& f) { f.g.d_w1 = f.dev(DType::kInt32, {128, 1536, 2048}); }, false, true},
+      {"qwen3-30b-a3b", "grads.d_w2", [&](FakeLayer& f) { f.g.d_w2 = f.dev(bf, {128, 2048, 767}); },
+       false, true},
       {"gpt-oss-120b", "grads.d_b1", [&](FakeLayer& f) { f.g.d_b1 = {}; }, false, true},
       {"qwen3-30b-a3b", "grads.d_b2", [&](FakeLayer& f) { f.g.d_b2 = f.dev(f32, {128, 2048}); },
        false, true},
@@ -186,6 +190,19 @@ TEST(LayerFp8Args, BackwardChecksTheFp8WeightRegion) {
   f.w.fp8 = {.data = f.dev(DType::kBFloat16, {1}).data, .bytes = bytes - 256};
   test::expect_invalid([&] { f.backward(); }, "weights.fp8");
   f.w.fp8.bytes = bytes;
+  EXPECT_NO_THROW(f.backward());
+  // The FP8 wgrad writes fp32 expert gradients only.
+  f.g.d_w2 = f.dev(DType::kBFloat16, {32, 7168, 2048});
+  test::expect_invalid([&] { f.backward(); }, "grads.d_w2");
+}
+
+// d_w1 and d_w2 in bf16 (each on its own) with bf16 precision: the wgrad rounds the fp32 sum once.
+TEST(LayerArgs, ExpertGradsMayBeBf16) {
+  FakeLayer f(preset("qwen3-30b-a3b"));
+  const int64_t E = f.c.num_experts, H = f.c.hidden, F = f.c.ffn, fc1 = f.c.fc1_width();
+  f.g.d_w1 = f.dev(DType::kBFloat16, {E, fc1, H});
+  EXPECT_NO_THROW(f.backward());
+  f.g.d_w2 = f.dev(DType::kBFloat16, {E, H, F});
   EXPECT_NO_THROW(f.backward());
 }
 

@@ -491,6 +491,10 @@ TEST(GroupedGemmBackward, WgradGatherFusedAndUnfused) {
     run_wgrad({.counts = {5, 0, 200, 131, 1, 70}, .row_base = 2, .spare_rows = 9, .m_out = 256,
                .n_out = 264, .accumulate = true, .gather = true, .unfused = unfused},
               unfused ? "unfused gather" : "fused gather");
+  // bf16 D (the layer's bf16 expert gradients): the in-consumer epilogue's bf16 store.
+  run_wgrad({.counts = {5, 0, 200, 131, 1, 70}, .spare_rows = 9, .m_out = 256, .n_out = 264,
+             .fp32 = false, .gather = true},
+            "fused gather, bf16");
 }
 
 // One case per preset at its real widths (few experts so the reference stays fast): FC1 and FC2

@@ -77,18 +77,19 @@ MoeLayerWeights LayerTensors::weights() const {
                             experts_held);
 }
 
-MoeLayerGrads LayerTensors::grads() const {
+MoeLayerGrads LayerTensors::grads(DType expert_grads) const {
   const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
   auto f32 = [](const DeviceBuffer& b) { return static_cast<float*>(b.get()); };
   return layer_grad_views(c, T,
                           {.dx = dx.get(),
                            .d_w_router = f32(dwr),
-                           .d_w1 = f32(dw1),
+                           .d_w1 = dw1.get(),
                            .d_b1 = bias ? f32(db1) : nullptr,
-                           .d_w2 = f32(dw2),
+                           .d_w2 = dw2.get(),
                            .d_b2 = bias ? f32(db2) : nullptr,
                            .d_shared_w1 = shared ? f32(dsw1) : nullptr,
-                           .d_shared_w2 = shared ? f32(dsw2) : nullptr},
+                           .d_shared_w2 = shared ? f32(dsw2) : nullptr,
+                           .expert_grads = expert_grads},
                           experts_held);
 }
 

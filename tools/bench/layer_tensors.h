@@ -28,7 +28,8 @@ struct LayerTensors {
   void skew_router(uint64_t seed);
 
   MoeLayerWeights weights() const;
-  MoeLayerGrads grads() const;
+  // d_w1 and d_w2 in `expert_grads` (kFloat32 or kBFloat16; their buffers fit either).
+  MoeLayerGrads grads(DType expert_grads = DType::kFloat32) const;
   MoeLayerOutputs outputs() const;
   TensorView xv() const { return x.view(DType::kBFloat16, {T, c.hidden}); }
   TensorView dyv() const { return dy.view(DType::kBFloat16, {T, c.hidden}); }

@@ -52,6 +52,9 @@ struct Options {
   std::vector<LayerMode> modes;
   bool graph = true, recompute = false, torch = true;
   bool fp8 = false;  // --precision fp8: also the FP8 layer (fused, fwd + bwd), next to bf16
+  // --expert-grads: d_w1 and d_w2 of the bf16 layer in fp32 (the default) or bf16; the FP8
+  // layer's are fp32.
+  DType expert_grads = DType::kFloat32;
   int warmup = 5, iters = 30;
 };
 
@@ -117,7 +120,8 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
                 "%.1f MiB\n", name.c_str(), mode_name.c_str(), prep_ms,
                 plan.fp8_weight_bytes / 1048576.0);
   }
-  const MoeLayerGrads g = t.grads();
+  const MoeLayerGrads g =
+      t.grads(c.precision == PrecisionRecipe::kBF16 ? o.expert_grads : DType::kFloat32);
   const MoeLayerOutputs out = t.outputs();
   auto forward = [&](cudaStream_t s, const LayerRun& run) {
     layer.forward(t.xv(), w, out, cache, ws, s, run);
@@ -336,6 +340,10 @@ int run(Args& args) {
   o.graph = !args.flag("eager");
   o.recompute = args.flag("recompute");
   o.torch = !args.flag("no-torch");
+  const std::string expert_grads = args.get("expert-grads", "fp32");
+  MOEFUSE_EXPECT(expert_grads == "fp32" || expert_grads == "bf16", "--expert-grads",
+                 "fp32 or bf16 (d_w1 and d_w2 of the bf16 layer)", expert_grads);
+  o.expert_grads = expert_grads == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   o.warmup = static_cast<int>(args.get_int("warmup", 5, 0, 10000));
   o.iters = static_cast<int>(args.get_int("iters", 30, 1, 100000));
   const std::string json = args.get("json", "");

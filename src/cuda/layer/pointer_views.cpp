@@ -38,9 +38,9 @@ MoeLayerGrads layer_grad_views(const MoeConfig& c, int64_t tokens, const MoeLaye
   const DType f32 = DType::kFloat32;
   return {.dx = device_view(p.dx, DType::kBFloat16, {tokens, H}),
           .d_w_router = device_view(p.d_w_router, f32, {c.num_experts, H}),
-          .d_w1 = device_view(p.d_w1, f32, {E, fc1, H}),
+          .d_w1 = device_view(p.d_w1, p.expert_grads, {E, fc1, H}),
           .d_b1 = device_view(p.d_b1, f32, {E, fc1}),
-          .d_w2 = device_view(p.d_w2, f32, {E, H, F}),
+          .d_w2 = device_view(p.d_w2, p.expert_grads, {E, H, F}),
           .d_b2 = device_view(p.d_b2, f32, {E, H}),
           .d_shared_w1 = device_view(p.d_shared_w1, f32, {s.fc1_width(), H}),
           .d_shared_w2 = device_view(p.d_shared_w2, f32, {H, s.ffn})};
