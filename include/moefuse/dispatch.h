@@ -80,6 +80,15 @@ void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
                           const TensorView& xs_scales, const TensorView& health,
                           cudaStream_t stream);
 
+// permute fused with the FP8 row records of the FP8 dispatch (formats/fp8_row_record.h):
+// records[row_of[t, j]] = x[t]'s record (the E4M3 codes of its 1x128 groups, their fp32 scales,
+// zero padding), each row's codes and scales those of permute_quantize_fp8. Rows whose
+// token_of_row is -1 are zero bytes. records [R, fp8_record_bytes(H)] uint8 (moefuse/dtype.h
+// kUInt8), 16-byte aligned; H a multiple of 16. CUDA-graph safe: yes.
+void permute_quantize_fp8_records(const TensorView& x, const TensorView& row_of,
+                                  const TensorView& token_of_row, const TensorView& records,
+                                  const TensorView& health, cudaStream_t stream);
+
 // dx [T, H] bf16 = Σ_j dxs[row_of[t, j]] (fp32 accumulation in j order). CUDA-graph safe: yes.
 void permute_backward(const TensorView& dxs, const TensorView& row_of, const TensorView& dx,
                       const TensorView& health, cudaStream_t stream);

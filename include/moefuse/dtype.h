@@ -16,6 +16,7 @@ enum class DType : uint8_t {
   kFloat4E2M1,  // FP4 E2M1, two values packed per byte (low nibble first).
   kInt32,
   kInt64,
+  kUInt8,  // opaque bytes: rows of mixed content (formats/fp8_row_record.h's FP8 row records)
 };
 
 // Storage size in bits of one element (4 for kFloat4E2M1).
@@ -30,6 +31,7 @@ constexpr int dtype_bits(DType t) {
     case DType::kFloat4E2M1: return 4;
     case DType::kInt32: return 32;
     case DType::kInt64: return 64;
+    case DType::kUInt8: return 8;
   }
   return 0;
 }
@@ -45,6 +47,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::kFloat4E2M1: return "fp4_e2m1";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kUInt8: return "uint8";
   }
   return "unknown";
 }

@@ -61,6 +61,12 @@ struct EpLayerOptions {
   // With chunks > 1: the SMs the transfer kernels take (one CTA each) while the GEMMs take the
   // rest. In [1, SMs - 1].
   int transfer_sms = 16;
+  // FP8 dispatch: the forward's permute writes each row as an FP8 record (E4M3 codes of its
+  // 1x128 groups and their fp32 scales, formats/fp8_row_record.h; about half of bf16's bytes),
+  // those cross to the experts' ranks, and the owner decodes them into the bf16 rows its GEMMs
+  // (and dW1) read. The experts thus see x quantised blockwise (DeepSeek-V3's dispatch); the
+  // router, the combine and the backward's transfers stay bf16. config.hidden a multiple of 16.
+  bool fp8_dispatch = false;
 };
 
 class EpMoeLayer {

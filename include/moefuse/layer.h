@@ -64,6 +64,7 @@ enum class LayerStage : uint8_t {
   kDispatch,            // offsets, row maps, per-row probabilities
   kPermute,             // x → xs, the rows FC1 reads (both modes)
   kEpDispatch,          // expert parallelism: xs rows to their experts' ranks (EpMoeLayer only)
+  kEpDecode,            // expert parallelism, FP8 dispatch: received records → bf16 rows
   kFc1,                 // FC1 grouped GEMM (+ activation)
   kFc2,                 // FC2 grouped GEMM (+ prob scale)
   kEpReturn,            // expert parallelism: expert outputs back to their tokens' ranks

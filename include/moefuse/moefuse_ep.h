@@ -27,6 +27,7 @@ typedef struct {
   int64_t receive_capacity_rows; /* 0: the worst case */
   int32_t chunks;                /* 1: no pipelining */
   int32_t transfer_sms;          /* with chunks > 1 */
+  int32_t fp8_dispatch;          /* nonzero: the forward's rows cross as FP8 (ep_layer.h) */
 } moefuse_ep_options_t;
 
 /* A new NCCL unique id in id[MOEFUSE_EP_UNIQUE_ID_BYTES]. */

@@ -123,7 +123,8 @@ class EpOptionsStruct(ctypes.Structure):
     _fields_ = [("max_tokens_per_rank", ctypes.c_int64),
                 ("receive_capacity_rows", ctypes.c_int64),
                 ("chunks", ctypes.c_int32),
-                ("transfer_sms", ctypes.c_int32)]
+                ("transfer_sms", ctypes.c_int32),
+                ("fp8_dispatch", ctypes.c_int32)]
 
 
 STRUCTS = {

@@ -90,12 +90,14 @@ class ExpertParallelMoE(_Weights):
 
     Collective: every rank constructs it with the same config and options. max_tokens_per_rank
     bounds T of every forward (buffers and NCCL windows are sized by it); chunks > 1 pipelines
-    the transfers with the expert GEMMs on transfer_sms SMs (moefuse/ep_layer.h).
+    the transfers with the expert GEMMs on transfer_sms SMs; fp8_dispatch sends the forward's rows
+    as FP8 (1x128 blocks, about half the bytes; the experts then see x quantised) (moefuse/
+    ep_layer.h).
     """
 
     def __init__(self, config: MoeConfig, group: Optional[dist.ProcessGroup] = None, *,
                  max_tokens_per_rank: int, receive_capacity_rows: int = 0, chunks: int = 1,
-                 transfer_sms: int = 16):
+                 transfer_sms: int = 16, fp8_dispatch: bool = False):
         group = group if group is not None else dist.group.WORLD
         if dist.get_backend(group) != "nccl":
             raise ValueError(f"moefuse: the process group must use the NCCL backend, "
@@ -114,7 +116,8 @@ class ExpertParallelMoE(_Weights):
         dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
         options = _capi.EpOptionsStruct(max_tokens_per_rank=max_tokens_per_rank,
                                         receive_capacity_rows=receive_capacity_rows,
-                                        chunks=chunks, transfer_sms=transfer_sms)
+                                        chunks=chunks, transfer_sms=transfer_sms,
+                                        fp8_dispatch=int(fp8_dispatch))
         with torch.cuda.device(device):
             self._layer = _EpLayer(_capi_ep.layer_create(config.to_c(), box[0], ranks, rank,
                                                          options), config)

@@ -74,6 +74,7 @@ constexpr FieldOffset kFields[] = {
     MOEFUSE_FIELD(moefuse_ep_options_t, receive_capacity_rows),
     MOEFUSE_FIELD(moefuse_ep_options_t, chunks),
     MOEFUSE_FIELD(moefuse_ep_options_t, transfer_sms),
+    MOEFUSE_FIELD(moefuse_ep_options_t, fp8_dispatch),
 };
 
 #undef MOEFUSE_FIELD

@@ -1,5 +1,7 @@
 #include "common/fp8_operands.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -21,6 +23,25 @@ uint16_t float_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+std::vector<float> fp8_exact_rows(int64_t m, int64_t h) {
+  std::mt19937_64& gen = rng();
+  std::uniform_int_distribution<int> code(0, 0xFD), exponent(-10, -7), place(0, 127);
+  std::vector<float> x(m * h);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t g0 = 0; g0 < h; g0 += 128) {
+      const int64_t n = std::min<int64_t>(128, h - g0);
+      const float s = std::ldexp(1.0f, exponent(gen));
+      float* group = x.data() + r * h + g0;
+      // Codes 0x00..0x7E and 0x80..0xFE: every finite E4M3 value of either sign (0x7F is NaN).
+      for (int64_t i = 0; i < n; ++i) {
+        const int c = code(gen);
+        group[i] = formats::e4m3_to_float(static_cast<uint8_t>(c < 0x7F ? c : c + 1)) * s;
+      }
+      group[place(gen) % n] = (code(gen) % 2 ? -formats::kE4M3Max : formats::kE4M3Max) * s;
+    }
+  return x;
 }
 
 std::vector<float> widen(const std::vector<uint16_t>& bf16) {

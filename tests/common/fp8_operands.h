@@ -24,6 +24,13 @@ std::vector<int32_t> offsets_of(const std::vector<int>& counts, int base);
 // `total` rows spread over `experts` uniformly at random.
 std::vector<int> uniform_counts(int experts, int total);
 
+// Rows [M, H] that the 1x128 FP8 quantiser represents exactly (the FP8 dispatch's lossless case):
+// in each 128-group one element is ±448·s and the others E4M3 values times s, s a power of two
+// in [2^-10, 2^-7] per group (so |x| <= 3.5), so the scale is s, every code exact, and
+// dequantising gives the rows back bit for bit (and bf16 holds them: E4M3 values have four
+// significant bits).
+std::vector<float> fp8_exact_rows(int64_t m, int64_t h);
+
 // A weight [E, N, K] quantised 128x128 (scales [E, ceil(N/128), ceil(K/128)]).
 struct Fp8Weight {
   int64_t e, n, k;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/test_util.h"
+#include "formats/fp8_row_record.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
 #include "moefuse/router.h"
@@ -228,6 +229,26 @@ TEST(DispatchArgs, RejectsBadPermuteQuantizeFp8Tensors) {
   expect_invalid(run(dev(DType::kBFloat16, {T, kHuge}), row_of, tor, dev(DType::kFloat8E4M3, {R, kHuge}),
                      dev(DType::kFloat32, {kHuge / 128, 16}), health),
                  "x.shape[1]");
+}
+
+TEST(DispatchArgs, RejectsBadPermuteQuantizeFp8RecordsTensors) {
+  constexpr int64_t R = T * K + 1, H32 = 2 * H, kBytes = formats::fp8_record_bytes(H32);
+  const auto x = dev(DType::kBFloat16, {T, H32}), row_of = dev(DType::kInt32, {T, K}),
+             tor = dev(DType::kInt32, {R}), rec = dev(DType::kUInt8, {R, kBytes}),
+             health = dev(DType::kInt32, {1});
+  char* const fake = static_cast<char*>(kFake);
+  auto run = [&](const TensorView& x_, const TensorView& tor_, const TensorView& rec_,
+                 const TensorView& health_) {
+    return [=] { permute_quantize_fp8_records(x_, row_of, tor_, rec_, health_, nullptr); };
+  };
+  expect_invalid(run(dev(DType::kBFloat16, {T, 24}), tor, dev(DType::kUInt8, {R, 48}), health),
+                 "x");  // a multiple of 8, not of 16
+  expect_invalid(run(x, dev(DType::kInt64, {R}), rec, health), "token_of_row");
+  expect_invalid(run(x, tor, dev(DType::kFloat8E4M3, {R, kBytes}), health), "records");
+  expect_invalid(run(x, tor, dev(DType::kUInt8, {R, 2 * H32}), health), "records");  // bf16 rows
+  expect_invalid(run(x, tor, dev(DType::kUInt8, {R - 1, kBytes}), health), "records");
+  expect_invalid(run(x, tor, dev(DType::kUInt8, {R, kBytes}, fake + 8), health), "records");
+  expect_invalid(run(x, tor, rec, dev(DType::kFloat32, {1})), "health");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // GPU permute_quantize_fp8 vs the CPU reference (ref/dispatch_quant.h: the permute, then the
-// 1x128 quantiser, scales transposed K-major), codes and scales bit for bit: T 0..16384, H 64
+// 1x128 quantiser, scales transposed K-major), codes and scales bit for bit (and its FP8 row
+// records variant against ref/fp8_row_record.h, with the records' decoder): T 0..16384, H 64
 // (many tokens a group) to 7168 (one token a group), H % 128 != 0 (a short last group), padded
 // maps (align 8), rows of every token with all-zero, NaN, Inf, tiny and huge groups; outputs
 // poisoned first (0xFF: a NaN scale and the E4M3 code 0xFF, neither of which is ever written).
@@ -18,8 +19,11 @@
 #include "gpu/dispatch_test_util.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/grouped_gemm_fp8.h"
+#include "cuda/quant/fp8_records.h"
+#include "formats/fp8_row_record.h"
 #include "moefuse/health.h"
 #include "ref/dispatch_quant.h"
+#include "ref/fp8_row_record.h"
 
 namespace moefuse {
 namespace {
@@ -118,6 +122,86 @@ TEST(DispatchQuant, PermuteQuantizeFp8MatchesReferenceBitwise) {
     EXPECT_TRUE(same_quantised(g_q.download(), want_q, g_scales.download(), want_scales, H, pitch,
                                m.token_of_row));
     EXPECT_EQ(read_health_flags(hv, nullptr), 0);
+  }
+}
+
+// x's rows in xs order (a zero row where token_of_row is -1), as ref::pack_fp8_records reads them.
+std::vector<float> permuted_rows(const std::vector<float>& x, const std::vector<int32_t>& tor,
+                                 int64_t H) {
+  std::vector<float> xs(tor.size() * H, 0.0f);
+  for (size_t r = 0; r < tor.size(); ++r)
+    if (tor[r] >= 0) std::copy_n(x.data() + tor[r] * H, H, xs.data() + r * H);
+  return xs;
+}
+
+// The FP8 dispatch's records (formats/fp8_row_record.h), bit for bit ref::pack_fp8_records of
+// the permuted rows: codes, scales, zero padding, all-zero padding rows; records poisoned first.
+TEST(DispatchQuant, PermuteQuantizeFp8RecordsMatchesReferenceBitwise) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name() + " seed=" + std::to_string(test::seed()));
+    test::RefMaps m = test::make_ref_maps(c.T, c.E, c.k, c.align);
+    const int64_t T = c.T, H = c.H, k = c.k, R = m.R, bytes = formats::fp8_record_bytes(H);
+    std::vector<float> x = special_rows(T, H), xs = permuted_rows(x, m.token_of_row, H);
+    std::vector<uint8_t> want(R * bytes);
+    ref::pack_fp8_records(test::host_view(xs, DType::kFloat32, {R, H}),
+                          test::host_view(want, DType::kUInt8, {R, bytes}),
+                          test::host_view(m.token_of_row, DType::kInt32, {R}));
+    DeviceBuffer<Bf16> g_x(test::to_bf16(x));
+    DeviceBuffer<uint8_t> g_rec(R * bytes);
+    DeviceBuffer<int32_t> g_row_of(m.row_of), g_tor(m.token_of_row), health(1);
+    const auto hv = health.view(DType::kInt32, {1});
+    reset_health_flags(hv, nullptr);
+    g_rec.poison();
+    permute_quantize_fp8_records(g_x.view(DType::kBFloat16, {T, H}),
+                                 g_row_of.view(DType::kInt32, {T, k}),
+                                 g_tor.view(DType::kInt32, {R}),
+                                 g_rec.view(DType::kUInt8, {R, bytes}), hv, nullptr);
+    EXPECT_TRUE(test::same_bits(g_rec.download(), want, "records"));
+    EXPECT_EQ(read_health_flags(hv, nullptr), 0);
+  }
+}
+
+// The receiving end: records of local experts [first, end) back to bf16 rows, the range read
+// from device offsets, every other row untouched (poisoned before, poisoned after).
+TEST(DispatchQuant, UnpackFp8RecordsMatchesReference) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (int64_t H : {16, 2048, 2880}) {
+    SCOPED_TRACE("H=" + std::to_string(H) + " seed=" + std::to_string(test::seed()));
+    const int64_t C = 700, bytes = formats::fp8_record_bytes(H);
+    const std::vector<int32_t> offsets = {0, 130, 130, 411, 650, 699};  // 5 local experts
+    const int first = 1, end = 4;  // rows [130, 650)
+    std::vector<float> x = special_rows(C, H);
+    std::vector<uint8_t> rec(C * bytes);
+    ref::pack_fp8_records(test::host_view(x, DType::kFloat32, {C, H}),
+                          test::host_view(rec, DType::kUInt8, {C, bytes}));
+    std::vector<float> want(C * H);
+    ref::unpack_fp8_records(test::host_view(rec, DType::kUInt8, {C, bytes}),
+                            test::host_view(want, DType::kFloat32, {C, H}));
+    DeviceBuffer<uint8_t> g_rec(rec);
+    DeviceBuffer<int32_t> g_off(offsets);
+    DeviceBuffer<Bf16> g_x(C * H);
+    g_x.poison();
+    cuda::unpack_fp8_records(g_rec.view(DType::kUInt8, {C, bytes}),
+                             g_off.view(DType::kInt32, {6}), first, end,
+                             g_x.view(DType::kBFloat16, {C, H}), nullptr);
+    const std::vector<Bf16> got = g_x.download();
+    const std::vector<Bf16> want_bf16 = test::to_bf16(want);
+    for (int64_t r = 0; r < C; ++r) {
+      const bool in = r >= offsets[first] && r < offsets[end];
+      for (int64_t i = 0; i < H; ++i) {
+        uint16_t g, w;
+        std::memcpy(&g, &got[r * H + i], 2);
+        std::memcpy(&w, &want_bf16[r * H + i], 2);
+        const auto nan = [](uint16_t b) { return (b & 0x7F80) == 0x7F80 && (b & 0x7F) != 0; };
+        if (in)
+          ASSERT_TRUE(g == w || (nan(g) && nan(w)))
+              << "row " << r << " element " << i << ": got 0x" << std::hex << g << ", want 0x"
+              << w;
+        else
+          ASSERT_EQ(g, 0xFFFF) << "row " << r << " outside the range was written";
+      }
+    }
   }
 }
 

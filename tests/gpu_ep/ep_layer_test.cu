@@ -37,9 +37,13 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "cuda/check.h"
 #include "dist/nccl/ep_comm.h"
@@ -85,8 +89,9 @@ struct Inputs {
 };
 
 // Uneven token counts, 256 to 1024 a rank (experts of several 128-row tiles, and of several
-// 64-row K blocks in the wgrads), except rank 1's single token.
-Inputs make_inputs(const MoeConfig& c, int ranks) {
+// 64-row K blocks in the wgrads), except rank 1's single token. fp8_exact: x's rows are ones the
+// FP8 dispatch carries losslessly (test::fp8_exact_rows).
+Inputs make_inputs(const MoeConfig& c, int ranks, bool fp8_exact = false) {
   const int64_t E = c.num_experts, H = c.hidden, F = c.ffn;
   Inputs in;
   std::uniform_int_distribution<int64_t> count(256, 1024);
@@ -96,7 +101,8 @@ Inputs make_inputs(const MoeConfig& c, int ranks) {
     in.total += in.tokens.back();
   }
   in.max_tokens = *std::max_element(in.tokens.begin(), in.tokens.end());
-  in.x = test::to_bf16(test::random_normal(in.total * H));
+  in.x = test::to_bf16(fp8_exact ? test::fp8_exact_rows(in.total, H)
+                                 : test::random_normal(in.total * H));
   in.dy = test::to_bf16(test::random_normal(in.total * H));
   // Logits and GEMM outputs of order one for unit-variance x.
   const float by_hidden = 1 / std::sqrt(float(H)), by_ffn = 1 / std::sqrt(float(F));
@@ -372,14 +378,15 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, int
 // The layer on every rank count (test::rank_counts), each with fresh inputs. Each rank's y and dx
 // are its tokens' rows of one GPU's, its losses and d_w_router its tokens' router's, each owner's
 // dW1 and dW2 its experts' slices.
-void expect_matches_one_gpu(int gpus, const Shape& s, const EpLayerOptions& options = {}) {
+void expect_matches_one_gpu(int gpus, const Shape& s, const EpLayerOptions& options = {},
+                            bool fp8_exact = false) {
   SCOPED_TRACE("seed " + std::to_string(test::seed()));
   const int64_t el = s.experts_per_rank, H = s.hidden, F = s.ffn;
   for (int ranks : test::rank_counts(gpus)) {
     SCOPED_TRACE("ranks " + std::to_string(ranks));
     const MoeConfig c = config_for(s, ranks);
     const int64_t E = c.num_experts;
-    const Inputs in = make_inputs(c, ranks);
+    const Inputs in = make_inputs(c, ranks, fp8_exact);
     const Result want = one_gpu_layer(c, in);
     ASSERT_EQ(want.health, 0);
     // Poison is NaN: a finite one-GPU result shows every element was written.
@@ -434,6 +441,61 @@ TEST(EpLayerGpu, ChunkedMatchesOneGpuBitwise) {
                          {.chunks = 4, .transfer_sms = 24});
 }
 
+// FP8 dispatch on rows it carries losslessly: the owner decodes exactly x's rows, so the layer is
+// the bf16 one bit for bit, which checks the records' encode, transfer and decode whole (also in
+// chunks, each part decoded before its FC1).
+TEST(EpLayerGpu, Fp8DispatchOnFp8ExactRowsMatchesOneGpuBitwise) {
+  MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
+  expect_matches_one_gpu(gpus, {.experts_per_rank = 8, .hidden = 256, .ffn = 128, .top_k = 2},
+                         {.fp8_dispatch = true}, /*fp8_exact=*/true);
+  expect_matches_one_gpu(gpus, {.experts_per_rank = 4, .hidden = 512, .ffn = 256, .top_k = 4},
+                         {.chunks = 4, .transfer_sms = 24, .fp8_dispatch = true},
+                         /*fp8_exact=*/true);
+}
+
+float norm_error(const std::vector<Bf16>& got, const std::vector<Bf16>& want, int64_t first) {
+  const std::vector<float> g = test::from_bf16(got), w = test::from_bf16(want);
+  return float(test::rel_norm_error(g, std::span<const float>(w).subspan(first, g.size())));
+}
+float norm_error(const std::vector<float>& got, const std::vector<float>& want, int64_t first) {
+  return float(test::rel_norm_error(got, std::span<const float>(want).subspan(first, got.size())));
+}
+
+// FP8 dispatch on random rows: the experts see x quantised blockwise (E4M3's relative step is
+// 2^-3, so about 3% RMS error an element), so y, dx and dW1 move from the bf16 layer's by a few
+// percent, and by more than bf16 rounding (the records are really FP8); what the router and the
+// combine compute from x itself (losses, d_w_router's own part) is not what this checks.
+TEST(EpLayerGpu, Fp8DispatchIsNearTheBf16Layer) {
+  MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
+  const Shape s{.experts_per_rank = 8, .hidden = 256, .ffn = 128, .top_k = 2};
+  const int ranks = 2;
+  const MoeConfig c = config_for(s, ranks);
+  const int64_t el = s.experts_per_rank, H = s.hidden, F = s.ffn;
+  const Inputs in = make_inputs(c, ranks);
+  const Result want = one_gpu_layer(c, in);
+  std::vector<Result> got(ranks);
+  std::vector<ncclComm_t> comms = test::make_comms(ranks);
+  test::run_ranks(ranks, [&](int rank, std::atomic<const char*>& stage) {
+    got[rank] = ep_layer(c, {.fp8_dispatch = true}, in, comms[rank], rank, ranks, stage);
+    ncclCommDestroy(comms[rank]);
+  });
+  for (int rank = 0; rank < ranks; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const Result& r = got[rank];
+    EXPECT_EQ(r.health, 0);
+    EXPECT_EQ(r.ep_flags, 0);
+    for (const auto& [what, error] :
+         {std::pair{"y", norm_error(r.y, want.y, in.first[rank] * H)},
+          std::pair{"dx", norm_error(r.dx, want.dx, in.first[rank] * H)},
+          std::pair{"dW1", norm_error(r.d_w1, want.d_w1, rank * el * 2 * F * H)},
+          std::pair{"dW2", norm_error(r.d_w2, want.d_w2, rank * el * H * F)}}) {
+      EXPECT_LT(error, 0.1f) << what;
+      if (std::string_view(what) != "dx" || in.tokens[rank] > 1)
+        EXPECT_GT(error, 1e-3f) << what << ": no FP8 error at all";
+    }
+  }
+}
+
 // Checked before any NCCL or CUDA call, so these run without a GPU.
 TEST(EpLayerArgs, ConfigCommAndOptionsAreNamed) {
   const MoeConfig c{.hidden = 256, .ffn = 128, .num_experts = 8, .top_k = 2};
@@ -452,6 +514,11 @@ TEST(EpLayerArgs, ConfigCommAndOptionsAreNamed) {
   test::expect_invalid(
       [&] { EpMoeLayer l(c, unused, {.max_tokens_per_rank = 64, .receive_capacity_rows = -1}); },
       "options.receive_capacity_rows");
+  bad = c;
+  bad.hidden = 264;  // 16-byte bf16 rows, but not 16-byte E4M3 code rows
+  test::expect_invalid(
+      [&] { EpMoeLayer l(bad, unused, {.max_tokens_per_rank = 64, .fp8_dispatch = true}); },
+      "options.fp8_dispatch");
 }
 
 // On two GPUs: E not a multiple of the ranks, chunks and transfer SMs out of range, then calls

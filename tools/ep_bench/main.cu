@@ -6,7 +6,8 @@
 //   dispatch     its rows to the experts' owners (send bound T·k, worst-case capacity R·T·k);
 //   return_rows  the received rows back to their sources;
 //   all_to_all   grouped ncclSend/ncclRecv of its dispatch bytes spread evenly over the peers,
-//                on cudaMalloc buffers: the library baseline.
+//                on cudaMalloc buffers: the library baseline;
+//   dispatch_fp8 its rows as FP8 row records (formats/fp8_row_record.h), the FP8 dispatch.
 // Each op starts on all ranks together (a host barrier); a rank launches all its iterations back
 // to back and synchronises only after them, so every rank has launched an iteration before any
 // waits for it. Bytes are those leaving a rank (rows for its own experts stay), bf16 [H] a row.
@@ -15,7 +16,8 @@
 // Then the layer (layer_bench.h): EpMoeLayer forward + backward of the preset on every rank,
 // --tokens a rank routed by its router, against the one-GPU MoeLayer on the same tokens per GPU.
 // --only transfers|layer runs one part. --chunks 1,4 --transfer-sms 16,24 times the layer once
-// for each chunk count, and a pipelined one (chunks > 1) for each transfer SM count.
+// for each chunk count, and a pipelined one (chunks > 1) for each transfer SM count;
+// --fp8-dispatch times each of them with the FP8 dispatch too.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -42,6 +44,7 @@
 #include "dist/nccl/ep_comm.h"
 #include "dist/nccl/nccl_check.h"
 #include "ep_bench/layer_bench.h"
+#include "formats/fp8_row_record.h"
 #include "ep_bench/workload.h"
 #include "bench/layer_flops.h"
 #include "moefuse/config.h"
@@ -54,8 +57,9 @@ using bench::DeviceBuffer;
 
 // A rank that finishes no step for this long is taken to hang: its kernels cannot be cancelled.
 constexpr auto kStallLimit = std::chrono::seconds(60);
-constexpr int kOps = 3;
-constexpr const char* kOpNames[kOps] = {"dispatch", "return_rows", "all_to_all"};
+constexpr int kOps = 4;
+constexpr const char* kOpNames[kOps] = {"dispatch", "return_rows", "all_to_all", "dispatch_fp8"};
+constexpr int kAllToAll = 2;  // the baseline of vs_nccl
 struct Options {
   std::string preset;
   bool transfers = true, layer = true;  // the parts to run (--only)
@@ -101,13 +105,15 @@ std::vector<int> int_list(const std::string& text, const std::string& name) {
 // What the layer's name says of a configuration: "chunks 4, 16 SMs" or "chunks 1".
 std::string layer_name(const EpLayerOptions& l) {
   return "chunks " + std::to_string(l.chunks) +
-         (l.chunks > 1 ? ", " + std::to_string(l.transfer_sms) + " SMs" : "");
+         (l.chunks > 1 ? ", " + std::to_string(l.transfer_sms) + " SMs" : "") +
+         (l.fp8_dispatch ? ", fp8 dispatch" : "");
 }
 
 // What rank `rank`'s op `op` moves off the GPU.
 int64_t bytes_out(const Workload& w, int op, int rank) {
   if (op == 0) return w.dispatch_bytes(rank);
   if (op == 1) return w.return_bytes(rank);
+  if (op == 3) return w.dispatch_bytes(rank) / (2 * w.hidden) * formats::fp8_record_bytes(w.hidden);
   return w.all_to_all_peer_bytes(rank) * (w.ranks - 1);
 }
 
@@ -119,8 +125,13 @@ void run_rank(int rank, const Options& o, const Workload& w, ncclComm_t comm,
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int R = o.ranks;
   const int64_t rows = w.offsets[rank].back(), H = w.hidden, E = w.experts;
-  const DeviceBuffer xs(size_t(2 * rows * H)), offsets = bench::upload(w.offsets[rank]);
+  const int64_t record_bytes = formats::fp8_record_bytes(H);
+  const DeviceBuffer xs(size_t(2 * rows * H)), offsets = bench::upload(w.offsets[rank]),
+      records(size_t(rows * record_bytes));
   bench::fill_uniform_bf16(xs.get(), size_t(rows * H), -1, 1, o.seed + rank, stream);
+  // Any bytes serve the transfer: the records' content is never decoded here.
+  bench::fill_uniform_bf16(records.get(), records.bytes() / 2, -1, 1, o.seed + 3 * R + rank,
+                           stream);
 
   // The all-to-all's buffers, one slot per peer in rank order (+2: never empty, whole bf16s).
   const int64_t send_each = w.all_to_all_peer_bytes(rank);
@@ -150,10 +161,12 @@ void run_rank(int rank, const Options& o, const Workload& w, ncclComm_t comm,
                                         .max_tokens_per_rank = rows, .top_k = 1}),
                     int(H));
     const TensorView xs_view = xs.view(DType::kBFloat16, {rows, H});
+    const TensorView records_view = records.view(DType::kUInt8, {rows, record_bytes});
     const TensorView offsets_view = offsets.view(DType::kInt32, {E + 1});
     const std::function<void(cudaStream_t)> ops[kOps] = {
         [&](cudaStream_t s) { ep.dispatch(xs_view, offsets_view, s); },
-        [&](cudaStream_t s) { ep.return_rows(ep.received(), s); }, all_to_all};
+        [&](cudaStream_t s) { ep.return_rows(ep.received(), s); }, all_to_all,
+        [&](cudaStream_t s) { ep.dispatch(records_view, offsets_view, s); }};
     ++state.steps;
     for (int op = 0; op < kOps; ++op) {
       state.stage = kOpNames[op];
@@ -272,7 +285,7 @@ void report_transfers(const Options& o, const Workload& w, const std::vector<Ran
     }
   }
   for (int op = 0; op < kOps; ++op)
-    summary.add_row({std::string(kOpNames[op]), ms[op], mb[op], gbs[op], gbs[op] / gbs[2]});
+    summary.add_row({std::string(kOpNames[op]), ms[op], mb[op], gbs[op], gbs[op] / gbs[kAllToAll]});
 }
 
 // The layer per rank and on one GPU, and each rank's stages.
@@ -301,7 +314,7 @@ int run(int argc, char** argv) {
   bench::Args args(argc, argv, 1);
   if (args.flag("help")) {
     std::printf("usage: moefuse-ep-bench [--preset qwen3-30b-a3b] [--tokens 8192] [--ranks all]\n"
-                "       [--only transfers|layer] [--chunks 1] [--transfer-sms 16]\n"
+                "       [--only transfers|layer] [--chunks 1] [--transfer-sms 16] [--fp8-dispatch]\n"
                 "       [--warmup 5] [--iters 30] [--seed random]\n"
                 "       [--json FILE]\n");
     return 0;
@@ -322,9 +335,11 @@ int run(int argc, char** argv) {
   o.layer = only != "transfers";
   const std::vector<int> chunks = int_list(args.get("chunks", "1"), "chunks");
   const std::vector<int> sms = int_list(args.get("transfer-sms", "16"), "transfer-sms");
+  const bool fp8 = args.flag("fp8-dispatch");
   for (int n : chunks)
     for (int s : n > 1 ? sms : std::vector<int>{sms.front()})
-      o.layers.push_back({.chunks = n, .transfer_sms = s});
+      for (bool f : fp8 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+        o.layers.push_back({.chunks = n, .transfer_sms = s, .fp8_dispatch = f});
   args.finish();
   const MoeConfig c = preset(o.preset);  // throws InvalidArgument naming the known presets
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/router/checks.h"
+#include "formats/fp8_row_record.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8.h"
 
@@ -29,6 +30,20 @@ std::pair<int64_t, int64_t> expect_row_of(const TensorView& row_of, int64_t toke
   expect_in_range(row_of.size(1), "row_of.shape[1]", 1, kDispatchMaxTopK);
   expect_in_range(row_of.size(0), "row_of.shape[0]", 0, INT32_MAX / kDispatchMaxTopK);
   return {row_of.size(0), row_of.size(1)};
+}
+
+// The inputs of a quantising permute: x [T, H] with H % 16 == 0, row_of [T, k], token_of_row [R]
+// with R <= max_rows.
+RowsShape check_quantising_permute(const TensorView& x, const TensorView& row_of,
+                                   const TensorView& token_of_row, int64_t max_rows) {
+  const int64_t H = expect_rows(x, "x", kAnyExtent, kAnyExtent);
+  MOEFUSE_EXPECT(H % 16 == 0, "x", "a hidden size that is a multiple of 16 (16-byte E4M3 rows)",
+                 "shape " + shape_string(x));
+  const auto [T, k] = expect_row_of(row_of, x.size(0));
+  expect_device(token_of_row, "token_of_row", DType::kInt32, {kAnyExtent});
+  const int64_t R = token_of_row.size(0);
+  expect_in_range(R, "token_of_row.shape[0]", 0, max_rows);
+  return {.tokens = T, .top_k = k, .rows = R, .hidden = H};
 }
 
 }  // namespace
@@ -74,19 +89,23 @@ RowsShape check_permute(const TensorView& x, const TensorView& row_of,
 RowsShape check_permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
                                      const TensorView& token_of_row, const TensorView& xs_fp8,
                                      const TensorView& xs_scales) {
-  const int64_t H = expect_rows(x, "x", kAnyExtent, kAnyExtent);
-  MOEFUSE_EXPECT(H % 16 == 0, "x", "a hidden size that is a multiple of 16 (16-byte E4M3 rows)",
-                 "shape " + shape_string(x));
-  const auto [T, k] = expect_row_of(row_of, x.size(0));
-  expect_device(token_of_row, "token_of_row", DType::kInt32, {kAnyExtent});
-  const int64_t R = token_of_row.size(0);
   // The scale pitch fp8_scale_rows(R) must fit int32 too.
-  expect_in_range(R, "token_of_row.shape[0]", 0, INT32_MAX - 3);
-  expect_device(xs_fp8, "xs_fp8", DType::kFloat8E4M3, {R, H});
+  const RowsShape s = check_quantising_permute(x, row_of, token_of_row, INT32_MAX - 3);
+  expect_device(xs_fp8, "xs_fp8", DType::kFloat8E4M3, {s.rows, s.hidden});
   expect_aligned(xs_fp8, "xs_fp8");
-  expect_device(xs_scales, "xs_scales", DType::kFloat32, {fp8_scale_groups(H), fp8_scale_rows(R)});
+  expect_device(xs_scales, "xs_scales", DType::kFloat32,
+                {fp8_scale_groups(s.hidden), fp8_scale_rows(s.rows)});
   expect_aligned(xs_scales, "xs_scales");
-  return {.tokens = T, .top_k = k, .rows = R, .hidden = H};
+  return s;
+}
+
+RowsShape check_permute_quantize_fp8_records(const TensorView& x, const TensorView& row_of,
+                                             const TensorView& token_of_row,
+                                             const TensorView& records) {
+  const RowsShape s = check_quantising_permute(x, row_of, token_of_row, INT32_MAX);
+  expect_device(records, "records", DType::kUInt8, {s.rows, formats::fp8_record_bytes(s.hidden)});
+  expect_aligned(records, "records");
+  return s;
 }
 
 RowsShape check_permute_backward(const TensorView& dxs, const TensorView& row_of,

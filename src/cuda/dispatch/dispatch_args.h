@@ -27,6 +27,9 @@ RowsShape check_permute(const TensorView& x, const TensorView& row_of,
 RowsShape check_permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
                                      const TensorView& token_of_row, const TensorView& xs_fp8,
                                      const TensorView& xs_scales);
+RowsShape check_permute_quantize_fp8_records(const TensorView& x, const TensorView& row_of,
+                                             const TensorView& token_of_row,
+                                             const TensorView& records);
 RowsShape check_permute_backward(const TensorView& dxs, const TensorView& row_of,
                                  const TensorView& dx);
 RowsShape check_combine(const TensorView& ys, const TensorView& probs, const TensorView& row_of,

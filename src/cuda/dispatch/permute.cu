@@ -1,5 +1,7 @@
 // permute: xs[row_of[t, j]] = x[t], by the TMA engine's bulk copies; permute_quantize_fp8: the
-// same with E4M3 codes of x[t] in 1x128 groups (plus their scales) instead of the bf16 row.
+// same with E4M3 codes of x[t] in 1x128 groups (plus their scales, K-major) instead of the bf16
+// row; permute_quantize_fp8_records: the codes and scales as one record a row
+// (formats/fp8_row_record.h), both staged in shared memory and copied out together.
 //
 // The copy moves (1 + k)·T·H·2 bytes (each x row read once, written k times) and is write-heavy;
 // a warp of 16-byte stores reached only 0.81–0.91 of copy bandwidth (docs/measurements.md, run
@@ -22,7 +24,8 @@
 //                 buffer s, have read it (one bulk group is committed per iteration);
 //               all lanes: wait for group g's load (mbarrier), __syncwarp;
 //               all lanes: quantise the group's rows into code buffer s (generic-proxy writes)
-//                 and store the scales (plain global stores, K-major: k per group per token);
+//                 and store the scales (plain global stores, K-major: k per group per token;
+//                 records: into the staged record after the codes, with its zero padding);
 //               all lanes: fence.proxy.async.shared::cta (their code writes become visible to
 //                 the async proxy), __syncwarp;
 //               lane 0: issue group g's code-row stores from code buffer s;
@@ -48,6 +51,7 @@
 #include "cuda/quant/vec16.cuh"
 #include "cuda/router/checks.h"
 #include "cuda/sm_count.h"
+#include "formats/fp8_row_record.h"
 #include "formats/recipes.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
@@ -82,16 +86,17 @@ struct PermuteParams {
   const uint8_t* x;
   const int32_t* row_of;
   const int32_t* token_of_row;
-  uint8_t* out;       // xs (bf16 rows) or xs_fp8 (E4M3 code rows)
+  uint8_t* out;       // xs (bf16 rows), xs_fp8 (E4M3 code rows) or FP8 row records
   int tokens, top_k, rows;
   int row_bytes;      // x rows: H·2
-  int out_row_bytes;  // output rows: H·2 or H, a multiple of 16
-  int vecs;           // 16-byte vectors of an output row (E4M3: also the 16-element vectors)
+  int out_row_bytes;  // output rows: H·2, H or fp8_record_bytes(H), a multiple of 16
+  int vecs;           // 16-byte vectors of an output row
+  int code_vecs;      // quantising: 16-byte vectors of E4M3 codes (= 16-element vectors), H / 16
   int group;          // tokens per group (≤ kMaxGroupTokens)
   int groups;         // ceil(tokens / group)
   int zero_chunks;    // ceil(rows / 32), quantising ceil(scale_pitch / 32)
   int32_t* health;
-  float* scales;      // quantising: [scale_groups, scale_pitch] fp32, K-major
+  float* scales;      // quantising: [scale_groups, scale_pitch] fp32, K-major; records: null
   int scale_groups, scale_pitch;
 };
 
@@ -110,6 +115,7 @@ __device__ __forceinline__ void load_group(const PermuteParams& p, int g, uint8_
 // it gets an all-zero group's scale (blockwise_scale(0), 1); the pitch padding [R, scale_pitch)
 // gets 1 as in transpose_fp8_activation_scales (the GEMM never reads it).
 __device__ __forceinline__ void set_unowned_scales(const PermuteParams& p, int r) {
+  if (!p.scales) return;  // records: a padding row is all zeros, scales included
   const bool unowned = r < p.rows ? p.token_of_row[r] == -1 : r < p.scale_pitch;
   if (!unowned) return;
   const float scale = formats::blockwise_scale(0.0f).scale;
@@ -127,9 +133,10 @@ __device__ __forceinline__ void load16_shared(const uint8_t* src, quant::Raw16<_
   }
 }
 
-// The warp quantises the n staged x rows of a group into E4M3 code rows (codes + i·H) and stores
-// each 1x128 group's scale for every usable row of the token (rows: the group's classified
-// row_of). Lane l takes the 16-element vectors f = l, l + 32, ... of the group's rows, each row
+// The warp quantises the n staged x rows of a group into E4M3 code rows (codes + i·out_row_bytes)
+// and stores each 1x128 group's scale for every usable row of the token (rows: the group's
+// classified row_of), or, for records, once into the staged record after the codes (the record's
+// padding is zeroed by the lane of the row's first vector). Lane l takes the 16-element vectors f = l, l + 32, ... of the group's rows, each row
 // padded to whole 128-groups (8 vectors): the 8 lanes of a 128-group are then aligned
 // consecutive lanes whatever H is, and one step covers several rows when H is small. Padding
 // vectors are zeros in their group's amax (the reference's short last group has no elements
@@ -140,7 +147,7 @@ __device__ __forceinline__ void quantise_group(const PermuteParams& p, const uin
   int i = lane / padded, c = lane % padded;  // this lane's vector f = i·padded + c
   for (int f0 = 0; f0 < n * padded; f0 += 32, c += 32) {
     while (c >= padded) c -= padded, ++i;
-    const bool live = i < n && c < p.vecs;
+    const bool live = i < n && c < p.code_vecs;
     quant::Raw16<__nv_bfloat16> v;
     if (live)
       load16_shared(stage + i * p.row_bytes + c * 2 * quant::kVec, v);
@@ -149,13 +156,21 @@ __device__ __forceinline__ void quantise_group(const PermuteParams& p, const uin
     const float amax = quant::group_max<kGroupLanes>(quant::amax16(v));
     if (!live) continue;
     const formats::BlockwiseScale s = formats::blockwise_scale(amax);
-    quant::store16_e4m3(codes + i * p.out_row_bytes + c * quant::kVec, v, s.multiplier);
-    if (c % kGroupLanes == 0) {
-      float* column = p.scales + static_cast<int64_t>(c / kGroupLanes) * p.scale_pitch;
-      for (int j = 0; j < p.top_k; ++j) {
-        const int row = rows[i * p.top_k + j];
-        if (row >= 0) column[row] = s.scale;
-      }
+    uint8_t* record = codes + i * p.out_row_bytes;
+    quant::store16_e4m3(record + c * quant::kVec, v, s.multiplier);
+    if (c % kGroupLanes != 0) continue;
+    if (!p.scales) {
+      float* scales = reinterpret_cast<float*>(record + p.code_vecs * quant::kVec);
+      scales[c / kGroupLanes] = s.scale;
+      if (c == 0)
+        for (int b = p.scale_groups; b < (p.out_row_bytes / 4) - p.code_vecs * 4; ++b)
+          scales[b] = 0.0f;  // padding: 4-byte words up to the 16-byte record end
+      continue;
+    }
+    float* column = p.scales + static_cast<int64_t>(c / kGroupLanes) * p.scale_pitch;
+    for (int j = 0; j < p.top_k; ++j) {
+      const int row = rows[i * p.top_k + j];
+      if (row >= 0) column[row] = s.scale;
     }
   }
 }
@@ -233,20 +248,20 @@ __global__ void __launch_bounds__(32) permute_kernel(PermuteParams p) {
 
 // Tokens per group and dynamic shared memory of a kernel variant for rows of `hidden` elements:
 // a stage holds about the target's bytes of x rows (1..kMaxGroupTokens tokens); quantising, each
-// token also has H bytes of codes in each of the kStages code buffers.
+// token also has code_row_bytes (H, or an FP8 record's) in each of the kStages code buffers.
 struct StagePlan {
   int64_t group, smem;
 };
 
-StagePlan plan_stages(int64_t hidden, bool quantise, int64_t target) {
+StagePlan plan_stages(int64_t hidden, int64_t code_row_bytes, int64_t target) {
   const int64_t group = permute_stage_rows(hidden, target);
-  const int64_t bytes_per_element = quantise ? 3 : 2;
-  const int64_t smem = kStages * group * hidden * bytes_per_element;
+  const int64_t token_bytes = 2 * hidden + code_row_bytes;
+  const int64_t smem = kStages * group * token_bytes;
   MOEFUSE_EXPECT(smem <= kMaxDynamicSmem, "x.shape[1]",
-                 "a hidden size of at most " +
-                     std::to_string(kMaxDynamicSmem / (kStages * bytes_per_element)) +
-                     " (two stages of one row in shared memory)",
-                 std::to_string(hidden));
+                 "a hidden size whose two stages of one row fit shared memory (" +
+                     std::to_string(kMaxDynamicSmem) + " bytes)",
+                 std::to_string(hidden) + " (" + std::to_string(kStages * token_bytes) +
+                     " bytes)");
   return {.group = group, .smem = smem};
 }
 
@@ -265,6 +280,7 @@ PermuteParams row_params(const RowsShape& s, const StagePlan& plan, const Tensor
       .row_bytes = static_cast<int>(s.hidden * 2),
       .out_row_bytes = static_cast<int>(out_row_bytes),
       .vecs = static_cast<int>(out_row_bytes / 16),
+      .code_vecs = static_cast<int>(s.hidden / 16),
       .group = static_cast<int>(plan.group),
       .groups = static_cast<int>((s.tokens + plan.group - 1) / plan.group),
       .zero_chunks = static_cast<int>((s.rows + 31) / 32),
@@ -306,7 +322,7 @@ void cuda::permute_tuned(const TensorView& x, const TensorView& row_of,
                          cudaStream_t stream) {
   const RowsShape s = check_permute(x, row_of, token_of_row, xs);
   int32_t* flag = expect_health(health);
-  const StagePlan plan = plan_stages(s.hidden, /*quantise=*/false, tuning.stage_bytes);
+  const StagePlan plan = plan_stages(s.hidden, /*code_row_bytes=*/0, tuning.stage_bytes);
   expect_launchable(stream);
   const PermuteParams p =
       row_params(s, plan, x, row_of, token_of_row, xs.as<uint8_t>(), s.hidden * 2, flag);
@@ -326,7 +342,7 @@ void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
       cuda::check_permute_quantize_fp8(x, row_of, token_of_row, xs_fp8, xs_scales);
   int32_t* flag = cuda::expect_health(health);
   const cuda::StagePlan plan =
-      cuda::plan_stages(s.hidden, /*quantise=*/true, cuda::kQuantStageBytesTarget);
+      cuda::plan_stages(s.hidden, /*code_row_bytes=*/s.hidden, cuda::kQuantStageBytesTarget);
   cuda::expect_launchable(stream);
   cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
                                            xs_fp8.as<uint8_t>(), s.hidden, flag);
@@ -334,6 +350,22 @@ void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
   p.scale_groups = static_cast<int>(fp8_scale_groups(s.hidden));
   p.scale_pitch = static_cast<int>(fp8_scale_rows(s.rows));
   p.zero_chunks = static_cast<int>((p.scale_pitch + 31) / 32);
+  cuda::launch_permute<true>(p, plan.smem, /*ctas_per_sm=*/0, stream);
+}
+
+void permute_quantize_fp8_records(const TensorView& x, const TensorView& row_of,
+                                  const TensorView& token_of_row, const TensorView& records,
+                                  const TensorView& health, cudaStream_t stream) {
+  const cuda::RowsShape s =
+      cuda::check_permute_quantize_fp8_records(x, row_of, token_of_row, records);
+  int32_t* flag = cuda::expect_health(health);
+  const int64_t record_bytes = formats::fp8_record_bytes(s.hidden);
+  const cuda::StagePlan plan =
+      cuda::plan_stages(s.hidden, record_bytes, cuda::kQuantStageBytesTarget);
+  cuda::expect_launchable(stream);
+  cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
+                                           records.as<uint8_t>(), record_bytes, flag);
+  p.scale_groups = static_cast<int>(formats::fp8_record_groups(s.hidden));
   cuda::launch_permute<true>(p, plan.smem, /*ctas_per_sm=*/0, stream);
 }
 

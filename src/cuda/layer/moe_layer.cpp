@@ -52,6 +52,8 @@ std::string_view layer_stage_name(LayerStage s) {
       return "permute";
     case LayerStage::kEpDispatch:
       return "ep_dispatch";
+    case LayerStage::kEpDecode:
+      return "ep_decode";
     case LayerStage::kFc1:
       return "fc1";
     case LayerStage::kFc2:

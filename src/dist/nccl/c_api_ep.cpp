@@ -67,7 +67,8 @@ moefuse_status_t moefuse_ep_layer_create(const moefuse_config_t* config, const u
         moefuse::EpLayerOptions{.max_tokens_per_rank = options->max_tokens_per_rank,
                                 .receive_capacity_rows = options->receive_capacity_rows,
                                 .chunks = options->chunks,
-                                .transfer_sms = options->transfer_sms});
+                                .transfer_sms = options->transfer_sms,
+                                .fp8_dispatch = options->fp8_dispatch != 0});
     *layer = handle.release();
   });
 }

@@ -10,6 +10,7 @@
 #include "cuda/sm_count.h"
 #include "dist/nccl/ep_kernels.cuh"
 #include "dist/nccl/nccl_check.h"
+#include "formats/fp8_row_record.h"
 #include "moefuse/error.h"
 
 namespace moefuse::dist {
@@ -185,10 +186,16 @@ void EpComm::dispatch(const TensorView& xs, const TensorView& offsets, cudaStrea
 
 void EpComm::dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream,
                       const TransferPart& part) {
-  expect_tensor(xs, "xs", DType::kBFloat16, Device::kCuda, {plan_.send_rows, hidden_});
+  const bool records = xs.dtype == DType::kUInt8;
+  const int64_t row_bytes = records ? formats::fp8_record_bytes(hidden_) : 2 * int64_t{hidden_};
+  if (records)
+    expect_tensor(xs, "xs", DType::kUInt8, Device::kCuda, {plan_.send_rows, row_bytes});
+  else
+    expect_tensor(xs, "xs", DType::kBFloat16, Device::kCuda, {plan_.send_rows, hidden_});
   expect_aligned(xs, "xs");
   expect_tensor(offsets, "offsets", DType::kInt32, Device::kCuda, {plan_.experts + 1});
-  const detail::EpKernelParams p = params(part);
+  detail::EpKernelParams p = params(part);
+  p.row_vecs = row_bytes / 16;
   expect_stream(stream);
   detail::ep_dispatch_kernel<<<grid(part), threads_, dispatch_smem_, stream>>>(
       p, xs.as<const uint4>(), offsets.as<const int32_t>());
@@ -213,6 +220,12 @@ void EpComm::return_rows(const TensorView& ys_recv, cudaStream_t stream,
 
 TensorView EpComm::received() const {
   return TensorView::contiguous(recv_, DType::kBFloat16, {plan_.receive_capacity_rows, hidden_},
+                                Device::kCuda);
+}
+
+TensorView EpComm::received_records() const {
+  return TensorView::contiguous(recv_, DType::kUInt8,
+                                {plan_.receive_capacity_rows, formats::fp8_record_bytes(hidden_)},
                                 Device::kCuda);
 }
 

@@ -72,11 +72,13 @@ class EpComm {
   EpComm(const EpComm&) = delete;
   EpComm& operator=(const EpComm&) = delete;
 
-  // xs: [plan.send_rows, H] bf16, this rank's permuted rows, expert-contiguous; offsets: [E + 1]
-  // int32 on the device (expert e's rows at [offsets[e], offsets[e+1])). Both stay unread by the
-  // host.
-  // Afterwards received() holds this rank's experts' rows in the receive layout (ep_layout.h)
-  // and receive_offsets() their per-expert offsets. Asynchronous on `stream`; graph-safe: yes.
+  // xs: [plan.send_rows, H] bf16, this rank's permuted rows, expert-contiguous, or the same rows
+  // as FP8 row records, [plan.send_rows, fp8_record_bytes(H)] uint8 (formats/fp8_row_record.h;
+  // about half the bytes: the FP8 dispatch); offsets: [E + 1] int32 on the device (expert e's
+  // rows at [offsets[e], offsets[e+1])). Both stay unread by the host.
+  // Afterwards received() (bf16 rows) or received_records() holds this rank's experts' rows in
+  // the receive layout (ep_layout.h) and receive_offsets() their per-expert offsets.
+  // Asynchronous on `stream`; graph-safe: yes.
   void dispatch(const TensorView& xs, const TensorView& offsets, cudaStream_t stream);
   // One part (TransferPart): receive_offsets() is written whole every time, and a step's parts
   // covering [0, El), in any order, leave received() as one dispatch does. InvalidArgument
@@ -93,6 +95,9 @@ class EpComm {
   void return_rows(const TensorView& ys_recv, cudaStream_t stream, const TransferPart& part);
 
   TensorView received() const;         // [plan.receive_capacity_rows, H] bf16
+  // The same window as records: [plan.receive_capacity_rows, fp8_record_bytes(H)] uint8 (they
+  // fit: a record is at most 2H bytes).
+  TensorView received_records() const;
   TensorView receive_offsets() const;  // [E / R + 1] int32
   TensorView returned() const;         // [plan.send_rows, H] bf16
   TensorView flags() const;            // [1] int32, EpFlag bits

@@ -40,7 +40,7 @@ struct EpKernelParams {
   ncclDevComm comm;
   ncclWindow_t offsets_win, recv_win, ret_win;
   int experts;
-  int64_t row_vecs;  // 16-byte vectors per row: H / 8
+  int64_t row_vecs;  // 16-byte vectors per row: H / 8 (bf16), fp8_record_bytes(H) / 16 (records)
   int64_t send_bound, capacity;
   int32_t* recv_offsets;  // [E/R + 1], this rank's
   int32_t* flags;         // [1], this rank's
@@ -84,7 +84,8 @@ __device__ inline void ep_copy_row(uint4* __restrict__ to, const uint4* __restri
   for (int64_t v = threadIdx.x % 32; v < vecs; v += 32) to[v] = from[v];
 }
 
-// xs: [send_bound, H] bf16 as vectors; offsets: [E + 1], this rank's.
+// xs: [send_bound, row_vecs] 16-byte vectors (bf16 rows or FP8 records); offsets: [E + 1],
+// this rank's.
 __global__ void __launch_bounds__(kEpThreads) ep_dispatch_kernel(
     const EpKernelParams p, const uint4* __restrict__ xs, const int32_t* __restrict__ offsets) {
   extern __shared__ int64_t ep_smem[];

@@ -9,6 +9,9 @@
 // Second stream: the shared expert (from the start, beside the router and the dispatch), then the
 // copy of the received rows into the cache (dW1's operand; the backward's dispatch overwrites
 // received()), beside FC1.
+// FP8 dispatch (options.fp8_dispatch): the permute writes FP8 row records, they cross instead of
+// bf16 rows, and each part's records are decoded into the cache's received rows (main stream,
+// before that part's FC1), which FC1 then reads.
 #include <string>
 
 #include "cuda/check.h"
@@ -19,6 +22,7 @@
 #include "cuda/layer/routing.h"
 #include "cuda/layer/shared_expert.h"
 #include "cuda/layer/stage.h"
+#include "cuda/quant/fp8_records.h"
 #include "cuda/sm_count.h"
 #include "dist/ep_layer_plan.h"
 #include "dist/nccl/ep_chunks.h"
@@ -26,6 +30,7 @@
 #include "dist/nccl/ep_pass.h"
 #include "dist/nccl/ep_pipeline.h"
 #include "dist/nccl/nccl_check.h"
+#include "formats/fp8_row_record.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/ep_layer.h"
 #include "moefuse/error.h"
@@ -60,6 +65,13 @@ dist::EpPlan ep_plan(const MoeConfig& c, ncclComm_t comm, const EpLayerOptions& 
                              .receive_capacity_rows = o.receive_capacity_rows});
 }
 
+// The FP8 dispatch's records of the permuted rows, in xs's own bytes (a record is at most 2H).
+TensorView records_view(const TensorView& xs) {
+  return TensorView::contiguous(xs.data, DType::kUInt8,
+                                {xs.size(0), formats::fp8_record_bytes(xs.size(1))},
+                                Device::kCuda);
+}
+
 }  // namespace
 
 EpMoeLayer::EpMoeLayer(const MoeConfig& config, ncclComm_t comm, const EpLayerOptions& options)
@@ -68,6 +80,10 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& config, ncclComm_t comm, const EpLayerOp
   MOEFUSE_EXPECT(config_.precision == PrecisionRecipe::kBF16, "config.precision",
                  "bf16 (the expert-parallel layer has no FP8 path yet)",
                  std::string(precision_name(config_.precision)));
+  // Before ep_plan, which is the first to use the communicator.
+  MOEFUSE_EXPECT(!options_.fp8_dispatch || config_.hidden % 16 == 0, "options.fp8_dispatch",
+                 "false, or config.hidden a multiple of 16 (16-byte E4M3 code rows)",
+                 "true with hidden " + std::to_string(config_.hidden));
   const dist::EpPlan plan = ep_plan(config_, comm, options_);
   MOEFUSE_EXPECT(options_.chunks >= 1 && options_.chunks <= plan.experts_per_rank,
                  "options.chunks",
@@ -138,19 +154,28 @@ void EpMoeLayer::routed_experts(const MoeLayerWeights& w, const dist::EpLayerVie
   dist::EpPass pass(*comm_, chunks, pipeline_.get(), stream, obs);
   const int gemm_ctas = this->gemm_ctas();
 
-  pass.dispatch(v.xs, v.offsets, LayerStage::kEpDispatch);
-  // dW1's rows, kept past the backward's dispatch (which overwrites received()), on the second
-  // stream; the combine joins it.
-  h.fork(h.fork_event, pass.transfer_stream(), h.side);
-  layer::copy_leading_rows(ep.received().as<__nv_bfloat16>(), v.xs_received.as<__nv_bfloat16>(),
-                           ep.receive_offsets().as<int32_t>() + local_experts(),
-                           v.xs_received.size(0), config_.hidden, h.side);
-  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
+  const bool fp8 = options_.fp8_dispatch;
+  pass.dispatch(fp8 ? records_view(v.xs) : v.xs, v.offsets, LayerStage::kEpDispatch);
+  if (!fp8) {
+    // dW1's rows, kept past the backward's dispatch (which overwrites received()), on the second
+    // stream; the combine joins it. (FP8: each part's decode writes them there, below.)
+    h.fork(h.fork_event, pass.transfer_stream(), h.side);
+    layer::copy_leading_rows(ep.received().as<__nv_bfloat16>(),
+                             v.xs_received.as<__nv_bfloat16>(),
+                             ep.receive_offsets().as<int32_t>() + local_experts(),
+                             v.xs_received.size(0), config_.hidden, h.side);
+  }
 
   for (int g = 0; g < chunks.count(); ++g) {
     pass.await_part(g);
+    if (fp8)
+      layer::run_stage(LayerStage::kEpDecode, stream, obs, [&] {
+        const dist::TransferPart part = chunks.part(g);
+        cuda::unpack_fp8_records(ep.received_records(), ep.receive_offsets(), part.first_expert,
+                                 part.end_expert, v.xs_received, stream);
+      });
     layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
-      grouped_gemm({.a = ep.received(),
+      grouped_gemm({.a = fp8 ? v.xs_received : ep.received(),
                     .b = chunks.experts(w.w1, g),
                     .offsets = chunks.offsets(g),
                     .d = v.act,
@@ -205,9 +230,18 @@ void EpMoeLayer::forward(const TensorView& x, const MoeLayerWeights& w,
   layer::run_stage(LayerStage::kDispatch, stream, obs, [&] {
     layer::build_dispatch_maps(config_, v, run.health, stream);
   });
-  layer::run_stage(LayerStage::kPermute, stream, obs,
-                   [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
+  layer::run_stage(LayerStage::kPermute, stream, obs, [&] {
+    if (options_.fp8_dispatch)
+      permute_quantize_fp8_records(x, v.row_of, v.token_of_row, records_view(v.xs), run.health,
+                                   stream);
+    else
+      permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream);
+  });
   routed_experts(w, v, obs, stream);
+  // The second stream's work of this pass (the shared expert, the copy of the received rows),
+  // joined by the combine; none with FP8 dispatch and no shared expert.
+  const bool side_work = shared || !options_.fp8_dispatch;
+  if (side_work) MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
   layer::run_stage(LayerStage::kCombine, stream, obs, [&] {
     combine(ep.returned(), v.probs, v.row_of, out.y, run.health, stream);
     // d_probs' operand, kept past this rank's next transfer (which overwrites returned()): the
@@ -215,7 +249,7 @@ void EpMoeLayer::forward(const TensorView& x, const MoeLayerWeights& w,
     MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(v.ys_returned.data, ep.returned().data,
                                        size_t(p.rows * H) * sizeof(__nv_bfloat16),
                                        cudaMemcpyDeviceToDevice, stream));
-    MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
+    if (side_work) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
     if (shared)
       layer::add_bf16(out.y.as<__nv_bfloat16>(), v.shared_y.as<__nv_bfloat16>(), T * H, stream);
   });
