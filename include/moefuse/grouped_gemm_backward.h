@@ -66,7 +66,9 @@ struct Fc2DgradArgs {
   TensorView scaled_act;   // [M_cap, F] bf16 out: p·act, the FC2 wgrad's b operand (recomputed)
   TensorView d_row_scale;  // [M_cap] fp32 out: dp (needs scratch.dp_partial in the fused call)
   TensorView b2;           // [E, H] fp32: FC2 bias, adds ⟨dys[r], b2[e]⟩ to dp (d_row_scale only)
-  int max_ctas = 0;        // the fused kernel's persistent CTAs (0: one per SM)
+  // The fused kernel's persistent CTAs (0: one per SM). It runs in 2-CTA clusters: an odd count
+  // is rounded down, and 1 runs one cluster of two.
+  int max_ctas = 0;
 };
 
 // Scratch of the FC2 dgrad (caller-owned, contents irrelevant on entry).

@@ -203,6 +203,7 @@ TEST(GroupedGemmBackward, DgradRaggedRowsAndTails) {
   run_dgrad({.counts = std::vector<int>(4, 0), .k = 64, .n = 64}, "M_cap = 0");
 }
 
+
 // ---- FC2 dgrad + activation backward -------------------------------------------------------
 
 struct Fc2Case {
@@ -211,6 +212,7 @@ struct Fc2Case {
   int64_t h = 128, f = 256;
   Activation act = Activation::kSwiGLU;
   bool row_scale = true, bias = true, unfused = false;
+  int max_ctas = 0;
 };
 
 // Runs the fused kernel (or the unfused twin) and compares d_pre, scaled_act and dp.
@@ -259,6 +261,7 @@ class Fc2Runner {
                       .d_row_scale = dp_d_->view({m_cap_})};
     if (c_.row_scale) args.row_scale = scale_d_->view({m_cap_});
     if (c_.bias) args.b2 = b2_d_->view({E_, c_.h});
+    args.max_ctas = c_.max_ctas;
     const Fc2DgradScratch scratch{
         .dp_partial = partial_d_->view({m_cap_, fc2_dgrad_dp_blocks(c_.f)}),
         .g = g_d_->view({m_cap_, c_.f})};
@@ -361,6 +364,25 @@ TEST(GroupedGemmBackward, Fc2DgradWideShapeForALongHidden) {
             std::string(activation_name(act)) + " wide");
   run_fc2({.counts = {0, 5, 127, 129, 300, 0, 64}, .h = 3200, .f = 768, .act = Activation::kGeGLU},
           "GeGLU wide, F 768");
+}
+
+// The fused FC2 dgrad's 2-CTA clusters (src/cuda/gemm/cluster_scheduler.h): m-pairs sharing B,
+// the odd last m-block's n-pairs sharing A, and with an odd n-block count a phantom (rank 1
+// loads its half of A for rank 0 and writes nothing): F = 520 is three 192-column n-blocks
+// (narrow shape), F = 584 three 256-column ones (wide, H 3200); the experts hold 1, 2, 3 and 5
+// m-blocks. max_ctas 3 and 1 run one cluster, which then walks every unit.
+TEST(GroupedGemmBackward, Fc2DgradClusterPairsAndPhantoms) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts = {100, 0, 256, 300, 600, 1};
+  for (int max_ctas : {0, 3, 1}) {
+    const std::string ctas = ", max_ctas " + std::to_string(max_ctas);
+    run_fc2({.counts = counts, .row_base = 5, .spare_rows = 9, .h = 136, .f = 520,
+             .max_ctas = max_ctas},
+            "narrow" + ctas);
+    run_fc2({.counts = counts, .spare_rows = 9, .h = 3200, .f = 584, .act = Activation::kGeGLU,
+             .max_ctas = max_ctas},
+            "wide" + ctas);
+  }
 }
 
 // ---- wgrad ---------------------------------------------------------------------------------

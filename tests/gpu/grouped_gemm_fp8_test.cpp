@@ -449,7 +449,7 @@ TEST(GroupedGemmFp8, DeepSeekFc1Preset) {
            "deepseek fc1 swiglu (+ pre)");
 }
 
-// The 2-CTA clusters (src/cuda/gemm/fp8/cluster_scheduler.h): experts with odd m-block counts
+// The 2-CTA clusters (src/cuda/gemm/cluster_scheduler.h): experts with odd m-block counts
 // (their last m-block runs as n-pairs sharing A) and, with 3 n-blocks, a phantom partner per such
 // expert; the last n-block's second 64-row half of B lies entirely past N at N 264 (not loaded)
 // and partly at N 336; the last expert's second half of A lies past M_cap (1 row in its last

@@ -40,7 +40,7 @@
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
-#include "cuda/gemm/tile_scheduler.h"
+#include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/packed_values.cuh"
 
 namespace moefuse::gemm::bwd {
@@ -123,10 +123,13 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, const DgradProbl
 template <EpilogueOp kOp, class S>
 __device__ __forceinline__ void dglu_epilogue(const DgradProblem& p, const DGluEpilogue& ep,
                                               const StagedLayout<typename S::G>& smem,
-                                              const TileShape& shape, int total_tiles) {
+                                              const TileShape& shape, const ClusterUnits& units) {
   TileHandoff h = TileHandoff::of(smem);
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+  for (int u = units.first; u < units.total; u += units.step) {
+    const UnitTile w = cluster_unit_tile<S::kCluster>(u, p.offsets, smem.tile_start,
+                                                      p.num_experts, shape, units.rank);
+    if (!w.live) continue;
+    const TileCoord& c = w.tile;
     const TileRows rows = tile_rows<kBlockM>(p, c);
     receive_tile(h, 1, [&](int, const uint8_t* tile) {
       dglu_drain<kOp, S>(tile, p, ep, rows, c.n_block * S::G::kN, c.n_block);
@@ -134,24 +137,30 @@ __device__ __forceinline__ void dglu_epilogue(const DgradProblem& p, const DGluE
   }
 }
 
-// The dGLU dgrad's epilogue warps: every tile of this CTA, in the consumers' order.
+// The dGLU dgrad's epilogue warps: every live tile of this CTA, in the consumers' order.
 template <class S>
 __device__ __forceinline__ void dglu_epilogue_warps(const DgradProblem& p, const DGluEpilogue& ep,
                                                     const StagedLayout<typename S::G>& smem,
-                                                    const TileShape& shape, int total_tiles) {
+                                                    const TileShape& shape,
+                                                    const ClusterUnits& units) {
   dispatch_epilogue_op(ep.act.op, [&](auto op) {
-    dglu_epilogue<decltype(op)::value, S>(p, ep, smem, shape, total_tiles);
+    dglu_epilogue<decltype(op)::value, S>(p, ep, smem, shape, units);
   });
 }
 
-// The plain dgrad's warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
+// The plain dgrad's warps 1-3 of warpgroup 0: every live tile of this CTA, in the consumers'
+// order.
+template <int kCluster>
 __device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p,
                                                            const SharedLayout& smem,
                                                            const TileShape& shape,
-                                                           int total_tiles) {
+                                                           const ClusterUnits& units) {
   TileHandoff h = TileHandoff::of(smem);
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+  for (int u = units.first; u < units.total; u += units.step) {
+    const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
+                                                   shape, units.rank);
+    if (!w.live) continue;
+    const TileCoord& c = w.tile;
     const TileRows rows = tile_rows<kBlockM>(p, c);
     receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
       drain_output<false>(tile, part, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end,

@@ -1,10 +1,12 @@
-// Host launcher of the dgrad kernel: TMA maps from pointers and shapes only, persistent grid; a
-// dGLU shape when the FC2 epilogue is on, by K (config.h dglu_block_n).
+// Host launcher of the dgrad kernel: TMA maps from pointers and shapes only, a persistent grid (of
+// 2-CTA clusters for the dGLU shapes); a dGLU shape when the FC2 epilogue is on, by K (config.h
+// dglu_block_n).
 #include <algorithm>
 
 #include "cuda/check.h"
 #include "cuda/gemm/backward/dgrad_kernel.cuh"
 #include "cuda/gemm/backward/launch.h"
+#include "cuda/gemm/cluster_launch.h"
 #include "cuda/gemm/common/tensor_map.h"
 #include "cuda/sm_count.h"
 
@@ -15,7 +17,9 @@ template <class S>
 void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
   using G = typename S::G;
   const DgradProblem& p = launch.problem;
-  const CUtensorMap tmap_a = make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM, G::kBlockK);
+  // A in one piece per CTA of a cluster: in an n-pair each loads one (dgrad_kernel.cuh).
+  const CUtensorMap tmap_a =
+      make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM / S::kCluster, G::kBlockK);
   // B [E, K, N]: boxes of 64 K rows × 64 N columns (MN-major operand).
   const CUtensorMap tmap_b =
       make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.k, p.n, G::kBlockK, kMnChunk);
@@ -23,15 +27,29 @@ void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
   // m-block) only trims the grid for tiny problems.
   const int64_t max_tiles =
       (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) * ceil_div(p.n, G::kN);
-  const int sms = cuda::device_sm_count();
-  const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
-  const int grid = static_cast<int>(std::min<int64_t>(ctas, max_tiles));
   const int64_t bytes = G::smem_bytes(p.num_experts);
-  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(&dgrad_kernel<S>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+  auto* kernel = &dgrad_kernel<S>;
+  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
-  dgrad_kernel<S><<<grid, S::kThreads, bytes, stream>>>(tmap_a, tmap_b, p, launch.dglu);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
+  if constexpr (S::kCluster == 1) {
+    const int sms = cuda::device_sm_count();
+    const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
+    const int grid = static_cast<int>(std::min<int64_t>(ctas, max_tiles));
+    kernel<<<grid, S::kThreads, bytes, stream>>>(tmap_a, tmap_b, p, launch.dglu);
+    MOEFUSE_CUDA_CHECK_LAUNCH();
+  } else {
+    // Each expert adds at most one odd unit to the pairs of its tiles.
+    const int64_t max_units = (max_tiles + p.num_experts + 1) / 2;
+    int64_t clusters = std::min<int64_t>(
+        max_active_clusters(reinterpret_cast<const void*>(kernel), S::kThreads, bytes,
+                            "the dGLU dgrad grouped GEMM"),
+        max_units);
+    // max_ctas counts CTAs: whole clusters only, at least one.
+    if (launch.max_ctas > 0)
+      clusters = std::min<int64_t>(clusters, std::max(1, launch.max_ctas / kClusterSize));
+    launch_clusters(kernel, static_cast<int>(clusters), S::kThreads, bytes, stream, tmap_a,
+                    tmap_b, p, launch.dglu);
+  }
 }
 
 }  // namespace

@@ -14,8 +14,11 @@
 //   producer: wait empty[s] (parity phase ^ 1), arrive.expect_tx(full[s], bytes), TMA loads
 //     (or cp.async + cp.async.mbarrier.arrive.noinc for the gathered operand).
 //   consumers: wait full[s] (parity phase), [tail fix-up], K/16 wgmma k16, commit; once the
-//     previous stage's wgmmas retire (wait_group 1) every consumer thread arrives on its empty
-//     barrier (count 256). One wgmma batch stays in flight across stage boundaries.
+//     previous stage's wgmmas retire (wait_group 1) they release it (release_stage): every
+//     consumer thread on its empty barrier (count 256), or in a 2-CTA cluster (the dgrad, whose
+//     peer multicasts into this CTA's stages) lane c of each consumer warp on the empty barrier
+//     of CTA c (count 8 warps × 2 CTAs; wait_group is .sync.aligned, so the whole warp is past
+//     its reads). One wgmma batch stays in flight across stage boundaries.
 // Both roles walk the same tiles and K-block counts, so their (stage, phase) stay in lockstep.
 #pragma once
 
@@ -31,6 +34,7 @@
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
+#include "cuda/gemm/cluster_scheduler.h"
 
 namespace moefuse::gemm::bwd {
 
@@ -61,21 +65,14 @@ struct OperandDesc<Major::MN, G> {
 };
 
 // TMA of an MN-major tile: `chunks` boxes of [G::kBlockK K rows × 64 MN], box i from MN
-// coordinate mn0 + 64·i, into consecutive kMnChunkBytes slots. 2D map: (mn, k); 3D: (mn, k, batch).
+// coordinate mn0 + 64·i, into consecutive kMnChunkBytes slots; 2D map (mn, k) (the dgrad's 3D
+// B map, (mn, k, expert), loads its boxes itself: some of them by multicast).
 template <class G>
 __device__ __forceinline__ void tma_mn_major_2d(const CUtensorMap* map, uint64_t* full,
                                                 uint8_t* dst, int chunks, int mn0, int k0) {
   for (int i = 0; i < chunks; ++i)
     cute::SM90_TMA_LOAD_2D::copy(map, full, kCacheHintNormal, dst + i * G::kMnChunkBytes,
                                  mn0 + i * kMnChunk, k0);
-}
-template <class G>
-__device__ __forceinline__ void tma_mn_major_3d(const CUtensorMap* map, uint64_t* full,
-                                                uint8_t* dst, int chunks, int mn0, int k0,
-                                                int batch) {
-  for (int i = 0; i < chunks; ++i)
-    cute::SM90_TMA_LOAD_3D::copy(map, full, kCacheHintNormal, dst + i * G::kMnChunkBytes,
-                                 mn0 + i * kMnChunk, k0, batch);
 }
 
 // Consumer warpgroup `slab`'s A slab (rows 64·slab .. 64·slab + 63 of the tile) in a stage.
@@ -85,9 +82,37 @@ __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int sla
   return a_stage + slab * (kA == Major::K ? (kBlockM / 2) * 128 : G::kMnChunkBytes);
 }
 
+// The consumers' release of a stage they have read, in a kernel of kCluster CTAs a cluster (the
+// protocol above); the empty barriers count kConsumerThreads or empty_arrivals<kCluster>().
+template <int kCluster>
+__device__ __forceinline__ void release_stage(uint64_t* empty) {
+  if constexpr (kCluster == 1) {
+    ClusterBarrier::arrive(empty);
+  } else {
+    const uint32_t lane = threadIdx.x % 32;
+    ClusterBarrier::arrive(empty, lane, lane < kCluster);
+  }
+}
+template <int kCluster>
+constexpr int empty_arrivals() {
+  return kCluster == 1 ? kConsumerThreads : (kConsumerThreads / 32) * kCluster;
+}
+
+// A phantom tile's K loop (cluster_scheduler.h): every stage waited for (the peer's multicast
+// lands in it) and released, nothing computed.
+template <class G>
+__device__ __forceinline__ void skip_phantom(int k_blocks, const StagedLayout<G>& smem,
+                                             PipelineState<G::kStages>& pipe) {
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
+    release_stage<kClusterSize>(&smem.empty[pipe.stage]);
+    pipe.advance();
+  }
+}
+
 // One tile's K loop for consumer warpgroup `slab`. `prepare(stage, kb)` runs after the stage's
 // full barrier, before its wgmmas (tail zeroing, proxy fences); it must be uniform per warpgroup.
-template <Major kA, Major kB, class G, class Prepare>
+template <Major kA, Major kB, class G, int kCluster = 1, class Prepare>
 __device__ __forceinline__ void consume_tile(float (&acc)[G::kN / 2], int k_blocks,
                                              const StagedLayout<G>& smem,
                                              PipelineState<G::kStages>& pipe, int slab,
@@ -112,13 +137,13 @@ __device__ __forceinline__ void consume_tile(float (&acc)[G::kN / 2], int k_bloc
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();
     fence_accumulators(acc);
-    if (previous_stage >= 0) ClusterBarrier::arrive(&smem.empty[previous_stage]);
+    if (previous_stage >= 0) release_stage<kCluster>(&smem.empty[previous_stage]);
     previous_stage = pipe.stage;
     pipe.advance();
   }
   cute::warpgroup_wait<0>();
   fence_accumulators(acc);
-  if (previous_stage >= 0) ClusterBarrier::arrive(&smem.empty[previous_stage]);
+  if (previous_stage >= 0) release_stage<kCluster>(&smem.empty[previous_stage]);
 }
 
 // Accumulator position of thread `t` (of its warpgroup): acc[4j + 2h + i] is row

@@ -25,7 +25,8 @@ struct HandoffSharedLayout {
   uint64_t* empty;       // [kStages] consumers → producer: the stage may be overwritten
   uint64_t* tile_full;   // consumers → epilogue warps: the tile buffer holds a (part of a) tile
   uint64_t* tile_empty;  // epilogue warps → consumers: the tile buffer may be overwritten
-  int* tile_start;       // [E + 1] exclusive prefix of the tile counts (M-ragged kernels)
+  int* tile_start;       // [E + 1] exclusive prefix of the tile counts (M-ragged kernels; the
+                         // dgrad's: of its 2-CTA units, cluster_scheduler.h)
 
   __device__ static HandoffSharedLayout carve(uint8_t* raw) {
     HandoffSharedLayout s;
@@ -42,10 +43,10 @@ struct HandoffSharedLayout {
   __device__ uint8_t* a_stage(int stage) const { return a + stage * kABytes; }
   __device__ uint8_t* b_stage(int stage) const { return b + stage * kBBytes; }
 
-  // Every barrier, by one thread, before the CTA-wide __syncthreads.
-  __device__ void init_barriers(int full_arrivals,
-                                int epilogue_threads = kEpilogueThreads) const {
-    init_stage_barriers<kStages>(full, empty, full_arrivals);
+  // Every barrier, by one thread, before the CTA-wide (or cluster-wide) barrier.
+  __device__ void init_barriers(int full_arrivals, int epilogue_threads = kEpilogueThreads,
+                                int empty_arrivals = kConsumerThreads) const {
+    init_stage_barriers<kStages>(full, empty, full_arrivals, empty_arrivals);
     TileHandoff::init_barriers(tile_full, tile_empty, epilogue_threads);
     cutlass::arch::fence_barrier_init();
   }

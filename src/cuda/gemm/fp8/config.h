@@ -6,7 +6,7 @@
 
 #include "cuda/gemm/common/swizzle.h"
 #include "cuda/gemm/common/warp_roles.h"
-#include "cuda/gemm/fp8/cluster_scheduler.h"
+#include "cuda/gemm/cluster_scheduler.h"
 
 namespace moefuse::gemm::fp8 {
 

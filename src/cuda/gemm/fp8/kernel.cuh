@@ -63,6 +63,7 @@
 
 #include <type_traits>
 
+#include "cuda/gemm/common/cluster.cuh"
 #include "cuda/gemm/common/stage_accumulators.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/epilogues/drain_staged_tile.cuh"
@@ -71,23 +72,6 @@
 #include "cuda/gemm/fp8/mainloop.cuh"
 
 namespace moefuse::gemm::fp8 {
-
-// Every thread of both CTAs; not .aligned, so lanes that took different roles may call it.
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-// v, the same in every lane of the warp, through a warp reduction: REDUX writes a uniform
-// register, so ptxas knows the value is warp-uniform as well, and branches and loops on it are
-// convergent. ptxas keeps values in uniform registers only in convergent code, and the
-// consumers' K loop needs that (mainloop.cuh, ConsumerStages): its three enclosing conditions —
-// the role (warpgroup), the unit loop's end (total_units, read from shared memory) and the
-// phantom test (w.live, from memory) — go through here. With any one of them left as a plain
-// value, its stage arithmetic, addresses and wgmma descriptors fall back to vector registers
-// and R2UR moves: 74-78 instead of 40-45 SASS instructions per K block besides the 64 FFMAs and
-// 4 QGMMAs (measured on this kernel's three instantiations, CUDA 13.0).
-__device__ __forceinline__ int warp_uniform(int v) { return __reduce_max_sync(0xffffffffu, v); }
 
 // Warps 1-3 of warpgroup 0: drain every live tile the consumers stage, in their order.
 __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,

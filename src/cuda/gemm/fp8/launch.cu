@@ -5,32 +5,14 @@
 #include <algorithm>
 
 #include "cuda/check.h"
+#include "cuda/gemm/cluster_launch.h"
 #include "cuda/gemm/fp8/kernel.cuh"
 #include "cuda/gemm/fp8/launch.h"
 #include "cuda/gemm/common/tensor_map.h"
-#include "cuda/sm_count.h"
-#include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8.h"
 
 namespace moefuse::gemm::fp8 {
 namespace {
-
-// Clusters of the kernel that can be resident at once (one CTA per SM, both CTAs of a cluster in
-// one GPC): the persistent grid's size. 0 would mean the kernel cannot run at all.
-int max_active_clusters(const void* kernel, int64_t smem_bytes) {
-  cudaLaunchAttribute cluster{.id = cudaLaunchAttributeClusterDimension};
-  cluster.val.clusterDim = {.x = kClusterSize, .y = 1, .z = 1};
-  cudaLaunchConfig_t config{.gridDim = dim3(kClusterSize * cuda::device_sm_count()),
-                            .blockDim = dim3(kThreads),
-                            .dynamicSmemBytes = static_cast<size_t>(smem_bytes),
-                            .attrs = &cluster,
-                            .numAttrs = 1};
-  int clusters = 0;
-  MOEFUSE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-  if (clusters < 1)
-    throw NotSupported("the FP8 grouped GEMM's 2-CTA clusters cannot be resident on this GPU");
-  return clusters;
-}
 
 template <class OutT, bool kDGlu>
 void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
@@ -55,19 +37,12 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   auto* kernel = &grouped_gemm_fp8_kernel<OutT, kDGlu>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
-  const int clusters = static_cast<int>(std::min<int64_t>(
-      max_active_clusters(reinterpret_cast<const void*>(kernel), smem_bytes), max_units));
-
-  cudaLaunchAttribute cluster{.id = cudaLaunchAttributeClusterDimension};
-  cluster.val.clusterDim = {.x = kClusterSize, .y = 1, .z = 1};
-  const cudaLaunchConfig_t config{.gridDim = dim3(kClusterSize * clusters),
-                                  .blockDim = dim3(kThreads),
-                                  .dynamicSmemBytes = static_cast<size_t>(smem_bytes),
-                                  .stream = stream,
-                                  .attrs = &cluster,
-                                  .numAttrs = 1};
-  MOEFUSE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, tmap_a, tmap_b, tmap_scales, p,
-                                        launch.epilogue, launch.dglu));
+  const int clusters = static_cast<int>(
+      std::min<int64_t>(max_active_clusters(reinterpret_cast<const void*>(kernel), kThreads,
+                                            smem_bytes, "the FP8 grouped GEMM"),
+                        max_units));
+  launch_clusters(kernel, clusters, kThreads, smem_bytes, stream, tmap_a, tmap_b, tmap_scales, p,
+                  launch.epilogue, launch.dglu);
 }
 
 }  // namespace

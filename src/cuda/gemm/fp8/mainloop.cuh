@@ -59,15 +59,13 @@
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
-#include "cuda/gemm/fp8/cluster_scheduler.h"
+#include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/fp8/config.h"
 #include "cuda/gemm/fp8/issue_turns.cuh"
 #include "cuda/gemm/fp8/params.h"
 #include "cuda/gemm/fp8/shared.cuh"
 
 namespace moefuse::gemm::fp8 {
-
-inline constexpr uint16_t kClusterMask = (1u << kClusterSize) - 1;
 
 // What the producer copies into every stage of one unit (the same for all its K blocks). The
 // halves are bit masks (bit h: the 64-row half h has its first row inside the tensor), so that

@@ -1,6 +1,6 @@
-// The FP8 kernel's 2-CTA work units (src/cuda/gemm/fp8/cluster_scheduler.h): every tile of every
-// expert computed exactly once, both halves of a unit share the operand the kernel multicasts,
-// and phantoms only where an expert has odd m- and n-block counts.
+// The 2-CTA work units of the FP8 GEMM and the bf16 dgrad (src/cuda/gemm/cluster_scheduler.h):
+// every tile of every expert computed exactly once, both halves of a unit share the operand the
+// kernel multicasts, and phantoms only where an expert has odd m- and n-block counts.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "cuda/gemm/fp8/cluster_scheduler.h"
+#include "cuda/gemm/cluster_scheduler.h"
 
-namespace moefuse::gemm::fp8 {
+namespace moefuse::gemm {
 namespace {
 
 void expect_units_cover_tiles(const std::vector<int>& offsets, const TileShape& s) {
@@ -98,4 +98,4 @@ TEST(GemmFp8ClusterScheduler, MPairsFollowTheRasterOrder) {
 }
 
 }  // namespace
-}  // namespace moefuse::gemm::fp8
+}  // namespace moefuse::gemm

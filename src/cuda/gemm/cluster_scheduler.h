@@ -1,5 +1,6 @@
-// The FP8 kernel's work units: pairs of 128×128 tiles of one expert that the two CTAs of a
-// cluster compute together, sharing one operand by TMA multicast (mainloop.cuh).
+// Work units of the clustered kernels (the FP8 GEMM, the bf16 dgrad): pairs of tiles of one
+// expert that the two CTAs of a cluster compute together, sharing one operand by TMA multicast
+// (fp8/mainloop.cuh, backward/dgrad_kernel.cuh).
 //
 // Pure __host__ __device__ arithmetic on top of tile_scheduler.h, unit-tested on the CPU against
 // brute force (tests/cpu/gemm_fp8_cluster_scheduler_test.cpp).
@@ -19,11 +20,22 @@
 // the same number of units with the same K blocks (the pipeline's lockstep).
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/gemm/tile_scheduler.h"
 
-namespace moefuse::gemm::fp8 {
+namespace moefuse::gemm {
 
 inline constexpr int kClusterSize = 2;  // CTAs per cluster, along M (or N for n-pairs)
+inline constexpr uint16_t kClusterMask = (1u << kClusterSize) - 1;  // a multicast to both CTAs
+
+// The units a cluster walks (u = first, first + step, ... < total) and this CTA's rank in it.
+struct ClusterUnits {
+  int first;  // the cluster's index in the grid
+  int step;   // clusters in the grid
+  int total;  // units of the problem
+  int rank;   // this CTA's rank in the cluster
+};
 
 struct UnitTile {
   TileCoord tile;  // this CTA's tile (n_block == n_blocks for a phantom)
@@ -66,6 +78,26 @@ MOEFUSE_HOST_DEVICE inline UnitTile unit_tile(int u, const int* offsets, const i
   return w;
 }
 
+// For kernels instantiated with or without clusters (kCluster 1 or kClusterSize): the units of
+// an expert and this CTA's tile of unit u. Without a cluster a unit is one tile (tile_scheduler.h
+// order), always live.
+template <int kCluster>
+MOEFUSE_HOST_DEVICE constexpr int cluster_expert_units(int rows, const TileShape& s) {
+  static_assert(kCluster == 1 || kCluster == kClusterSize);
+  return kCluster == 1 ? expert_tiles(rows, s) : expert_units(rows, s);
+}
+template <int kCluster>
+MOEFUSE_HOST_DEVICE inline UnitTile cluster_unit_tile(int u, const int* offsets,
+                                                      const int* unit_start, int num_experts,
+                                                      const TileShape& s, int rank) {
+  if constexpr (kCluster == 1)
+    return UnitTile{.tile = tile_coord(u, offsets, unit_start, num_experts, s),
+                    .share_a = false,
+                    .live = true};
+  else
+    return unit_tile(u, offsets, unit_start, num_experts, s, rank);
+}
+
 // Host version of the kernel's prefix (common/warp_prefix.cuh computes the same sums).
 inline void unit_starts(const int* offsets, int num_experts, const TileShape& s, int* unit_start) {
   unit_start[0] = 0;
@@ -73,4 +105,4 @@ inline void unit_starts(const int* offsets, int num_experts, const TileShape& s,
     unit_start[e + 1] = unit_start[e] + expert_units(offsets[e + 1] - offsets[e], s);
 }
 
-}  // namespace moefuse::gemm::fp8
+}  // namespace moefuse::gemm
