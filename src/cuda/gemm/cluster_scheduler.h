@@ -3,7 +3,7 @@
 // (fp8/mainloop.cuh, backward/dgrad_kernel.cuh).
 //
 // Pure __host__ __device__ arithmetic on top of tile_scheduler.h, unit-tested on the CPU against
-// brute force (tests/cpu/gemm_fp8_cluster_scheduler_test.cpp).
+// brute force (tests/cpu/gemm_cluster_scheduler_test.cpp).
 //
 // An expert with m_blocks × n_blocks tiles has ceil(m_blocks · n_blocks / 2) units:
 //   * first the m-pairs, floor(m_blocks / 2) · n_blocks units: CTA rank r takes m-block 2i + r of
