@@ -1,14 +1,11 @@
 // Host launcher of the dgrad kernel: TMA maps from pointers and shapes only, a persistent grid (of
 // 2-CTA clusters for the dGLU shapes); a dGLU shape when the FC2 epilogue is on, by K (config.h
 // dglu_block_n).
-#include <algorithm>
-
 #include "cuda/check.h"
 #include "cuda/gemm/backward/dgrad_kernel.cuh"
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/cluster_launch.h"
 #include "cuda/gemm/common/tensor_map.h"
-#include "cuda/sm_count.h"
 
 namespace moefuse::gemm::bwd {
 namespace {
@@ -31,25 +28,10 @@ void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
   auto* kernel = &dgrad_kernel<S>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
-  if constexpr (S::kCluster == 1) {
-    const int sms = cuda::device_sm_count();
-    const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
-    const int grid = static_cast<int>(std::min<int64_t>(ctas, max_tiles));
-    kernel<<<grid, S::kThreads, bytes, stream>>>(tmap_a, tmap_b, p, launch.dglu);
-    MOEFUSE_CUDA_CHECK_LAUNCH();
-  } else {
-    // Each expert adds at most one odd unit to the pairs of its tiles.
-    const int64_t max_units = (max_tiles + p.num_experts + 1) / 2;
-    int64_t clusters = std::min<int64_t>(
-        max_active_clusters(reinterpret_cast<const void*>(kernel), S::kThreads, bytes,
-                            "the dGLU dgrad grouped GEMM"),
-        max_units);
-    // max_ctas counts CTAs: whole clusters only, at least one.
-    if (launch.max_ctas > 0)
-      clusters = std::min<int64_t>(clusters, std::max(1, launch.max_ctas / kClusterSize));
-    launch_clusters(kernel, static_cast<int>(clusters), S::kThreads, bytes, stream, tmap_a,
-                    tmap_b, p, launch.dglu);
-  }
+  // Clusters: each expert adds at most one odd unit to the pairs of its tiles.
+  const int64_t units = S::kCluster == 1 ? max_tiles : (max_tiles + p.num_experts + 1) / 2;
+  launch_persistent<S::kCluster>(kernel, units, launch.max_ctas, S::kThreads, bytes, stream,
+                                 "the dGLU dgrad grouped GEMM", tmap_a, tmap_b, p, launch.dglu);
 }
 
 }  // namespace

@@ -2,8 +2,6 @@
 // instantiations (bf16 and fp32 output, dGLU).
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "cuda/check.h"
 #include "cuda/gemm/cluster_launch.h"
 #include "cuda/gemm/fp8/kernel.cuh"
@@ -37,12 +35,9 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   auto* kernel = &grouped_gemm_fp8_kernel<OutT, kDGlu>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
-  const int clusters = static_cast<int>(
-      std::min<int64_t>(max_active_clusters(reinterpret_cast<const void*>(kernel), kThreads,
-                                            smem_bytes, "the FP8 grouped GEMM"),
-                        max_units));
-  launch_clusters(kernel, clusters, kThreads, smem_bytes, stream, tmap_a, tmap_b, tmap_scales, p,
-                  launch.epilogue, launch.dglu);
+  launch_persistent<kClusterSize>(kernel, max_units, 0, kThreads, smem_bytes, stream,
+                                  "the FP8 grouped GEMM", tmap_a, tmap_b, tmap_scales, p,
+                                  launch.epilogue, launch.dglu);
 }
 
 }  // namespace
