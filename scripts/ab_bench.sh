@@ -3,13 +3,15 @@
 #
 #   scripts/ab_bench.sh MODE "PRESET ..." ROUNDS LABEL=BUILD_DIR [LABEL=BUILD_DIR ...]
 #   e.g. scripts/ab_bench.sh gemm-backward "qwen3-30b-a3b gpt-oss-120b" 2 main=.gpu/main k32=.gpu/k32
+#   BENCH_ARGS: more moefuse-bench options for every run, e.g. "--no-torch" (torch's baseline
+#   does not change between builds).
 #
 # Round by round, every build runs every preset (interleaving spreads the machine's drift over all
 # builds); each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT default gpu-out).
 # Then scripts/bench_compare.py prints each preset's rows with the builds side by side (mean over
 # rounds) and their ratios to the first build.
 set -uo pipefail
-usage() { sed -n '2,10p' "$0" >&2; exit 2; }
+usage() { sed -n '2,12p' "$0" >&2; exit 2; }
 [[ $# -ge 4 ]] || usage
 mode=$1 presets=$2 rounds=$3
 shift 3
@@ -26,7 +28,9 @@ for r in $(seq "$rounds"); do
     label=${build%%=*} dir=${build#*=}
     for p in $presets; do
       base="$OUT/ab/${mode}_${p}_${label}_$r"
-      "$dir/moefuse-bench" "$mode" --preset "$p" --json "$base.json" > "$base.log" 2>&1 ||
+      # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+      "$dir/moefuse-bench" "$mode" --preset "$p" --json "$base.json" ${BENCH_ARGS:-} \
+        > "$base.log" 2>&1 ||
         { echo "FAILED: $label $p round $r ($base.log)"; status=1; }
     done
   done

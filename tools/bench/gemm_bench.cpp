@@ -16,6 +16,7 @@ GemmBenchOptions parse_gemm_bench_options(Args& args) {
   o.warmup = static_cast<int>(args.get_int("warmup", 10, 0, 10000));
   o.iters = static_cast<int>(args.get_int("iters", 50, 1, 100000));
   o.json = args.get("json", "");
+  o.torch = !args.flag("no-torch");
   args.finish();
   if (presets == "all") {
     for (auto n : preset_names()) o.presets.emplace_back(n);
@@ -51,6 +52,10 @@ TorchGemmTimings run_torch_gemm(const std::string& script, const std::vector<int
   std::string list;
   for (size_t i = 0; i < counts.size(); ++i) list += (i ? "," : "") + std::to_string(counts[i]);
   TorchGemmTimings t;
+  if (!o.torch) {
+    t.unavailable = "skipped (--no-torch)";
+    return t;
+  }
   t.ms = run_torch_baseline(script,
                             "--counts " + list + problems + " --warmup " +
                                 std::to_string(o.warmup) + " --iters " + std::to_string(o.iters),

@@ -22,9 +22,11 @@ struct GemmBenchOptions {
   std::string routing_name;
   int warmup = 0, iters = 0;
   std::string json;
+  bool torch = true;  // run the torch baseline (--no-torch: skip it, as the layer mode can)
 };
 
-// --preset (a name or "all"), --tokens, --routing, --warmup, --iters, --json; then Args::finish.
+// --preset (a name or "all"), --tokens, --routing, --warmup, --iters, --json, --no-torch; then
+// Args::finish.
 GemmBenchOptions parse_gemm_bench_options(Args& args);
 
 // A report with the columns preset, op, variant, median_ms, TFLOP/s, vs_dense, vs_torch,
@@ -40,7 +42,7 @@ struct TorchGemmTimings {
   std::optional<double> at(const std::string& key) const;
 };
 
-// Runs `script` on the exact per-expert counts with the --problem specs.
+// Runs `script` on the exact per-expert counts with the --problem specs (unless --no-torch).
 TorchGemmTimings run_torch_gemm(const std::string& script, const std::vector<int32_t>& counts,
                                 const std::string& problems, const GemmBenchOptions& o);
 
