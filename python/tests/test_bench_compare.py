@@ -54,7 +54,8 @@ def fake_build(path: pathlib.Path, fused_ms: float) -> pathlib.Path:
     bench = path / "moefuse-bench"
     template = json.dumps({"reports": [{"title": "t", "rows": [
         {"preset": "P", "op": "fc2 dgrad", "variant": "fused", "median_ms": fused_ms}]}]})
-    bench.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --json ] && "
+    bench.write_text(f"#!/bin/sh\necho \"$@\" >> '{path / 'calls'}'\n"
+                     "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && "
                      f"printf '%s' '{template}' > \"$2\"; shift; done\n")
     bench.chmod(bench.stat().st_mode | stat.S_IXUSR)
     return path
@@ -69,6 +70,36 @@ def test_ab_bench_interleaves_builds_and_compares(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(list((out / "ab").glob("*.json"))) == 8  # 2 rounds × 2 builds × 2 presets
     assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500") == 2
+
+
+def test_ab_bench_passes_bench_args_to_every_run(tmp_path):
+    a = fake_build(tmp_path / "a", 1.0)
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "gemm", "p1 p2", "1", f"a={a}"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, OUT=str(tmp_path / "out"),
+                                   BENCH_ARGS="--no-torch --iters 3"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = (a / "calls").read_text().splitlines()
+    assert len(calls) == 2 and all(c.startswith("gemm --preset p") for c in calls), calls
+    assert all(c.endswith(" --no-torch --iters 3") for c in calls), calls
+
+
+BENCH = SCRIPTS.parent / "build" / "release" / "moefuse-bench"
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="moefuse-bench not built (scripts/build.sh)")
+@pytest.mark.parametrize("mode", ["gemm", "gemm-backward"])
+def test_gemm_modes_take_no_torch_as_a_flag(mode):
+    # Accepted: without a GPU the mode then says so and measures nothing (exit 0); with one, a
+    # tiny run (256 tokens, one timed iteration) of the one preset.
+    ok = subprocess.run([str(BENCH), mode, "--no-torch", "--preset", "qwen3-30b-a3b", "--tokens",
+                         "256", "--warmup", "0", "--iters", "1"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = subprocess.run([str(BENCH), mode, "--no-torch", "yes"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0
+    assert "'--no-torch': expected no value (a flag), got 'yes'" in bad.stdout + bad.stderr
 
 
 @pytest.mark.parametrize("args,message", [
