@@ -59,8 +59,9 @@ inline constexpr int kTileBufferBytes = kBlockM * kTilePitchF32;
 constexpr int tile_pitch(bool fp32) { return fp32 ? kTilePitchF32 : kTilePitch; }
 
 // Epilogue staging buffer of one consumer warpgroup (staged_store.cuh, gather wgrad only): 64
-// rows × (128 + 16) B, both inside the tile buffer (unused by that variant).
-inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
+// rows × (128 + 32) B (the fp32 stage_pitch), both inside the tile buffer (unused by that
+// variant).
+inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 32);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileBufferBytes);
 
 // A K loop's ring: kStages stages of kBlockK rows of K each (either operand's major-ness: an
