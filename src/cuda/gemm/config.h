@@ -39,9 +39,9 @@ static_assert(kBlockN <= 256 && kBlockM <= 256, "TMA box extents are at most 256
 
 // The epilogue's staging region: the overlapped variant's bf16 tile buffer (128 rows of 256
 // columns, padded to a 528-byte pitch: epilogues/tile_epilogue.cuh); the in-consumer variant uses
-// its start as two 64-row × 144-byte chunk buffers (epilogues/staged_store.cuh).
+// its start as two 64-row × 160-byte chunk buffers (epilogues/staged_store.cuh stage_pitch).
 inline constexpr int kTileStageBytes = kBlockM * (kBlockN * 2 + 16);
-inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
+inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 32);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileStageBytes);
 
 // Dynamic shared memory (common/handoff_layout.cuh): stages, the staging region, then

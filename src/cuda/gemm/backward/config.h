@@ -45,14 +45,23 @@ inline constexpr int kConsumerBarrierId = 1;
 inline constexpr int kSlabBarrierFirstId = 2;
 
 // The hand-off's tile buffer (tile_handoff.cuh): 128 rows of 512 bytes (256 bf16 or 128 fp32
-// columns), pitch 528 so that a warp's 8 rows of accumulator pairs spread over the banks.
+// columns). The row pitch spreads a warp's accumulator pairs (rows lane / 4, 8 bytes apart
+// across the lanes of a row) over the banks, and which pitch does depends on the pair's size:
+// - bf16 pairs (4-byte stores, a whole warp: rows 0-7, 16 bytes each) need rows 16 bytes apart
+//   modulo 128: pitch 528;
+// - fp32 pairs (8-byte stores, issued by half-warps: rows 0-3, 32 bytes each) need rows 32
+//   bytes apart: pitch 544. At 528 two rows share 4 banks, which ncu counted in run 17 as 1,024
+//   excess wavefronts for every fp32 wgrad tile (8% of the kernel's; none with bf16 out).
 inline constexpr int kTileRowBytes = 512;
 inline constexpr int kTilePitch = kTileRowBytes + 16;
-inline constexpr int kTileBufferBytes = kBlockM * kTilePitch;
+inline constexpr int kTilePitchF32 = kTileRowBytes + 32;
+inline constexpr int kTileBufferBytes = kBlockM * kTilePitchF32;
+constexpr int tile_pitch(bool fp32) { return fp32 ? kTilePitchF32 : kTilePitch; }
 
 // Epilogue staging buffer of one consumer warpgroup (staged_store.cuh, gather wgrad only): 64
-// rows × (128 + 16) B, both inside the tile buffer (unused by that variant).
-inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 16);
+// rows × (128 + 32) B (the fp32 stage_pitch), both inside the tile buffer (unused by that
+// variant).
+inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 32);
 static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileBufferBytes);
 
 // A K loop's ring: kStages stages of kBlockK rows of K each (either operand's major-ness: an
@@ -127,7 +136,9 @@ struct DgradShape {
   static constexpr int kThreads = EpilogueWarps == gemm::kEpilogueWarps ? gemm::kThreads
                                                                          : kGluThreads;
   static constexpr bool kMovesRegisters = kThreads == gemm::kThreads;
-  static constexpr int kTilePitch = G::kTileBytes / kBlockM;  // bytes, a row of the tile buffer
+  // The dGLU's g goes over as bf16: a tile row of G::kN columns, padded as kTilePitch.
+  static constexpr int kTilePitch = G::kN * 2 + 16;
+  static_assert(kBlockM * kTilePitch <= G::kTileBytes);
 };
 using DgradStoreShape = DgradShape<DgradStages, kEpilogueWarps, false, 1>;
 using DgluWideShape = DgradShape<DgradStages, kEpilogueWarps, true, kClusterSize>;

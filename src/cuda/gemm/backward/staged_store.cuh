@@ -2,7 +2,7 @@
 // epilogue warps for tile_handoff.cuh): global stores through a per-warpgroup staging buffer, so
 // that global memory sees whole 128-byte row segments written 16 bytes per thread instead of the
 // accumulator layout's 4- or 8-byte pieces of 8 rows per warp store. The geometry (64-row slab,
-// 128-byte chunks, row pitch 144 bytes: a warp's 8 rows of pairs hit all 32 banks) and the
+// 128-byte chunks, row pitch by the staged type: stage_pitch) and the
 // protocol are the forward's (cuda/gemm/epilogues/staged_store.cuh):
 //   1. each thread writes its values into the buffer,  2. named barrier of the warpgroup,
 //   3. the 128 threads copy 64 rows × 128 bytes out (rows ≥ row_end and bytes ≥ row_bytes
@@ -43,12 +43,13 @@ struct AddPieceF32 {
   }
 };
 
-// Steps 2-4: staged rows [0, 64) → dst row row_first + r (< row_end), bytes [byte_first,
-// byte_first + 128) of each row clipped to row_bytes (a multiple of 16).
+// Steps 2-4: staged rows [0, 64) (`pitch` bytes apart) → dst row row_first + r (< row_end),
+// bytes [byte_first, byte_first + 128) of each row clipped to row_bytes (a multiple of 16).
 template <class Combine = CopyPiece>
-__device__ __forceinline__ void flush_slab(const uint8_t* stage, int slab, uint8_t* dst,
-                                           int64_t row_pitch_bytes, int row_first, int row_end,
-                                           int byte_first, int row_bytes, Combine combine = {}) {
+__device__ __forceinline__ void flush_slab(const uint8_t* stage, int pitch, int slab,
+                                           uint8_t* dst, int64_t row_pitch_bytes, int row_first,
+                                           int row_end, int byte_first, int row_bytes,
+                                           Combine combine = {}) {
   constexpr int kPiecesPerRow = kStageChunkBytes / 16;
   slab_barrier(slab);
   const int tid = threadIdx.x % kWarpgroupThreads;
@@ -59,7 +60,7 @@ __device__ __forceinline__ void flush_slab(const uint8_t* stage, int slab, uint8
     const int row = row_first + r, byte = byte_first + piece * 16;
     if (row < row_end && byte < row_bytes)
       combine(dst + row * row_pitch_bytes + byte,
-              *reinterpret_cast<const uint4*>(stage + r * kStagePitch + piece * 16));
+              *reinterpret_cast<const uint4*>(stage + r * pitch + piece * 16));
   }
   slab_barrier(slab);
 }
@@ -82,9 +83,9 @@ __device__ __forceinline__ void store_slab(const float (&acc)[128], uint8_t* sta
         stage_pair<OutT>(stage, pos.row + 8 * h, (8 * jj + pos.col) * int{sizeof(OutT)},
                          acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
-    flush_slab(stage, slab, reinterpret_cast<uint8_t*>(d), ld * int64_t{sizeof(OutT)}, row_first,
-               row_end, (n0 + 8 * kJPerChunk * c) * int{sizeof(OutT)}, n * int{sizeof(OutT)},
-               combine);
+    flush_slab(stage, stage_pitch<OutT>(), slab, reinterpret_cast<uint8_t*>(d),
+               ld * int64_t{sizeof(OutT)}, row_first, row_end,
+               (n0 + 8 * kJPerChunk * c) * int{sizeof(OutT)}, n * int{sizeof(OutT)}, combine);
   }
 }
 

@@ -3,8 +3,9 @@
 // warps (warps 1-3 of warpgroup 0, 96 threads; in the narrow dGLU dgrad also warpgroup 3, 224)
 // drain it to global memory while the tensor cores work on the next tile.
 //
-// Tile buffer: 128 rows × kTilePitch (528) bytes; a row holds 512 bytes of data: a whole tile row
-// as bf16 (256 columns) or half of it as fp32 (128 columns). The narrow dGLU dgrad's (config.h
+// Tile buffer: 128 rows; a row holds 512 bytes of data: a whole tile row as bf16 (256 columns,
+// rows kTilePitch = 528 bytes apart) or half of it as fp32 (128 columns, kTilePitchF32 = 544
+// apart: config.h says why the pitch follows the type). The narrow dGLU dgrad's (config.h
 // DgluNarrowShape): 128 rows × 400 bytes, a 192-column bf16 row. A tile therefore goes over in
 // `parts` = 1 (bf16 staging: the dGLU's g, bf16 outputs) or 2 (fp32 outputs: columns 0-127,
 // then 128-255) hand-offs. `parts` is a function of kernel parameters only, so both sides agree.
@@ -66,8 +67,8 @@ __device__ __forceinline__ void send_part(const float (&acc)[kAcc], TileHandoff&
 __device__ __forceinline__ void hand_off_tile(const float (&acc)[128], TileHandoff& h, int slab,
                                               bool fp32) {
   if (fp32) {
-    send_part<float, 0, kTilePitch>(acc, h, slab);
-    send_part<float, 1, kTilePitch, true>(acc, h, slab);
+    send_part<float, 0, kTilePitchF32>(acc, h, slab);
+    send_part<float, 1, kTilePitchF32, true>(acc, h, slab);
   } else {
     send_part<__nv_bfloat16, 0, kTilePitch, true>(acc, h, slab);
   }
@@ -117,7 +118,7 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* src, int64_t pitch_
 // the fp32 piece (the wgrad's accumulate); each step loads kBatch rows' old values first, so the
 // loads are in flight together.
 template <bool kAdd>
-__device__ __forceinline__ void drain_rows(const uint8_t* tile, uint8_t* dst,
+__device__ __forceinline__ void drain_rows(const uint8_t* tile, int tile_pitch, uint8_t* dst,
                                            int64_t row_pitch_bytes, int row_first, int row_end,
                                            int byte_first, int row_bytes) {
   constexpr int kBatch = kAdd ? 8 : 4;
@@ -131,7 +132,7 @@ __device__ __forceinline__ void drain_rows(const uint8_t* tile, uint8_t* dst,
     for (int i = 0; i < kBatch; ++i) {
       const int r = r0 + kEpilogueWarps * i;
       if (r < rows) {
-        v[i] = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + 16 * me.lane);
+        v[i] = *reinterpret_cast<const uint4*>(tile + r * tile_pitch + 16 * me.lane);
         if constexpr (kAdd)
           old[i] = *reinterpret_cast<const uint4*>(dst + (row_first + r) * row_pitch_bytes + byte);
       }
@@ -151,14 +152,14 @@ __device__ __forceinline__ void drain_rows(const uint8_t* tile, uint8_t* dst,
 // bulk copy a row, issued by the 96 epilogue threads in turn. Each thread then waits until its
 // copies have read the buffer, so the release that follows hands it back whole; the global
 // writes complete on their own (before the grid does).
-__device__ __forceinline__ void copy_rows_bulk(const uint8_t* tile, uint8_t* dst,
+__device__ __forceinline__ void copy_rows_bulk(const uint8_t* tile, int tile_pitch, uint8_t* dst,
                                                int64_t row_pitch_bytes, int row_first,
                                                int row_end, int byte_first, int row_bytes) {
   const int bytes = min(kTileRowBytes, row_bytes - byte_first);
   const int rows = min(kBlockM, row_end - row_first);
   if (bytes <= 0) return;
   for (int r = static_cast<int>(threadIdx.x) - 32; r < rows; r += kEpilogueThreads)
-    cute::SM90_BULK_COPY_S2G::copy(tile + r * kTilePitch,
+    cute::SM90_BULK_COPY_S2G::copy(tile + r * tile_pitch,
                                    dst + (row_first + r) * row_pitch_bytes + byte_first, bytes);
   cute::tma_store_arrive();
   cute::tma_store_wait<0>();
@@ -179,10 +180,11 @@ __device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void
   const int elt = fp32 ? 4 : 2;
   uint8_t* dst = static_cast<uint8_t*>(d);
   const int byte_first = n0 * elt + part * kTileRowBytes;
+  const int pitch = tile_pitch(fp32);
   if (fp32 && (kAdd || part == 0))
-    drain_rows<kAdd>(tile, dst, ld * elt, row_first, row_end, byte_first, n * elt);
+    drain_rows<kAdd>(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
   else
-    copy_rows_bulk(tile, dst, ld * elt, row_first, row_end, byte_first, n * elt);
+    copy_rows_bulk(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
 }
 
 }  // namespace moefuse::gemm::bwd

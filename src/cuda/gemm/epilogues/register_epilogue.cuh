@@ -45,10 +45,10 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[128], const 
     const int row = row_first + local_row[h];
     scale[h] = ep.row_scale && row < row_end ? __ldg(ep.row_scale + row) : 1.0f;
   }
-  auto flush = [&](void* dst, int row_bytes, int byte_first) {
+  auto flush = [&](int pitch, void* dst, int row_bytes, int byte_first) {
     warpgroup_barrier(slab);
-    flush_stage(stage, static_cast<uint8_t*>(dst), row_bytes, row_first, row_end, byte_first,
-                row_bytes);
+    flush_stage(stage, pitch, static_cast<uint8_t*>(dst), row_bytes, row_first, row_end,
+                byte_first, row_bytes);
     warpgroup_barrier(slab);
   };
 
@@ -66,7 +66,7 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[128], const 
           stage_pair<__nv_bfloat16>(stage, local_row[h], (8 * jj + pair_col) * 2,
                                     acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
       }
-      flush(ep.pre, p.n * 2, (n0 + c * kJPerChunk * 8) * 2);
+      flush(stage_pitch<__nv_bfloat16>(), ep.pre, p.n * 2, (n0 + c * kJPerChunk * 8) * 2);
     }
   }
 
@@ -89,7 +89,7 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[128], const 
                            apply_op<kOp>(ep, g1, u1) * scale[h]);
         }
       }
-      flush(p.d, p.n_out * kOut, (n0 / 2 + c * kOutPerChunk) * kOut);
+      flush(stage_pitch<OutT>(), p.d, p.n_out * kOut, (n0 / 2 + c * kOutPerChunk) * kOut);
     }
   } else {
     constexpr int kJPerChunk = kOutPerChunk / 8;
@@ -105,7 +105,7 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[128], const 
                            apply_op<kOp>(ep, acc[4 * j + 2 * h] + b.x, 0.0f) * scale[h],
                            apply_op<kOp>(ep, acc[4 * j + 2 * h + 1] + b.y, 0.0f) * scale[h]);
       }
-      flush(p.d, p.n_out * kOut, (n0 + c * kOutPerChunk) * kOut);
+      flush(stage_pitch<OutT>(), p.d, p.n_out * kOut, (n0 + c * kOutPerChunk) * kOut);
     }
   }
 }

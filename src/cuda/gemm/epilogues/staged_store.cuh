@@ -7,8 +7,8 @@
 // (deepseek-v3 FC2: 3.0 ms mainloop, 6.8 ms with the direct-store epilogue).
 //
 // Protocol, per 128-byte column chunk of the warpgroup's 64-row slab:
-//   1. every thread writes its values into the staging buffer (4- or 8-byte stores; the row pitch
-//      of 144 bytes spreads a warp's 8 rows over all 32 banks),
+//   1. every thread writes its values into the staging buffer (4- or 8-byte stores; the row pitch,
+//      stage_pitch below, spreads the rows a store touches over all 32 banks),
 //   2. named barrier over the warpgroup's 128 threads,
 //   3. the 128 threads copy 64 rows × 128 bytes to global memory, 16 bytes each, 4 rounds, rows at
 //      or past the expert's end and chunks at or past the row's width skipped,
@@ -24,14 +24,23 @@ namespace moefuse::gemm {
 
 inline constexpr int kStageRows = kBlockM / kConsumerWarpgroups;  // 64: one warpgroup's slab
 inline constexpr int kStageChunkBytes = 128;                      // one row segment per chunk
-inline constexpr int kStagePitch = kStageChunkBytes + 16;
-inline constexpr int kStageBytes = kStageRows * kStagePitch;
+// The buffer's row pitch for pairs of T. A bf16 pair is one 4-byte store, and a warp's store
+// covers rows 0-7 with 16 bytes each: rows 16 bytes apart modulo 128 put them on 8 distinct
+// 4-bank groups (144). An fp32 pair is an 8-byte store, issued by half-warps that cover rows 0-3
+// with 32 bytes each: those need rows 32 bytes apart (160); at 144 two rows share 4 banks (the
+// 6-8% excess wavefronts ncu counted in the fp32 wgrads, run 17).
+template <class T>
+constexpr int stage_pitch() {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4);
+  return kStageChunkBytes + (sizeof(T) == 4 ? 32 : 16);
+}
+inline constexpr int kStageBytes = kStageRows * stage_pitch<float>();  // the larger pitch
 static_assert(kStageBytes == kEpilogueStageBytes, "config.h's shared-memory budget");
 
 // Step 1: a column pair as T at (slab row `row`, byte `byte` of the chunk) of the buffer.
 template <class T>
 __device__ __forceinline__ void stage_pair(uint8_t* stage, int row, int byte, float v0, float v1) {
-  cuda::store_pair(reinterpret_cast<T*>(stage + row * kStagePitch + byte), v0, v1);
+  cuda::store_pair(reinterpret_cast<T*>(stage + row * stage_pitch<T>() + byte), v0, v1);
 }
 
 // Named barrier 1 + slab (barrier 0 is __syncthreads) over one consumer warpgroup.
@@ -39,9 +48,10 @@ __device__ __forceinline__ void warpgroup_barrier(int slab) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(1 + slab), "n"(kWarpgroupThreads) : "memory");
 }
 
-// Step 3: staged rows [0, 64) → dst rows row_first + r (those < row_end), bytes
-// [byte_first, byte_first + 128) of each row, clipped to row_bytes (a multiple of 16).
-__device__ __forceinline__ void flush_stage(const uint8_t* stage, uint8_t* dst,
+// Step 3: staged rows [0, 64) (`pitch` bytes apart: the staged type's stage_pitch) → dst rows
+// row_first + r (those < row_end), bytes [byte_first, byte_first + 128) of each row, clipped to
+// row_bytes (a multiple of 16).
+__device__ __forceinline__ void flush_stage(const uint8_t* stage, int pitch, uint8_t* dst,
                                             int64_t row_pitch_bytes, int row_first, int row_end,
                                             int byte_first, int row_bytes) {
   constexpr int kChunksPerRow = kStageChunkBytes / 16;
@@ -52,7 +62,7 @@ __device__ __forceinline__ void flush_stage(const uint8_t* stage, uint8_t* dst,
     const int r = id / kChunksPerRow, byte = byte_first + (id % kChunksPerRow) * 16;
     const int row = row_first + r;
     if (row < row_end && byte < row_bytes) {
-      const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kStagePitch + (id % kChunksPerRow) * 16);
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + r * pitch + (id % kChunksPerRow) * 16);
       *reinterpret_cast<uint4*>(dst + row * row_pitch_bytes + byte) = v;
     }
   }

@@ -147,22 +147,6 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int gr
   }
 }
 
-// Consumer side of the hand-off: warpgroup `slab`'s 64 × 128 fp32 accumulators into the buffer's
-// rows 64·slab .. 64·slab + 63 (one 512-byte row each).
-__device__ __forceinline__ void hand_off_tile(const float (&acc)[kAccumulators], TileHandoff& h,
-                                              int slab) {
-  const bwd::AccPosition pos = bwd::AccPosition::of_thread();
-  h.acquire();
-  uint8_t* row0 = h.tile + (slab * (kBlockM / 2) + pos.row) * bwd::kTilePitch;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-      cuda::store_pair(reinterpret_cast<float*>(row0 + 8 * hh * bwd::kTilePitch) + 8 * j + pos.col,
-                       acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
-  h.publish();
-}
-
 // D[e]'s tile c: its first element, and how many of its rows and columns exist.
 struct OutputTile {
   float* origin;
@@ -240,7 +224,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int groups = expert_groups(smem, c.expert).count;
     consume_tile(acc, groups, smem, pipe, slab);
     if (skip_tile(p, groups)) continue;
-    hand_off_tile(acc, handoff, slab);
+    // The 64 × 128 fp32 slab as one buffer part, drained through the registers (part 0).
+    bwd::send_part<float, 0, bwd::kTilePitchF32>(acc, handoff, slab);
   }
 }
 
