@@ -15,10 +15,10 @@
 //     (or cp.async + cp.async.mbarrier.arrive.noinc for the gathered operand).
 //   consumers: wait full[s] (parity phase), [tail fix-up], K/16 wgmma k16, commit; once the
 //     previous stage's wgmmas retire (wait_group 1) they release it (release_stage): every
-//     consumer thread on its empty barrier (count 256), or in a 2-CTA cluster (the dgrad, whose
-//     peer multicasts into this CTA's stages) lane c of each consumer warp on the empty barrier
-//     of CTA c (count 8 warps × 2 CTAs; wait_group is .sync.aligned, so the whole warp is past
-//     its reads). One wgmma batch stays in flight across stage boundaries.
+//     consumer thread on its empty barrier (count 256), or in a cluster of C CTAs (the dgrad,
+//     whose peers multicast into this CTA's stages) lane c < C of each consumer warp on the
+//     empty barrier of CTA c (count 8 warps × C CTAs; wait_group is .sync.aligned, so the whole
+//     warp is past its reads). One wgmma batch stays in flight across stage boundaries.
 // Both roles walk the same tiles and K-block counts, so their (stage, phase) stay in lockstep.
 #pragma once
 
@@ -98,14 +98,14 @@ constexpr int empty_arrivals() {
   return kCluster == 1 ? kConsumerThreads : (kConsumerThreads / 32) * kCluster;
 }
 
-// A phantom tile's K loop (cluster_scheduler.h): every stage waited for (the peer's multicast
-// lands in it) and released, nothing computed.
-template <class G>
+// A phantom tile's K loop (cluster_scheduler.h): every stage waited for (the peers' multicasts
+// land in it) and released, nothing computed.
+template <class G, int kCluster>
 __device__ __forceinline__ void skip_phantom(int k_blocks, const StagedLayout<G>& smem,
                                              PipelineState<G::kStages>& pipe) {
   for (int kb = 0; kb < k_blocks; ++kb) {
     ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
-    release_stage<kClusterSize>(&smem.empty[pipe.stage]);
+    release_stage<kCluster>(&smem.empty[pipe.stage]);
     pipe.advance();
   }
 }
