@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const UnitTile w = cluster_unit_tile<S::kCluster>(u, p.offsets, smem.tile_start,
                                                         p.num_experts, shape, units.rank);
       if (!warp_uniform(w.live)) {
-        skip_phantom<G, S::kCluster>(k_blocks, smem, pipe);
+        skip_phantom<S::kCluster>(k_blocks, smem, pipe);
         continue;
       }
       consume_tile<Major::K, Major::MN, G, S::kCluster>(acc, k_blocks, smem, pipe, slab,
