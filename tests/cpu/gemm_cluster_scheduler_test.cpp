@@ -1,6 +1,7 @@
-// The 2-CTA work units of the FP8 GEMM and the bf16 dgrad (src/cuda/gemm/cluster_scheduler.h):
-// every tile of every expert computed exactly once, both halves of a unit share the operand the
-// kernel multicasts, and phantoms only where an expert has odd m- and n-block counts.
+// The work units of the clustered kernels, the FP8 GEMM's and the bf16 dGLU dgrad's pairs and the
+// narrow dGLU dgrad's fours (src/cuda/gemm/cluster_scheduler.h): every tile of every expert
+// computed exactly once, all ranks of a unit share the operand the kernel multicasts, and
+// phantoms only past the last n-block of an expert's left-over m-blocks.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -15,63 +16,77 @@
 namespace moefuse::gemm {
 namespace {
 
+// Every tile of every expert computed once by the kCluster ranks of the units, the units' shared
+// operand the same in every rank, phantoms only past the last n-block of left-over m-blocks, and
+// max_units an upper bound of the count.
+template <int kCluster>
 void expect_units_cover_tiles(const std::vector<int>& offsets, const TileShape& s) {
   const int num_experts = static_cast<int>(offsets.size()) - 1;
   std::vector<int> unit_start(num_experts + 1);
-  unit_starts(offsets.data(), num_experts, s, unit_start.data());
+  unit_starts<kCluster>(offsets.data(), num_experts, s, unit_start.data());
   std::map<std::tuple<int, int, int>, int> seen;
   int phantoms = 0, expected_phantoms = 0, tiles = 0;
+  const int padded_n = ceil_div(s.n_blocks, kCluster) * kCluster;
   for (int e = 0; e < num_experts; ++e) {
     const int rows = offsets[e + 1] - offsets[e];
     const int m_blocks = rows <= 0 ? 0 : ceil_div(rows, s.block_m);
     tiles += m_blocks * s.n_blocks;
-    expected_phantoms += (m_blocks % 2 == 1 && s.n_blocks % 2 == 1);
+    expected_phantoms += (m_blocks % kCluster) * (padded_n - s.n_blocks);
   }
+  EXPECT_LE(unit_start[num_experts], max_units<kCluster>(tiles, num_experts));
   for (int u = 0; u < unit_start[num_experts]; ++u) {
-    const UnitTile w0 = unit_tile(u, offsets.data(), unit_start.data(), num_experts, s, 0);
-    const UnitTile w1 = unit_tile(u, offsets.data(), unit_start.data(), num_experts, s, 1);
+    std::vector<UnitTile> w;
+    for (int r = 0; r < kCluster; ++r)
+      w.push_back(unit_tile<kCluster>(u, offsets.data(), unit_start.data(), num_experts, s, r));
     const std::string where = "unit " + std::to_string(u);
-    ASSERT_TRUE(w0.live) << where << ": rank 0 always has a tile";
-    ASSERT_EQ(w0.tile.expert, w1.tile.expert) << where;
-    ASSERT_EQ(w0.share_a, w1.share_a) << where;
-    if (w0.share_a) {
-      ASSERT_EQ(w0.tile.m_block, w1.tile.m_block) << where << ": an n-pair shares A";
-      ASSERT_EQ(w0.tile.n_block + 1, w1.tile.n_block) << where;
-    } else {
-      ASSERT_EQ(w0.tile.n_block, w1.tile.n_block) << where << ": an m-pair shares B";
-      ASSERT_EQ(w0.tile.m_block + 1, w1.tile.m_block) << where;
-      ASSERT_TRUE(w1.live) << where;
+    ASSERT_TRUE(w[0].live) << where << ": rank 0 always has a tile";
+    for (int r = 1; r < kCluster; ++r) {
+      ASSERT_EQ(w[r].tile.expert, w[0].tile.expert) << where;
+      ASSERT_EQ(w[r].share_a, w[0].share_a) << where;
+      if (w[0].share_a) {
+        ASSERT_EQ(w[r].tile.m_block, w[0].tile.m_block) << where << ": an n-group shares A";
+        ASSERT_EQ(w[r].tile.n_block, w[0].tile.n_block + r) << where;
+      } else {
+        ASSERT_EQ(w[r].tile.n_block, w[0].tile.n_block) << where << ": an m-group shares B";
+        ASSERT_EQ(w[r].tile.m_block, w[0].tile.m_block + r) << where;
+        ASSERT_TRUE(w[r].live) << where;
+      }
     }
-    for (const UnitTile& w : {w0, w1}) {
-      if (!w.live) {
+    for (const UnitTile& t : w) {
+      if (!t.live) {
         ++phantoms;
-        ASSERT_EQ(w.tile.n_block, s.n_blocks) << where << ": a phantom sits past the last n-block";
+        ASSERT_GE(t.tile.n_block, s.n_blocks) << where << ": a phantom sits past the last n-block";
         continue;
       }
-      const int m_blocks = ceil_div(offsets[w.tile.expert + 1] - offsets[w.tile.expert], s.block_m);
-      ASSERT_TRUE(w.tile.m_block >= 0 && w.tile.m_block < m_blocks) << where;
-      ASSERT_TRUE(w.tile.n_block >= 0 && w.tile.n_block < s.n_blocks) << where;
-      const auto key = std::make_tuple(w.tile.expert, w.tile.m_block, w.tile.n_block);
+      const int m_blocks = ceil_div(offsets[t.tile.expert + 1] - offsets[t.tile.expert], s.block_m);
+      ASSERT_TRUE(t.tile.m_block >= 0 && t.tile.m_block < m_blocks) << where;
+      ASSERT_TRUE(t.tile.n_block >= 0 && t.tile.n_block < s.n_blocks) << where;
+      const auto key = std::make_tuple(t.tile.expert, t.tile.m_block, t.tile.n_block);
       ASSERT_EQ(++seen[key], 1)
-          << where << ": tile (" << w.tile.expert << ", " << w.tile.m_block << ", "
-          << w.tile.n_block << ") computed twice";
+          << where << ": tile (" << t.tile.expert << ", " << t.tile.m_block << ", "
+          << t.tile.n_block << ") computed twice";
     }
   }
   EXPECT_EQ(static_cast<int>(seen.size()), tiles) << "every tile computed once";
-  EXPECT_EQ(phantoms, expected_phantoms) << "one phantom per expert with odd m- and n-blocks";
+  EXPECT_EQ(phantoms, expected_phantoms) << "phantoms only past the last n-block";
 }
 
-TEST(GemmFp8ClusterScheduler, EvenAndOddBlockCounts) {
-  for (int n_blocks : {1, 2, 3, 32}) {
+template <int kCluster>
+void expect_even_and_odd_block_counts() {
+  for (int n_blocks : {1, 2, 3, 4, 5, 7, 32}) {
     const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8, .n_blocks = n_blocks};
     SCOPED_TRACE("n_blocks " + std::to_string(n_blocks));
-    // Empty experts, one row, exact multiples, odd and even m-block counts, 17 m-blocks (a
-    // partial raster group of pairs).
-    expect_units_cover_tiles({0, 0, 1, 128, 129, 385, 385, 512 + 385, 2561, 2561 + 17 * 128}, s);
+    // Empty experts, one row, exact multiples, every m-block count modulo 4, 17 m-blocks (a
+    // partial raster group).
+    expect_units_cover_tiles<kCluster>(
+        {0, 0, 1, 128, 129, 385, 385, 512 + 385, 2561, 2561 + 17 * 128, 2561 + 20 * 128,
+         2561 + 26 * 128, 2561 + 33 * 128},
+        s);
   }
 }
 
-TEST(GemmFp8ClusterScheduler, RandomRouting) {
+template <int kCluster>
+void expect_random_routing_covered() {
   std::uniform_int_distribution<int> rows(0, 1500), blocks(1, 40);
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<int> offsets = {0};
@@ -79,11 +94,18 @@ TEST(GemmFp8ClusterScheduler, RandomRouting) {
     const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8,
                       .n_blocks = blocks(test::rng())};
     SCOPED_TRACE("trial " + std::to_string(trial) + ", seed " + std::to_string(test::seed()));
-    expect_units_cover_tiles(offsets, s);
+    expect_units_cover_tiles<kCluster>(offsets, s);
   }
 }
 
-TEST(GemmFp8ClusterScheduler, MPairsFollowTheRasterOrder) {
+TEST(GemmClusterScheduler, PairsEvenAndOddBlockCounts) { expect_even_and_odd_block_counts<2>(); }
+TEST(GemmClusterScheduler, FoursEveryBlockCountModuloFour) {
+  expect_even_and_odd_block_counts<4>();
+}
+TEST(GemmClusterScheduler, PairsRandomRouting) { expect_random_routing_covered<2>(); }
+TEST(GemmClusterScheduler, FoursRandomRouting) { expect_random_routing_covered<4>(); }
+
+TEST(GemmClusterScheduler, MPairsFollowTheRasterOrder) {
   // 8 m-blocks, 3 n-blocks: the 12 units run n-block 0's 4 pairs, then n-block 1's, ...
   const std::vector<int> offsets = {0, 8 * 128};
   const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8, .n_blocks = 3};
@@ -94,6 +116,28 @@ TEST(GemmFp8ClusterScheduler, MPairsFollowTheRasterOrder) {
     const UnitTile w = unit_tile(u, offsets.data(), unit_start.data(), 1, s, 1);
     EXPECT_EQ(w.tile.m_block, 2 * (u % 4) + 1) << "unit " << u;
     EXPECT_EQ(w.tile.n_block, u / 4) << "unit " << u;
+  }
+}
+
+TEST(GemmClusterScheduler, MFoursFollowTheRasterOrder) {
+  // 10 m-blocks, 3 n-blocks: n-block 0's 2 fours, then n-block 1's, ...; then m-blocks 8 and 9
+  // each as one n-group of 4 ranks, rank 3 a phantom (n-block 3 of 3).
+  const std::vector<int> offsets = {0, 10 * 128};
+  const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8, .n_blocks = 3};
+  std::vector<int> unit_start(2);
+  unit_starts<4>(offsets.data(), 1, s, unit_start.data());
+  ASSERT_EQ(unit_start[1], 8);
+  for (int u = 0; u < 6; ++u) {
+    const UnitTile w = unit_tile<4>(u, offsets.data(), unit_start.data(), 1, s, 1);
+    EXPECT_EQ(w.tile.m_block, 4 * (u % 2) + 1) << "unit " << u;
+    EXPECT_EQ(w.tile.n_block, u / 2) << "unit " << u;
+    EXPECT_FALSE(w.share_a) << "unit " << u;
+  }
+  for (int u = 6; u < 8; ++u) {
+    const UnitTile w = unit_tile<4>(u, offsets.data(), unit_start.data(), 1, s, 3);
+    EXPECT_EQ(w.tile.m_block, 8 + (u - 6)) << "unit " << u;
+    EXPECT_TRUE(w.share_a) << "unit " << u;
+    EXPECT_FALSE(w.live) << "unit " << u << ": rank 3 of an n-group over 3 n-blocks";
   }
 }
 

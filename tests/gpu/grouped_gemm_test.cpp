@@ -99,6 +99,7 @@ struct Case {
   bool bias = false, row_scale = false, pre = false, fp32_out = false, gather = false;
   bool unfused = false;
   GatherIndex index = GatherIndex::kFewInvalid;
+  int max_ctas = 0;
 };
 
 struct Outcome {
@@ -184,6 +185,7 @@ class Runner {
     if (c_.pre || (c_.unfused && c_.activation))
       g.pre_activation = pre_dev_->view(DType::kBFloat16, {m_cap_, c_.n});
     if (c_.gather) g.gather_index = index_dev_->view(DType::kInt32, {m_cap_});
+    g.max_ctas = c_.max_ctas;
     return g;
   }
   void launch(cudaStream_t stream) {
@@ -345,6 +347,25 @@ TEST(GroupedGemm, Fc2RowScaleAndBiasBf16AndFp32) {
     run_case({.counts = uniform_counts(16, 1500), .spare_rows = 33, .n = 520, .k = 312,
               .activation = false, .bias = true, .row_scale = true, .fp32_out = fp32},
              fp32 ? "fp32 out" : "bf16 out");
+}
+
+// The bf16-output kernel's 2-CTA clusters (src/cuda/gemm/cluster_scheduler.h): m-pairs sharing
+// B, the odd last m-block's n-pairs sharing A, and with an odd n-block count a phantom (rank 1
+// loads its half of A for rank 0 and writes nothing): N = 520 is three 256-column n-blocks (FC2,
+// linear) and N = 1552 seven (FC1, SwiGLU); the experts hold 1, 2, 3 and 5 m-blocks. max_ctas 3
+// and 1 run one cluster, which then walks every unit.
+TEST(GroupedGemm, ClusterPairsAndPhantoms) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts = {100, 0, 256, 300, 600, 1};
+  for (int max_ctas : {0, 3, 1}) {
+    const std::string ctas = "max_ctas " + std::to_string(max_ctas);
+    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 520, .k = 200,
+              .activation = false, .bias = true, .row_scale = true, .max_ctas = max_ctas},
+             "fc2, " + ctas);
+    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 1552, .k = 136,
+              .bias = true, .pre = true, .max_ctas = max_ctas},
+             "fc1, " + ctas);
+  }
 }
 
 TEST(GroupedGemm, SkewedRoutingAndOneExpertHoldingAllRows) {

@@ -1,6 +1,6 @@
-// Host launch of the persistent kernels that run in 2-CTA clusters (the FP8 GEMM, the bf16 dGLU
-// dgrad) or may run without (the plain dgrad): how many clusters can be resident at once, and the
-// launch with the cluster shape.
+// Host launch of the persistent kernels that run in clusters (the FP8 GEMM in pairs, the bf16
+// dGLU dgrad in pairs or fours) or may run without (the plain dgrad): how many clusters can be
+// resident at once, and the launch with the cluster shape.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,9 +15,10 @@
 
 namespace moefuse::gemm {
 
-// Clusters of `kernel` that can be resident at once (one CTA per SM, both CTAs of a cluster in
-// one GPC). Throws NotSupported naming `what` if not even one can.
-int max_active_clusters(const void* kernel, int threads, int64_t smem_bytes, const char* what);
+// Clusters of `cluster` CTAs of `kernel` that can be resident at once (one CTA per SM, the CTAs
+// of a cluster in one GPC). Throws NotSupported naming `what` if not even one can.
+int max_active_clusters(const void* kernel, int cluster, int threads, int64_t smem_bytes,
+                        const char* what);
 
 // `ctas` CTAs of `threads` threads each, in clusters of `cluster` CTAs (1: no cluster).
 template <class... Params, class... Args>
@@ -45,10 +46,10 @@ template <int kCluster, class... Params, class... Args>
 void launch_persistent(void (*kernel)(Params...), int64_t units, int max_ctas, int threads,
                        int64_t smem_bytes, cudaStream_t stream, const char* what,
                        Args&&... args) {
-  static_assert(kCluster == 1 || kCluster == kClusterSize);
+  static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4);
   int64_t clusters = kCluster == 1 ? cuda::device_sm_count()
                                    : max_active_clusters(reinterpret_cast<const void*>(kernel),
-                                                         threads, smem_bytes, what);
+                                                         kCluster, threads, smem_bytes, what);
   if (max_ctas > 0) clusters = std::min<int64_t>(clusters, std::max(1, max_ctas / kCluster));
   clusters = std::min(clusters, units);
   launch_ctas(kernel, kCluster, static_cast<int>(clusters * kCluster), threads, smem_bytes, stream,

@@ -16,6 +16,11 @@ inline constexpr int kBlockK = 64;   // 64 bf16 = 128 bytes: one 128B-swizzle ro
 // mainloop measured no slower with three than with four (docs/measurements.md).
 inline constexpr int kStages = 3;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
+// CTAs a cluster of the overlapped variant (bf16 output, A by TMA): 2, units of two tiles that
+// share a weight tile (or activation rows) by TMA multicast (cluster_scheduler.h), as the
+// dGLU dgrad, which ncu found bound by L2 bandwidth in one CTA. Not measured yet (the plain
+// dgrad, compute-bound, ran 1.00-1.05x slower in pairs: run 16).
+inline constexpr int kForwardCluster = 2;
 inline constexpr int kWgmmaK = 16;
 
 // Warp roles (common/warp_roles.h): warpgroup 0 produces (one thread issues TMA, or all 128

@@ -1,9 +1,15 @@
-// The grouped GEMM kernel: persistent (one CTA per SM), warp-specialised, 384 threads.
+// The grouped GEMM kernel: persistent (one CTA per SM), warp-specialised, 384 threads. The
+// overlapped variant may run in 2-CTA clusters (kCluster, config.h kForwardCluster): the CTAs of
+// a cluster walk units of two tiles that share one operand by TMA multicast (cluster_scheduler.h,
+// mainloop.cuh); without clusters a unit is a tile. The protocol below is written for units.
 //
 // Timeline of a CTA:
-//   all:        warp 0 computes tile_start[] from the offsets; thread 0 initialises the
-//               mbarriers; __syncthreads (the only CTA-wide barrier).
-//   warpgroup 0 (setmaxnreg down): produces, walking tiles blockIdx.x, +gridDim.x, ... and
+//   all:        warp 0 computes the unit starts (tile_start[]) from the offsets; thread 0
+//               initialises the mbarriers; __syncthreads (the only CTA-wide barrier), or the
+//               cluster barrier (every CTA's barriers exist before a peer's arrive or multicast;
+//               again before exit, so that no CTA leaves while a peer may still reach it).
+//   warpgroup 0 (setmaxnreg down): produces, walking units blockIdx.x / kCluster, + the grid's
+//               clusters, ... and
 //               filling stages ahead of the consumers (mainloop.cuh has the protocol; thread 0
 //               alone issues TMA in the plain variant, all 128 threads issue cp.async in the
 //               gather variant); in the overlapped variant warps 1-3 are the epilogue warps,
@@ -13,11 +19,13 @@
 //               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
 //               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
 //               stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
-//               and the gather variant, whose producer needs all of warpgroup 0).
+//               and the gather variant, whose producer needs all of warpgroup 0). A phantom's
+//               consumers wait for and release every stage (common/pipeline.cuh skip_phantom);
+//               its epilogue warps skip it.
 //
 // Barriers (all mbarriers, initialised once; parity waits; phase bits start at 0):
 //   full[s]    count 1 + tx bytes   producer -> consumers   (mainloop.cuh; gather: 1 + 128)
-//   empty[s]   count 256            consumers -> producer
+//   empty[s]   count 256            consumers -> producer (16 in a cluster: common/pipeline.cuh)
 //   tile_full  count 256            consumers -> epilogue warps (overlapped variant only;
 //   tile_empty count 96             epilogue warps -> consumers  common/tile_handoff.cuh)
 // Each role keeps its own (stage, phase) or tile phase and every role walks the same tile list
@@ -52,27 +60,36 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
 #include <type_traits>
 
+#include "cuda/gemm/cluster_scheduler.h"
+#include "cuda/gemm/common/cluster.cuh"
 #include "cuda/gemm/common/stage_accumulators.cuh"
-#include "cuda/gemm/device_scheduler.cuh"
+#include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/epilogues/register_epilogue.cuh"
 #include "cuda/gemm/epilogues/tile_epilogue.cuh"
 #include "cuda/gemm/mainloop.cuh"
 
 namespace moefuse::gemm {
 
-// Warps 1-3 of warpgroup 0: drain every tile the consumers stage, in the consumers' tile order.
+// Warps 1-3 of warpgroup 0: drain every tile the consumers stage, in the consumers' order
+// (phantoms have none).
+template <int kCluster>
 __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const EpilogueParams& ep,
                                                    const SharedLayout& smem,
-                                                   const TileShape& shape, int total_tiles) {
+                                                   const TileShape& shape,
+                                                   const ClusterUnits& units) {
   constexpr int kWorkers = kEpilogueThreads;
   const int worker = threadIdx.x - 32;
   TileHandoff handoff = TileHandoff::of(smem);
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+  for (int u = units.first; u < units.total; u += units.step) {
+    const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
+                                                   shape, units.rank);
+    if (!w.live) continue;
+    const TileCoord& c = w.tile;
     const TileRows rows = tile_rows<kBlockM>(p, c);
     handoff.wait_full();
     dispatch_epilogue_op(ep.op, [&](auto op) {
@@ -83,31 +100,48 @@ __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const E
   }
 }
 
-template <class OutT, bool kGather>
+// kCluster: CTAs a cluster, 1 or 2 (kClusterSize; the overlapped variant only: config.h
+// kForwardCluster says which launches use it).
+template <class OutT, bool kGather, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                         const __grid_constant__ CUtensorMap tmap_b, const GemmProblem p,
                         const EpilogueParams ep) {
   constexpr bool kOverlap = std::is_same_v<OutT, __nv_bfloat16> && !kGather;
+  static_assert(kCluster == 1 || (kCluster == kClusterSize && kOverlap));
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, kBlockN)};
 
-  if (threadIdx.x < 32) warp_tile_starts(p.offsets, p.num_experts, shape, smem.tile_start);
-  if (threadIdx.x == 0) smem.init_barriers(kGather ? 1 + kWarpgroupThreads : 1);
-  __syncthreads();
-  const int total_tiles = smem.tile_start[p.num_experts];
+  if (threadIdx.x < 32) {
+    warp_exclusive_prefix(
+        p.num_experts,
+        [&](int e) {
+          return cluster_expert_units<kCluster>(p.offsets[e + 1] - p.offsets[e], shape);
+        },
+        smem.tile_start);
+  }
+  if (threadIdx.x == 0)
+    smem.init_barriers(kGather ? 1 + kWarpgroupThreads : 1, kEpilogueThreads,
+                       empty_arrivals<kCluster>());
+  if constexpr (kCluster == 1) __syncthreads();
+  else cluster_sync_all();
+  const ClusterUnits units{
+      .first = static_cast<int>(blockIdx.x) / kCluster,
+      .step = static_cast<int>(gridDim.x) / kCluster,
+      .total = warp_uniform(smem.tile_start[p.num_experts]),
+      .rank = kCluster == 1 ? 0 : static_cast<int>(cute::block_rank_in_cluster())};
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if constexpr (kGather) {
-      produce_gather(&tmap_b, p, smem, shape, total_tiles);
+      produce_gather(&tmap_b, p, smem, shape, units);
     } else if (threadIdx.x == 0) {
-      produce_tma(&tmap_a, &tmap_b, p, smem, shape, total_tiles);
+      produce_tma<kCluster>(&tmap_a, &tmap_b, p, smem, shape, units);
     } else if (kOverlap && threadIdx.x >= 32) {
-      run_epilogue_warps(p, ep, smem, shape, total_tiles);
+      run_epilogue_warps<kCluster>(p, ep, smem, shape, units);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
@@ -115,10 +149,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[128];
     PipelineState<kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);
-    for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-      const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
+    for (int u = units.first; u < units.total; u += units.step) {
+      const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start,
+                                                     p.num_experts, shape, units.rank);
+      if (!warp_uniform(w.live)) {
+        skip_phantom<kCluster>(ceil_div(p.k, kBlockK), smem, pipe);
+        continue;
+      }
+      const TileCoord& c = w.tile;
       const TileRows rows = tile_rows<kBlockM>(p, c);
-      consume_tile<kGather>(acc, p, smem, pipe, slab);
+      consume_tile<kGather, kCluster>(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
         handoff.acquire();
         stage_accumulators<kBlockM, kBlockN, kTilePitch>(
@@ -132,6 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  // No CTA leaves while its peer may still arrive on its empty barriers or multicast into it.
+  if constexpr (kCluster > 1) cluster_sync_all();
 }
 
 }  // namespace moefuse::gemm

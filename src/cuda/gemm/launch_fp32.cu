@@ -4,7 +4,7 @@
 namespace moefuse::gemm {
 
 void launch_grouped_gemm_fp32(const GemmLaunch& launch, cudaStream_t stream) {
-  launch_grouped_gemm<float, false>(launch, stream);
+  launch_grouped_gemm<float, false, 1>(launch, stream);
 }
 
 }  // namespace moefuse::gemm

@@ -9,9 +9,15 @@
 //                     threads cp.async their A chunks and cp.async.mbarrier.arrive.noinc.
 //                     full[s] arrive count 1 + 128.
 //   consumers: wait full[s] (parity phase), issue 4 wgmma (K = 64), commit; once the *previous*
-//     stage's wgmmas retire (wait_group 1) every consumer thread arrives on that stage's empty
-//     barrier (arrive count 256). One wgmma batch stays in flight across stage boundaries.
-// Both roles walk the same tiles and the same number of K blocks per tile, so their (stage,
+//     stage's wgmmas retire (wait_group 1) they release it (common/pipeline.cuh release_stage):
+//     every consumer thread on the empty barrier (arrive count 256), or, in a 2-CTA cluster,
+//     lane c of each consumer warp on CTA c's (count 16). One wgmma batch stays in flight across
+//     stage boundaries.
+// Clusters (kCluster 2, TMA variant only): the two CTAs compute a unit of two tiles that share A
+// or B (cluster_scheduler.h); each loads its half of the shared operand and multicasts it to
+// both, and its own operand whole; a phantom (no tile) loads only its half of A. full[s] expects
+// the whole stage's bytes in either case.
+// All roles walk the same units and the same number of K blocks per unit, so their (stage,
 // phase) counters stay in lockstep across the persistent loop; kernel.cuh walks the whole
 // protocol, tile hand-off included, for 0, 1 and 2 tiles per CTA.
 #pragma once
@@ -28,6 +34,7 @@
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
+#include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/config.h"
 #include "cuda/gemm/params.h"
 
@@ -41,22 +48,45 @@ using SharedLayout = HandoffSharedLayout<kStages, kABytes, kBBytes, kTileStageBy
 // TMA producer: one thread. A through a 2D map over [m_cap, K] (rows past m_cap zero-filled,
 // rows of the next expert loaded and masked in the epilogue); B through a 3D map over
 // [E, N, K] with the expert as the outer coordinate (n past N zero-filled, never another expert).
+// Both maps' boxes are 1 / kCluster of the tile's rows: each operand goes in kCluster pieces,
+// which a unit's shared operand splits among the CTAs (piece `rank`, multicast to all).
+template <int kCluster>
 __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                             const GemmProblem& p, const SharedLayout& smem,
-                                            const TileShape& shape, int total_tiles) {
+                                            const TileShape& shape, const ClusterUnits& units) {
+  constexpr int kARows = kBlockM / kCluster, kBRows = kBlockN / kCluster;
   const int k_blocks = ceil_div(p.k, kBlockK);
   PipelineState<kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
-    const TileRows rows = tile_rows<kBlockM>(p, c);
+  for (int u = units.first; u < units.total; u += units.step) {
+    const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
+                                                   shape, units.rank);
+    const int first_row = tile_rows<kBlockM>(p, w.tile).first;
+    const int n0 = w.tile.n_block * kBlockN;
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
-      ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes + kBBytes);
-      cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, smem.a_stage(pipe.stage),
-                                   kb * kBlockK, rows.first);
-      cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
-                                   kb * kBlockK, c.n_block * kBlockN, c.expert);
+      // A (all pieces, from this CTA or its peer) and, unless a phantom, B (idem).
+      ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes + (w.live ? kBBytes : 0));
+      const int k0 = kb * kBlockK;
+      for (int h = 0; h < kCluster; ++h) {
+        uint8_t* a = smem.a_stage(pipe.stage) + h * (kABytes / kCluster);
+        uint8_t* b = smem.b_stage(pipe.stage) + h * (kBBytes / kCluster);
+        if (!w.share_a)
+          cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, a, k0,
+                                       first_row + h * kARows);
+        else if (h == units.rank)
+          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(tmap_a, full, cluster_mask<kCluster>(),
+                                                 kCacheHintNormal, a, k0, first_row + h * kARows);
+        if (w.share_a || kCluster == 1) {  // B is this CTA's own (a phantom has none)
+          if (w.live)
+            cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, b, k0, n0 + h * kBRows,
+                                         w.tile.expert);
+        } else if (h == units.rank) {
+          cute::SM90_TMA_LOAD_MULTICAST_3D::copy(tmap_b, full, cluster_mask<kCluster>(),
+                                                 kCacheHintNormal, b, k0, n0 + h * kBRows,
+                                                 w.tile.expert);
+        }
+      }
       pipe.advance();
     }
   }
@@ -67,7 +97,7 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUt
 // 128B-swizzled position TMA would have used: chunk c of row r lands at r·128 + (c ^ r % 8)·16.
 __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const GemmProblem& p,
                                                const SharedLayout& smem, const TileShape& shape,
-                                               int total_tiles) {
+                                               const ClusterUnits& units) {
   constexpr int kChunks = kBlockK * 2 / 16;                     // 8 per 128-byte row
   constexpr int kRowsPerPass = kWarpgroupThreads / kChunks;     // 16
   constexpr int kPasses = kBlockM / kRowsPerPass;               // 8
@@ -76,7 +106,7 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
   const int row_in_pass = tid / kChunks;
   const int k_blocks = ceil_div(p.k, kBlockK);
   PipelineState<kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+  for (int t = units.first; t < units.total; t += units.step) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
     const TileRows rows = tile_rows<kBlockM>(p, c);
     // The source token of each of this thread's rows; -1 reads zeros.
@@ -115,7 +145,7 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
 }
 
 // One tile's K loop for consumer warpgroup `slab` (0 or 1: rows 64·slab .. 64·slab + 63).
-template <bool kGather>
+template <bool kGather, int kCluster>
 __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProblem& p,
                                              const SharedLayout& smem, PipelineState<kStages>& pipe,
                                              int slab) {
@@ -140,13 +170,13 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProble
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();
     fence_accumulators(acc);
-    if (previous_stage >= 0) ClusterBarrier::arrive(&smem.empty[previous_stage]);
+    if (previous_stage >= 0) release_stage<kCluster>(&smem.empty[previous_stage]);
     previous_stage = pipe.stage;
     pipe.advance();
   }
   cute::warpgroup_wait<0>();
   fence_accumulators(acc);
-  ClusterBarrier::arrive(&smem.empty[previous_stage]);
+  release_stage<kCluster>(&smem.empty[previous_stage]);
 }
 
 }  // namespace moefuse::gemm

@@ -122,11 +122,18 @@ constexpr int dglu_block_n(int64_t k) { return k <= kDgluNarrowMaxK ? kGluBlockN
 // A dgrad kernel's shape (dgrad_kernel.cuh): stage ring and tile width G, epilogue warps, dGLU
 // epilogue or plain store, CTAs a cluster. The 384-thread shapes move registers to the consumers
 // (setmaxnreg); the 512-thread one keeps the 128 each thread launches with.
-// Clusters (2 CTAs sharing one operand by multicast) for the dGLU shapes only. Run 16 (H200,
-// interleaved A/B, clusters against none): fused FC2 dgrad qwen3 0.913x the time (narrow),
-// gpt-oss 0.940 (narrow), deepseek 0.985 and mixtral 1.006 (wide); the plain store (FC1 dgrad,
-// compute-bound: ncu 87% SM) 1.017, 1.046, 1.008, 1.002 — coupling two CTAs' pipelines costs it
-// more than the L2 loads it saves.
+// Clusters (CTAs sharing one operand by multicast, cluster_scheduler.h) for the dGLU shapes only.
+// Run 16 (H200, interleaved A/B, 2-CTA clusters against none): fused FC2 dgrad qwen3 0.913x the
+// time (narrow), gpt-oss 0.940 (narrow), deepseek 0.985 and mixtral 1.006 (wide); the plain store
+// (FC1 dgrad, compute-bound: ncu 87% SM) 1.017, 1.046, 1.008, 1.002 — coupling the CTAs'
+// pipelines costs it more than the L2 loads it saves. In pairs the narrow shape is still bound by
+// L2 bandwidth (ncu, run 17, qwen3: L2 88%, SM 62%), so it runs in fours: one W2 tile for four
+// m-blocks, a tile's A and B reads from L2 0.70 instead of 0.90 MB per 2048 of K (1.28 alone).
+// Not measured yet (run 17's plan, item 2); fours may leave a few SMs idle where a GPC's SM
+// count is not a multiple of four.
+inline constexpr int kGluCluster = 4;
+static_assert(kGroupM % kGluCluster == 0 && kGroupM % kClusterSize == 0,
+              "raster groups hold whole m-groups");
 template <class Ring, int EpilogueWarps, bool Glu, int Cluster>
 struct DgradShape {
   using G = Ring;
@@ -142,7 +149,7 @@ struct DgradShape {
 };
 using DgradStoreShape = DgradShape<DgradStages, kEpilogueWarps, false, 1>;
 using DgluWideShape = DgradShape<DgradStages, kEpilogueWarps, true, kClusterSize>;
-using DgluNarrowShape = DgradShape<GluStages, kGluEpilogueWarps, true, kClusterSize>;
+using DgluNarrowShape = DgradShape<GluStages, kGluEpilogueWarps, true, kGluCluster>;
 static_assert(DgluWideShape::kTilePitch == kTilePitch && DgluNarrowShape::kThreads == kGluThreads);
 
 }  // namespace moefuse::gemm::bwd

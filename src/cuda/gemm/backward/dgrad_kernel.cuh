@@ -1,26 +1,27 @@
 // The dgrad kernel: D[r] = A[r] · B[e] for the rows r of expert e, ragged M from device offsets,
 // A [m_cap, K] K-major (one 2D TMA map, boxes of 128 / cluster size rows × 64 K), B [E, K, N]
 // used as stored, i.e. MN-major (one 3D TMA map, boxes of 64 N × 64 K, expert outer).
-// Persistent, warp-specialised. Three shapes (config.h DgradShape): the plain store (FC1 dgrad) and the FC2
-// dGLU for a long K, 128 × 256 tiles and 384 threads; the FC2 dGLU for a short K, 128 × 192
-// tiles and 512 threads, the fourth warpgroup four more epilogue warps.
-// The dGLU shapes run in clusters of 2 CTAs that share one operand of each pair of tiles by TMA
-// multicast (cluster_scheduler.h: two m-blocks of one n-block share the B tile, the odd last
-// m-block's n-pairs the A tile): a 128 × 192 tile loads 1.28 MB of A and B from L2 per 2048 of K,
-// and ncu (run 16, qwen3) found the narrow kernel bound by L2 bandwidth (89% of it, SM 63%).
+// Persistent, warp-specialised. Three shapes (config.h DgradShape): the plain store (FC1 dgrad)
+// and the FC2 dGLU for a long K, 128 × 256 tiles and 384 threads; the FC2 dGLU for a short K,
+// 128 × 192 tiles and 512 threads, the fourth warpgroup four more epilogue warps.
+// The dGLU shapes run in clusters of C CTAs (S::kCluster: 2 wide, 4 narrow) that share one
+// operand of each group of C tiles by TMA multicast (cluster_scheduler.h: C m-blocks of one
+// n-block share the B tile; an expert's left-over m-blocks' n-groups the A tile): alone, a
+// 128 × 192 tile loads 1.28 MB of A and B from L2 per 2048 of K, and ncu (run 16, qwen3) found
+// the narrow kernel bound by L2 bandwidth (89% of it, SM 63%; in pairs still 88%, run 17).
 // The plain store runs one CTA a cluster: a unit is a tile (config.h says why).
 //
-// Timeline of a CTA (rank 0 or 1 of its cluster; rank 0 without clusters):
+// Timeline of a CTA (rank 0 .. C - 1 of its cluster; rank 0 without clusters):
 //   all:        warp 0 scans the unit counts (cluster_scheduler.h) into shared memory; thread 0
-//               initialises the mbarriers; cluster barrier (both CTAs' barriers exist before any
-//               remote arrive or multicast touches them), or __syncthreads without clusters.
-//   warpgroup 0, thread 0 (producer): per unit and stage, A as two 64-row halves (one 128-row box
-//               without clusters) and B as N / 64 boxes (64 K × 64 N each); the shared
-//               operand's pieces split between the two CTAs
-//               (A: half `rank`; B: boxes rank, rank + 2, ...), each multicast to both; the own
-//               operand loaded whole. A phantom (no tile: odd m- and n-blocks) loads only its A
-//               half. Rows past the expert are loaded (next expert's rows, or zeros past m_cap)
-//               and masked in the epilogue; K and N tails are zero-filled by TMA.
+//               initialises the mbarriers; cluster barrier (every CTA's barriers exist before
+//               any remote arrive or multicast touches them), or __syncthreads without clusters.
+//   warpgroup 0, thread 0 (producer): per unit and stage, A as C pieces of 128 / C rows (one
+//               128-row box without clusters) and B as N / 64 boxes (64 K × 64 N each); the
+//               shared operand's pieces split among the C CTAs (A: piece `rank`; B: boxes rank,
+//               rank + C, ...), each multicast to all; the own operand loaded whole. A phantom
+//               (no tile, in an n-group past the last n-block) loads only its piece of A. Rows
+//               past the expert are loaded (next expert's rows, or zeros past m_cap) and masked
+//               in the epilogue; K and N tails are zero-filled by TMA.
 //   warpgroup 0, warps 1-3, and warpgroup 3 if any (epilogue warps): drain each finished tile
 //               from the tile buffer: plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh);
 //               phantoms skipped.
@@ -28,15 +29,15 @@
 //               registers each, hand the tile over (tile_handoff.cuh: bf16 for bf16 D and the
 //               dGLU's g, two fp32 halves for fp32 D) and go on with the next unit. A phantom's
 //               consumers wait for and release every stage (mainloop.cuh skip_phantom).
-//   all:        cluster barrier (clusters only), then exit (no CTA leaves while its peer may still
+//   all:        cluster barrier (clusters only), then exit (no CTA leaves while a peer may still
 //               arrive on its empty barriers or multicast into its stages).
-// Synchronisation: the stage mbarriers (mainloop.cuh; full: 1 arrival + the bytes of both
-// producers' copies, empty: lanes 0 and 1 of the 8 consumer warps of both CTAs, or all 256
-// consumer threads without clusters) and the
-// hand-off's tile_full/tile_empty (common/tile_handoff.cuh); no named barrier. Both CTAs of a
-// cluster walk the same units with the same K blocks, so stage s of round j holds the same K
-// block of the same unit in both; the FP8 kernel (fp8/kernel.cuh, fp8/mainloop.cuh) walks the
-// same protocol by hand, including why a peer's early multicast cannot complete a phase.
+// Synchronisation: the stage mbarriers (mainloop.cuh; full: 1 arrival + the bytes of all the
+// producers' copies, empty: lanes 0 .. C - 1 of the 8 consumer warps of every CTA, or all 256
+// consumer threads without clusters) and the hand-off's tile_full/tile_empty
+// (common/tile_handoff.cuh); no named barrier. The CTAs of a cluster walk the same units with
+// the same K blocks, so stage s of round j holds the same K block of the same unit in all; the
+// FP8 kernel (fp8/kernel.cuh, fp8/mainloop.cuh) walks the same protocol by hand for pairs,
+// including why a peer's early multicast cannot complete a phase.
 #pragma once
 
 #include <cuda.h>
@@ -59,7 +60,7 @@ template <class G, int kCluster>
 __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                               const DgradProblem& p, const StagedLayout<G>& smem,
                                               const TileShape& shape, const ClusterUnits& units) {
-  // A in one piece per CTA of the cluster (the tensor map's box): in an n-pair each CTA
+  // A in one piece per CTA of the cluster (the tensor map's box): in an n-group each CTA
   // multicasts its piece, otherwise it loads them all.
   constexpr int kPieceRows = kBlockM / kCluster, kPieceBytes = G::kABytes / kCluster;
   const int k_blocks = ceil_div(p.k, G::kBlockK);
@@ -69,7 +70,7 @@ __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const C
                                                    shape, units.rank);
     const int first_row = tile_rows<kBlockM>(p, w.tile).first;
     const int n0 = w.tile.n_block * G::kN;
-    // A (both halves, from this CTA or its peer) and, unless a phantom, B (idem).
+    // A (all pieces, from this CTA or its peers) and, unless a phantom, B (idem).
     const int bytes = G::kABytes + (w.live ? G::kBBytes : 0);
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
@@ -82,8 +83,8 @@ __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const C
         if (!w.share_a)
           cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, dst, k0, row);
         else if (h == units.rank)
-          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(tmap_a, full, kClusterMask, kCacheHintNormal,
-                                                 dst, k0, row);
+          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(tmap_a, full, cluster_mask<kCluster>(),
+                                                 kCacheHintNormal, dst, k0, row);
       }
       for (int i = 0; i < G::kN / kMnChunk; ++i) {
         uint8_t* dst = smem.b_stage(pipe.stage) + i * G::kMnChunkBytes;
@@ -93,8 +94,8 @@ __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const C
             cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, dst, n, k0,
                                          w.tile.expert);
         } else if (i % kCluster == units.rank) {
-          cute::SM90_TMA_LOAD_MULTICAST_3D::copy(tmap_b, full, kClusterMask, kCacheHintNormal,
-                                                 dst, n, k0, w.tile.expert);
+          cute::SM90_TMA_LOAD_MULTICAST_3D::copy(tmap_b, full, cluster_mask<kCluster>(),
+                                                 kCacheHintNormal, dst, n, k0, w.tile.expert);
         }
       }
       pipe.advance();
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       const UnitTile w = cluster_unit_tile<S::kCluster>(u, p.offsets, smem.tile_start,
                                                         p.num_experts, shape, units.rank);
       if (!warp_uniform(w.live)) {
-        skip_phantom<G>(k_blocks, smem, pipe);
+        skip_phantom<S::kCluster>(k_blocks, smem, pipe);
         continue;
       }
       consume_tile<Major::K, Major::MN, G, S::kCluster>(acc, k_blocks, smem, pipe, slab,

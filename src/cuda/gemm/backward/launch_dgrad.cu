@@ -1,6 +1,6 @@
 // Host launcher of the dgrad kernel: TMA maps from pointers and shapes only, a persistent grid (of
-// 2-CTA clusters for the dGLU shapes); a dGLU shape when the FC2 epilogue is on, by K (config.h
-// dglu_block_n).
+// clusters for the dGLU shapes: config.h); a dGLU shape when the FC2 epilogue is on, by K
+// (config.h dglu_block_n).
 #include "cuda/check.h"
 #include "cuda/gemm/backward/dgrad_kernel.cuh"
 #include "cuda/gemm/backward/launch.h"
@@ -14,7 +14,7 @@ template <class S>
 void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
   using G = typename S::G;
   const DgradProblem& p = launch.problem;
-  // A in one piece per CTA of a cluster: in an n-pair each loads one (dgrad_kernel.cuh).
+  // A in one piece per CTA of a cluster: in an n-group each loads one (dgrad_kernel.cuh).
   const CUtensorMap tmap_a =
       make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM / S::kCluster, G::kBlockK);
   // B [E, K, N]: boxes of 64 K rows × 64 N columns (MN-major operand).
@@ -28,8 +28,8 @@ void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
   auto* kernel = &dgrad_kernel<S>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
-  // Clusters: each expert adds at most one odd unit to the pairs of its tiles.
-  const int64_t units = S::kCluster == 1 ? max_tiles : (max_tiles + p.num_experts + 1) / 2;
+  const int64_t units =
+      S::kCluster == 1 ? max_tiles : max_units<S::kCluster>(max_tiles, p.num_experts);
   launch_persistent<S::kCluster>(kernel, units, launch.max_ctas, S::kThreads, bytes, stream,
                                  "the dGLU dgrad grouped GEMM", tmap_a, tmap_b, p, launch.dglu);
 }

@@ -14,11 +14,12 @@
 //   producer: wait empty[s] (parity phase ^ 1), arrive.expect_tx(full[s], bytes), TMA loads
 //     (or cp.async + cp.async.mbarrier.arrive.noinc for the gathered operand).
 //   consumers: wait full[s] (parity phase), [tail fix-up], K/16 wgmma k16, commit; once the
-//     previous stage's wgmmas retire (wait_group 1) they release it (release_stage): every
-//     consumer thread on its empty barrier (count 256), or in a 2-CTA cluster (the dgrad, whose
-//     peer multicasts into this CTA's stages) lane c of each consumer warp on the empty barrier
-//     of CTA c (count 8 warps × 2 CTAs; wait_group is .sync.aligned, so the whole warp is past
-//     its reads). One wgmma batch stays in flight across stage boundaries.
+//     previous stage's wgmmas retire (wait_group 1) they release it (common/pipeline.cuh
+//     release_stage): every
+//     consumer thread on its empty barrier (count 256), or in a cluster of C CTAs (the dgrad,
+//     whose peers multicast into this CTA's stages) lane c < C of each consumer warp on the
+//     empty barrier of CTA c (count 8 warps × C CTAs; wait_group is .sync.aligned, so the whole
+//     warp is past its reads). One wgmma batch stays in flight across stage boundaries.
 // Both roles walk the same tiles and K-block counts, so their (stage, phase) stay in lockstep.
 #pragma once
 
@@ -80,34 +81,6 @@ template <Major kA, class G>
 __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int slab) {
   // K-major: 64 rows × 128 B; MN-major: exactly one 64-wide chunk (config.h static_assert).
   return a_stage + slab * (kA == Major::K ? (kBlockM / 2) * 128 : G::kMnChunkBytes);
-}
-
-// The consumers' release of a stage they have read, in a kernel of kCluster CTAs a cluster (the
-// protocol above); the empty barriers count kConsumerThreads or empty_arrivals<kCluster>().
-template <int kCluster>
-__device__ __forceinline__ void release_stage(uint64_t* empty) {
-  if constexpr (kCluster == 1) {
-    ClusterBarrier::arrive(empty);
-  } else {
-    const uint32_t lane = threadIdx.x % 32;
-    ClusterBarrier::arrive(empty, lane, lane < kCluster);
-  }
-}
-template <int kCluster>
-constexpr int empty_arrivals() {
-  return kCluster == 1 ? kConsumerThreads : (kConsumerThreads / 32) * kCluster;
-}
-
-// A phantom tile's K loop (cluster_scheduler.h): every stage waited for (the peer's multicast
-// lands in it) and released, nothing computed.
-template <class G>
-__device__ __forceinline__ void skip_phantom(int k_blocks, const StagedLayout<G>& smem,
-                                             PipelineState<G::kStages>& pipe) {
-  for (int kb = 0; kb < k_blocks; ++kb) {
-    ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
-    release_stage<kClusterSize>(&smem.empty[pipe.stage]);
-    pipe.advance();
-  }
 }
 
 // One tile's K loop for consumer warpgroup `slab`. `prepare(stage, kb)` runs after the stage's

@@ -1,10 +1,10 @@
-// Device pieces shared by the 2-CTA clustered kernels (fp8/kernel.cuh, backward/dgrad_kernel.cuh):
+// Device pieces shared by the clustered kernels (fp8/kernel.cuh, backward/dgrad_kernel.cuh):
 // the cluster-wide barrier and a warp-uniform copy of a value.
 #pragma once
 
 namespace moefuse::gemm {
 
-// Every thread of both CTAs; not .aligned, so lanes that took different roles may call it.
+// Every thread of every CTA; not .aligned, so lanes that took different roles may call it.
 __device__ __forceinline__ void cluster_sync_all() {
   asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");

@@ -77,8 +77,8 @@ __device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
 }
 
 // By one thread, before the CTA-wide __syncthreads (and before fence_barrier_init).
-// empty_arrivals: every consumer thread arrives by default; the FP8 kernel's cluster pipeline
-// has one arrival per consumer warp and CTA of the cluster (fp8/mainloop.cuh).
+// empty_arrivals: every consumer thread arrives by default; the clustered pipelines have one
+// arrival per consumer warp and CTA of the cluster (empty_arrivals below, fp8/mainloop.cuh).
 template <int kStages>
 __device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* empty,
                                                     int full_arrivals,
@@ -86,6 +86,37 @@ __device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* em
   for (int s = 0; s < kStages; ++s) {
     ClusterBarrier::init(&full[s], full_arrivals);
     ClusterBarrier::init(&empty[s], empty_arrivals);
+  }
+}
+
+// The consumers' release of a stage they have read, in a kernel of kCluster CTAs a cluster: every
+// consumer thread on its own CTA's empty barrier (kCluster 1), or lane c < kCluster of each
+// consumer warp on the empty barrier of CTA c, whose producer multicasts into this CTA's stage
+// too (the forward and dgrad kernels' clusters; wait_group is .sync.aligned, so the whole warp is
+// past its reads). The empty barriers count empty_arrivals<kCluster>().
+template <int kCluster>
+__device__ __forceinline__ void release_stage(uint64_t* empty) {
+  if constexpr (kCluster == 1) {
+    ClusterBarrier::arrive(empty);
+  } else {
+    const uint32_t lane = threadIdx.x % 32;
+    ClusterBarrier::arrive(empty, lane, lane < kCluster);
+  }
+}
+template <int kCluster>
+constexpr int empty_arrivals() {
+  return kCluster == 1 ? kConsumerThreads : (kConsumerThreads / 32) * kCluster;
+}
+
+// A phantom tile's K loop (cluster_scheduler.h): every stage waited for (the peers' multicasts
+// land in it) and released, nothing computed. Layout: a HandoffSharedLayout.
+template <int kCluster, class Layout, int kStages>
+__device__ __forceinline__ void skip_phantom(int k_blocks, const Layout& smem,
+                                             PipelineState<kStages>& pipe) {
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
+    release_stage<kCluster>(&smem.empty[pipe.stage]);
+    pipe.advance();
   }
 }
 
