@@ -127,13 +127,10 @@ constexpr int dglu_block_n(int64_t k) { return k <= kDgluNarrowMaxK ? kGluBlockN
 // time (narrow), gpt-oss 0.940 (narrow), deepseek 0.985 and mixtral 1.006 (wide); the plain store
 // (FC1 dgrad, compute-bound: ncu 87% SM) 1.017, 1.046, 1.008, 1.002 — coupling the CTAs'
 // pipelines costs it more than the L2 loads it saves. In pairs the narrow shape is still bound by
-// L2 bandwidth (ncu, run 17, qwen3: L2 88%, SM 62%), so it runs in fours: one W2 tile for four
-// m-blocks, a tile's A and B reads from L2 0.70 instead of 0.90 MB per 2048 of K (1.28 alone).
-// Not measured yet (run 17's plan, item 2); fours may leave a few SMs idle where a GPC's SM
-// count is not a multiple of four.
-inline constexpr int kGluCluster = 4;
-static_assert(kGroupM % kGluCluster == 0 && kGroupM % kClusterSize == 0,
-              "raster groups hold whole m-groups");
+// L2 bandwidth (ncu, run 17, qwen3: L2 88%, SM 62%), but fours (one W2 tile for four m-blocks,
+// 0.70 instead of 0.90 MB of L2 reads a tile per 2048 of K) did not pay (run 18, one round):
+// narrow qwen3 0.987x, gpt-oss 1.057; the wide shape in fours deepseek 1.085, mixtral 1.088.
+static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-groups");
 template <class Ring, int EpilogueWarps, bool Glu, int Cluster>
 struct DgradShape {
   using G = Ring;
@@ -149,7 +146,7 @@ struct DgradShape {
 };
 using DgradStoreShape = DgradShape<DgradStages, kEpilogueWarps, false, 1>;
 using DgluWideShape = DgradShape<DgradStages, kEpilogueWarps, true, kClusterSize>;
-using DgluNarrowShape = DgradShape<GluStages, kGluEpilogueWarps, true, kGluCluster>;
+using DgluNarrowShape = DgradShape<GluStages, kGluEpilogueWarps, true, kClusterSize>;
 static_assert(DgluWideShape::kTilePitch == kTilePitch && DgluNarrowShape::kThreads == kGluThreads);
 
 }  // namespace moefuse::gemm::bwd
