@@ -1,4 +1,4 @@
-// What the two GEMM benchmark modes (gemm, gemm-backward) share: options, the report's columns
+// What the GEMM benchmark modes (gemm, gemm-backward, gemm-fp8) share: options, the report's columns
 // and metadata, the torch baseline call and the row format.
 #pragma once
 
@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/mode.h"
@@ -28,6 +29,9 @@ struct GemmBenchOptions {
 // --preset (a name or "all"), --tokens, --routing, --warmup, --iters, --json, --no-torch; then
 // Args::finish.
 GemmBenchOptions parse_gemm_bench_options(Args& args);
+inline constexpr std::string_view kGemmBenchOptions =
+    "[--preset NAME|all] [--tokens 16384] [--routing uniform|zipf] [--warmup 10] [--iters 50] "
+    "[--json FILE] [--no-torch]";
 
 // A report with the columns preset, op, variant, median_ms, TFLOP/s, vs_dense, vs_torch,
 // vs_unfused and the run's metadata (the kernel's tile shape among it).

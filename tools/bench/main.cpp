@@ -1,4 +1,5 @@
-// moefuse-bench: the main job. `moefuse-bench [MODE] [--options]`; `moefuse-bench help` lists modes.
+// moefuse-bench: the main job. `moefuse-bench [MODE] [--options]`; `moefuse-bench help` lists the
+// modes, `moefuse-bench MODE --help` a mode's options.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -20,25 +21,39 @@ void print_help() {
                 m.summary.data());
   std::printf("  %-14s %s\n", "ep",
               "expert parallelism over N GPUs (--ep N): runs moefuse-ep-bench");
-  std::printf("\nWith no MODE: %s.\n", std::string(kDefaultMode).c_str());
+  std::printf("\nWith no MODE: %s. `moefuse-bench MODE --help` lists a mode's options.\n",
+              std::string(kDefaultMode).c_str());
 }
+
+void print_mode_help(const moefuse::bench::Mode& m) {
+  std::printf("usage: moefuse-bench %s %s\n\n%s\n", std::string(m.name).c_str(),
+              std::string(m.options).c_str(), std::string(m.summary).c_str());
+}
+
+bool is_help_flag(std::string_view arg) { return arg == "--help" || arg == "-h"; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (moefuse::bench::wants_ep(argc, argv)) return moefuse::bench::exec_ep_bench(argc, argv);
+  if (argc > 1 && (is_help_flag(argv[1]) || std::string_view(argv[1]) == "help")) {
+    print_help();
+    return 0;
+  }
   std::string_view mode_name = kDefaultMode;
   int first = 1;
   if (argc > 1 && std::string_view(argv[1]).rfind("--", 0) != 0) {
     mode_name = argv[1];
     first = 2;
   }
-  if (mode_name == "help" || mode_name == "-h") {
-    print_help();
-    return 0;
-  }
   for (const auto& m : moefuse::bench::modes()) {
     if (m.name != mode_name) continue;
+    // --help anywhere after the mode prints its options.
+    for (int i = first; i < argc; ++i) {
+      if (!is_help_flag(argv[i])) continue;
+      print_mode_help(m);
+      return 0;
+    }
     try {
       moefuse::bench::Args args(argc, argv, first);
       return m.run(args);

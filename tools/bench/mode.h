@@ -36,6 +36,7 @@ class Args {
 struct Mode {
   std::string_view name;
   std::string_view summary;
+  std::string_view options;  // the options it reads, for `moefuse-bench MODE --help`
   int (*run)(Args& args);
 };
 
@@ -50,7 +51,7 @@ struct ModeRegistration {
   explicit ModeRegistration(Mode m) { modes().push_back(m); }
 };
 
-#define MOEFUSE_BENCH_MODE(ident, name, summary, fn) \
-  static ::moefuse::bench::ModeRegistration moefuse_bench_mode_##ident({name, summary, fn})
+#define MOEFUSE_BENCH_MODE(ident, name, summary, options, fn) \
+  static ::moefuse::bench::ModeRegistration moefuse_bench_mode_##ident({name, summary, options, fn})
 
 }  // namespace moefuse::bench

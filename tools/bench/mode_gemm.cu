@@ -180,6 +180,6 @@ int run(Args& args) {
 }  // namespace
 
 MOEFUSE_BENCH_MODE(gemm, "gemm", "expert-MLP grouped GEMMs vs cuBLAS dense, per-expert loop, torch",
-                   run);
+                   kGemmBenchOptions, run);
 
 }  // namespace moefuse::bench

@@ -255,6 +255,7 @@ int run(Args& args) {
 }  // namespace
 
 MOEFUSE_BENCH_MODE(gemm_backward, "gemm-backward",
-                   "expert-MLP backward grouped GEMMs vs dense cuBLAS and torch autograd", run);
+                   "expert-MLP backward grouped GEMMs vs dense cuBLAS and torch autograd",
+                   kGemmBenchOptions, run);
 
 }  // namespace moefuse::bench

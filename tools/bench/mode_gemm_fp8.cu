@@ -286,6 +286,6 @@ int run(Args& args) {
 MOEFUSE_BENCH_MODE(gemm_fp8, "gemm-fp8",
                    "FP8 grouped GEMM (DeepSeek-V3 and MXFP8 recipes) vs BF16 grouped and cuBLAS "
                    "dense bf16",
-                   run);
+                   kGemmBenchOptions, run);
 
 }  // namespace moefuse::bench

@@ -379,6 +379,11 @@ int run(Args& args) {
 MOEFUSE_BENCH_MODE(layer, "layer",
                    "the whole MoE layer fwd / fwd+bwd (graph), per stage, vs torch and dense "
                    "cuBLAS",
+                   "[--preset NAME|all] [--hidden H --ffn F --experts E --topk k] "
+                   "[--tokens 16384] [--routing uniform|zipf] [--precision bf16|fp8] "
+                   "[--mode both|fused|unfused] [--eager] [--recompute] "
+                   "[--expert-grads fp32|bf16] [--no-torch] [--warmup 5] [--iters 30] "
+                   "[--json FILE]",
                    run);
 
 }  // namespace moefuse::bench

@@ -188,6 +188,8 @@ int run_quant(Args& args) {
 
 MOEFUSE_BENCH_MODE(quant, "quant",
                    "GPU quantise/dequantise kernels (blockwise FP8, MXFP8, NVFP4): TB/s vs D2D copy",
+                   "[--m 16384] [--k 7168] [--experts 8] [--n 2048] [--dtype bf16|fp32] "
+                   "[--warmup 10] [--iters 50] [--json FILE]",
                    run_quant);
 
 }  // namespace moefuse::bench

@@ -154,6 +154,8 @@ int run_reference(Args& args) {
 
 MOEFUSE_BENCH_MODE(reference, "reference",
                    "CPU reference layer forward+backward (fp64 accumulation, no GPU kernels)",
+                   "[--preset NAME] [--hidden 256 --ffn 96 --experts 16 --topk 4] "
+                   "[--tokens 128] [--json FILE]",
                    run_reference);
 
 }  // namespace moefuse::bench
