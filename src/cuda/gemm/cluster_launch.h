@@ -1,6 +1,7 @@
-// Host launch of the persistent kernels that run in clusters (the FP8 GEMM in pairs, the bf16
-// dGLU dgrad in pairs or fours) or may run without (the plain dgrad): how many clusters can be
-// resident at once, and the launch with the cluster shape.
+// Host launch of the persistent kernels that run in clusters (the FP8 GEMM, the bf16 forward with
+// bf16 output and the bf16 dGLU dgrad, all in pairs) or may run without (the plain dgrad, the
+// other forward variants): how many clusters can be resident at once, and the launch with the
+// cluster shape.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -29,10 +29,11 @@
 //   tile_full  count 256            consumers -> epilogue warps (overlapped variant only;
 //   tile_empty count 96             epilogue warps -> consumers  common/tile_handoff.cuh)
 // Each role keeps its own (stage, phase) or tile phase and every role walks the same tile list
-// t = blockIdx.x, +gridDim.x, ... < total_tiles with the same k_blocks per tile.
+// (units u = blockIdx.x / kCluster, + the grid's clusters, ... < the unit count; without a
+// cluster a unit is a tile) with the same k_blocks per tile.
 //
 // Walked by hand (overlapped variant; K = k_blocks K blocks per tile, S = kStages):
-//   0 tiles (blockIdx.x >= total_tiles, e.g. every expert empty): no role enters its loop; no
+//   0 tiles (first unit >= the unit count, e.g. every expert empty): no role enters its loop; no
 //     barrier is waited on or arrived at, no copy is in flight; every thread returns.
 //   1 tile: the producer waits empty[s] with parity 1 for its first S stages (fresh barriers pass
 //     at once), later with parity 0 after the consumers' first arrivals; each full[s] phase

@@ -1,4 +1,5 @@
-// Device pieces shared by the clustered kernels (fp8/kernel.cuh, backward/dgrad_kernel.cuh):
+// Device pieces shared by the clustered kernels (fp8/kernel.cuh, kernel.cuh,
+// backward/dgrad_kernel.cuh):
 // the cluster-wide barrier and a warp-uniform copy of a value.
 #pragma once
 
