@@ -521,24 +521,35 @@ TEST(GroupedGemmBackward, WgradGatherFusedAndUnfused) {
             "fused gather, bf16");
 }
 
-// One case per preset at its real widths (few experts so the reference stays fast): FC1 and FC2
-// dgrad, the FC2 dgrad epilogue, dW1 and dW2.
-TEST(GroupedGemmBackward, PresetShapes) {
+// One case per preset at its real widths: FC1 and FC2 dgrad, the FC2 dgrad epilogue, dW1 and
+// dW2. A test per preset, so that the suite (a process per test) runs them side by side: as one
+// test they were the suite's longest, 82 s on the H200 machine (run 18), most of it the fp64
+// reference. Few experts keep that reference fast: 700 rows over 4 (one full and one partial
+// m-block each), and mixtral's 14336-wide FFN 300 rows in one (two full m-blocks and a partial).
+class GroupedGemmBackwardPreset : public ::testing::TestWithParam<std::string_view> {};
+
+TEST_P(GroupedGemmBackwardPreset, RealWidths) {
   MOEFUSE_REQUIRE_HOPPER();
-  for (std::string_view name : preset_names()) {
-    const MoeConfig p = preset(name);
-    const std::vector<int> counts = uniform_counts(p.ffn > 8192 ? 1 : 4, 700);
-    const std::string n(name);
-    run_dgrad({.counts = counts, .spare_rows = 5, .k = p.fc1_width(), .n = p.hidden}, n + " fc1 dgrad");
-    run_fc2({.counts = counts, .spare_rows = 5, .h = p.hidden, .f = p.ffn, .act = p.activation,
-             .bias = p.expert_bias},
-            n + " fc2 dgrad");
-    run_wgrad({.counts = counts, .spare_rows = 5, .m_out = p.fc1_width(), .n_out = p.hidden,
-               .accumulate = true},
-              n + " dW1");
-    run_wgrad({.counts = counts, .spare_rows = 5, .m_out = p.hidden, .n_out = p.ffn}, n + " dW2");
-  }
+  const std::string n(GetParam());
+  const MoeConfig p = preset(n);
+  const bool wide = p.ffn > 8192;
+  const std::vector<int> counts = uniform_counts(wide ? 1 : 4, wide ? 300 : 700);
+  run_dgrad({.counts = counts, .spare_rows = 5, .k = p.fc1_width(), .n = p.hidden}, n + " fc1 dgrad");
+  run_fc2({.counts = counts, .spare_rows = 5, .h = p.hidden, .f = p.ffn, .act = p.activation,
+           .bias = p.expert_bias},
+          n + " fc2 dgrad");
+  run_wgrad({.counts = counts, .spare_rows = 5, .m_out = p.fc1_width(), .n_out = p.hidden,
+             .accumulate = true},
+            n + " dW1");
+  run_wgrad({.counts = counts, .spare_rows = 5, .m_out = p.hidden, .n_out = p.ffn}, n + " dW2");
 }
+
+INSTANTIATE_TEST_SUITE_P(GroupedGemmBackward, GroupedGemmBackwardPreset,
+                         ::testing::ValuesIn(preset_names()), [](const auto& info) {
+                           std::string name(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // The epilogue hand-off (tile buffer, tile_full / tile_empty) walked several times per CTA: more
 // tiles than 3 × 132 SMs, one- and two-part hand-offs (bf16 and fp32 outputs), empty experts
