@@ -75,7 +75,9 @@ if [[ " $stages " == *" python "* || " $stages " == *" example "* || " $stages "
 fi
 if [[ " $stages " == *" python "* ]]; then
   echo "== Python tests"
-  timeout 600 python3 -m pytest -q -rs python/tests 2>&1 | tee "$OUT/pytest.log" | tail -n 30
+  # --durations: the slowest tests go in the log, as the GPU tests' times do (device time is
+  # what a session runs short of).
+  timeout 600 python3 -m pytest -q -rs --durations=10 python/tests 2>&1 | tee "$OUT/pytest.log" | tail -n 30
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ " $stages " == *" example "* ]]; then
