@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/test_util.h"
+#include "cuda/quant/fp8_records.h"
 #include "formats/fp8_row_record.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
@@ -249,6 +250,31 @@ TEST(DispatchArgs, RejectsBadPermuteQuantizeFp8RecordsTensors) {
   expect_invalid(run(x, tor, dev(DType::kUInt8, {R - 1, kBytes}), health), "records");
   expect_invalid(run(x, tor, dev(DType::kUInt8, {R, kBytes}, fake + 8), health), "records");
   expect_invalid(run(x, tor, rec, dev(DType::kFloat32, {1})), "health");
+}
+
+// The EP receiver's decoder (cuda/quant/fp8_records.h): records [C, bytes] -> x [C, H] bf16 for
+// the rows between row_offsets[first] and row_offsets[end].
+TEST(DispatchArgs, RejectsBadUnpackFp8RecordsViews) {
+  constexpr int64_t C = 40, H32 = 2 * H, kBytes = formats::fp8_record_bytes(H32);
+  const auto x = dev(DType::kBFloat16, {C, H32}), rec = dev(DType::kUInt8, {C, kBytes}),
+             offsets = dev(DType::kInt32, {E + 1});
+  char* const fake = static_cast<char*>(kFake);
+  auto run = [](const TensorView& rec_, const TensorView& offsets_, int first, int end,
+                const TensorView& x_) {
+    return [=] { cuda::unpack_fp8_records(rec_, offsets_, first, end, x_, nullptr); };
+  };
+  expect_invalid(run(rec, offsets, 0, E, dev(DType::kFloat32, {C, H32})), "x");
+  expect_invalid(run(dev(DType::kUInt8, {C, 48}), offsets, 0, E, dev(DType::kBFloat16, {C, 24})),
+                 "x");  // a multiple of 8, not of 16
+  expect_invalid(run(dev(DType::kBFloat16, {C, kBytes / 2}), offsets, 0, E, x), "records");
+  expect_invalid(run(dev(DType::kUInt8, {C - 1, kBytes}), offsets, 0, E, x), "records");
+  expect_invalid(run(dev(DType::kUInt8, {C, 2 * H32}), offsets, 0, E, x), "records");  // bf16 rows
+  expect_invalid(run(dev(DType::kUInt8, {C, kBytes}, fake + 8), offsets, 0, E, x), "records");
+  expect_invalid(run(rec, offsets, 0, E, dev(DType::kBFloat16, {C, H32}, fake + 8)), "x");
+  expect_invalid(run(rec, offsets, 3, 2, x), "first");
+  expect_invalid(run(rec, offsets, -1, 2, x), "first");
+  expect_invalid(run(rec, dev(DType::kInt64, {E + 1}), 0, E, x), "row_offsets");
+  expect_invalid(run(rec, dev(DType::kInt32, {E}), 0, E, x), "row_offsets");
 }
 
 }  // namespace

@@ -117,6 +117,24 @@ TEST(Fp8RowRecord, BadViewsAreNamed) {
     ref::pack_fp8_records(test::host(x.data(), DType::kFloat32, {3, 16}),
                           test::host(rec.data(), DType::kUInt8, {3, 48}));
   }, "records");
+  test::expect_invalid([&] {
+    ref::pack_fp8_records(test::host(x.data(), DType::kBFloat16, {3, 16}),
+                          test::host(rec.data(), DType::kUInt8, {3, 32}));
+  }, "x");
+  std::vector<int32_t> owners(2, 0);
+  test::expect_invalid([&] {
+    ref::pack_fp8_records(test::host(x.data(), DType::kFloat32, {3, 16}),
+                          test::host(rec.data(), DType::kUInt8, {3, 32}),
+                          test::host(owners.data(), DType::kInt32, {2}));
+  }, "token_of_row");
+  test::expect_invalid([&] {
+    ref::unpack_fp8_records(test::host(rec.data(), DType::kUInt8, {2, 32}),
+                            test::host(x.data(), DType::kFloat32, {3, 16}));
+  }, "records");
+  test::expect_invalid([&] {
+    ref::unpack_fp8_records(test::host(rec.data(), DType::kUInt8, {3, 32}),
+                            test::host(x.data(), DType::kInt32, {3, 16}));
+  }, "x");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "core/c_api_views.h"
+#include "moefuse/error.h"
 #include "moefuse/layer.h"
 #include "moefuse/moefuse.h"
 
@@ -60,6 +62,29 @@ TEST(LayerCApi, BadArgumentsReturnInvalidArgumentNamingThem) {
                                         0, nullptr),
                  "layer");
   EXPECT_EQ(moefuse_layer_destroy(nullptr), MOEFUSE_STATUS_OK);
+}
+
+// The gradients struct's dtype field becomes the expert gradients' dtype; a value outside the
+// enum is named (moefuse_layer_backward reaches this check only with a layer, which needs a GPU).
+TEST(LayerCApi, ExpertGradsDtypeIsCheckedByName) {
+  const moefuse::MoeConfig c = moefuse::preset("qwen3-30b-a3b");
+  float d_w1 = 0, d_w2 = 0;  // never dereferenced: the views only carry the pointers
+  moefuse_layer_grads_t g{};
+  g.d_w1 = &d_w1;
+  g.d_w2 = &d_w2;
+  g.expert_grads = MOEFUSE_EXPERT_GRADS_BF16;
+  const moefuse::MoeLayerGrads views = moefuse::capi::grads_of(c, 16, g);
+  EXPECT_EQ(views.d_w1.dtype, moefuse::DType::kBFloat16);
+  EXPECT_EQ(views.d_w2.dtype, moefuse::DType::kBFloat16);
+  g.expert_grads = MOEFUSE_EXPERT_GRADS_FP32;
+  EXPECT_EQ(moefuse::capi::grads_of(c, 16, g).d_w1.dtype, moefuse::DType::kFloat32);
+  g.expert_grads = static_cast<moefuse_expert_grads_t>(7);
+  try {
+    moefuse::capi::grads_of(c, 16, g);
+    FAIL() << "accepted expert_grads 7";
+  } catch (const moefuse::InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "grads.expert_grads") << e.what();
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "cuda/check.h"
 #include "dist/ep_layout.h"
 #include "dist/nccl/ep_comm.h"
+#include "formats/fp8_row_record.h"
 #include "gpu_ep/ep_harness.h"
 #include "moefuse/health.h"
 
@@ -323,6 +324,13 @@ TEST(EpCommArgs, PlanAndViewsMustMatch) {
       test::expect_invalid([&] { ep.dispatch(view(DType::kBFloat16, {plan.send_rows - 1, 64}),
                                              offsets, nullptr); }, "xs");
       test::expect_invalid([&] { ep.dispatch(view(DType::kFloat32, {plan.send_rows, 64}),
+                                             offsets, nullptr); }, "xs");
+      // FP8 row records (uint8): one record a row, fp8_record_bytes(H) bytes.
+      const int64_t record_bytes = formats::fp8_record_bytes(64);
+      test::expect_invalid([&] { ep.dispatch(view(DType::kUInt8, {plan.send_rows, 128}), offsets,
+                                             nullptr); }, "xs");  // bf16-sized rows
+      test::expect_invalid([&] { ep.dispatch(view(DType::kUInt8,
+                                                  {plan.send_rows - 1, record_bytes}),
                                              offsets, nullptr); }, "xs");
       test::expect_invalid([&] { ep.dispatch(xs, view(DType::kInt32, {plan.experts}), nullptr); },
                            "offsets");
