@@ -109,32 +109,28 @@ TEST(Fp8RowRecord, RecordsCrossRanksByteForByte) {
 TEST(Fp8RowRecord, BadViewsAreNamed) {
   std::vector<float> x(3 * 24);
   std::vector<uint8_t> rec(3 * 64);
-  test::expect_invalid([&] {
-    ref::pack_fp8_records(test::host(x.data(), DType::kFloat32, {3, 24}),
-                          test::host(rec.data(), DType::kUInt8, {3, 64}));
-  }, "hidden");
-  test::expect_invalid([&] {
-    ref::pack_fp8_records(test::host(x.data(), DType::kFloat32, {3, 16}),
-                          test::host(rec.data(), DType::kUInt8, {3, 48}));
-  }, "records");
-  test::expect_invalid([&] {
-    ref::pack_fp8_records(test::host(x.data(), DType::kBFloat16, {3, 16}),
-                          test::host(rec.data(), DType::kUInt8, {3, 32}));
-  }, "x");
   std::vector<int32_t> owners(2, 0);
-  test::expect_invalid([&] {
-    ref::pack_fp8_records(test::host(x.data(), DType::kFloat32, {3, 16}),
-                          test::host(rec.data(), DType::kUInt8, {3, 32}),
-                          test::host(owners.data(), DType::kInt32, {2}));
-  }, "token_of_row");
-  test::expect_invalid([&] {
-    ref::unpack_fp8_records(test::host(rec.data(), DType::kUInt8, {2, 32}),
-                            test::host(x.data(), DType::kFloat32, {3, 16}));
-  }, "records");
-  test::expect_invalid([&] {
-    ref::unpack_fp8_records(test::host(rec.data(), DType::kUInt8, {3, 32}),
-                            test::host(x.data(), DType::kInt32, {3, 16}));
-  }, "x");
+  auto xs = [&](DType dtype, int64_t rows, int64_t h) {
+    return test::host(x.data(), dtype, {rows, h});
+  };
+  auto records = [&](DType dtype, int64_t rows, int64_t bytes) {
+    return test::host(rec.data(), dtype, {rows, bytes});
+  };
+  auto pack = [](const TensorView& x_, const TensorView& rec_, const TensorView& owners_ = {}) {
+    return [=] { ref::pack_fp8_records(x_, rec_, owners_); };
+  };
+  auto unpack = [](const TensorView& rec_, const TensorView& x_) {
+    return [=] { ref::unpack_fp8_records(rec_, x_); };
+  };
+  const DType f32 = DType::kFloat32, u8 = DType::kUInt8;
+  test::expect_invalid(pack(xs(f32, 3, 24), records(u8, 3, 64)), "hidden");
+  test::expect_invalid(pack(xs(f32, 3, 16), records(u8, 3, 48)), "records");
+  test::expect_invalid(pack(xs(DType::kBFloat16, 3, 16), records(u8, 3, 32)), "x");
+  test::expect_invalid(pack(xs(f32, 3, 16), records(u8, 3, 32),
+                            test::host(owners.data(), DType::kInt32, {2})),
+                       "token_of_row");
+  test::expect_invalid(unpack(records(u8, 2, 32), xs(f32, 3, 16)), "records");
+  test::expect_invalid(unpack(records(u8, 3, 32), xs(DType::kInt32, 3, 16)), "x");
 }
 
 }  // namespace
