@@ -50,6 +50,7 @@
 #include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/cluster.cuh"
+#include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
 
 namespace moefuse::gemm::bwd {
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   using G = typename S::G;
   extern __shared__ uint8_t smem_raw[];
   const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
+  assume_shared(smem.tile);
   const TileShape shape{.block_m = kBlockM, .block_n = G::kN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, G::kN)};
   if (threadIdx.x < 32) {

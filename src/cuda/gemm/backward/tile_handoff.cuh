@@ -25,6 +25,7 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include "cuda/gemm/backward/mainloop.cuh"
+#include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_handoff.cuh"
 #include "cuda/packed_values.cuh"
 
@@ -57,6 +58,7 @@ __device__ __forceinline__ void stage_part(const float (&acc)[kAcc], uint8_t* ti
 template <class T, int kPart, int kPitch, bool kBulk = false, int kAcc>
 __device__ __forceinline__ void send_part(const float (&acc)[kAcc], TileHandoff& h, int slab) {
   h.acquire();
+  assume_shared(h.tile);
   stage_part<T, kPart, kPitch>(acc, h.tile, slab);
   if constexpr (kBulk) cute::tma_store_fence();
   h.publish();

@@ -15,6 +15,13 @@ __device__ __forceinline__ uint8_t* align_to_swizzle_atom(uint8_t* raw) {
                                     ~uintptr_t{kSwizzleAtomBytes - 1});
 }
 
+// Tells the compiler that `p`, a pointer carved from align_to_swizzle_atom's result, points to
+// shared memory: the integer round trip above loses the address space, and without this every
+// access through the pointer is a generic LD.E/ST.E instead of LDS/STS (run 18's SASS; run 19:
+// 1-6% on the forward and dgrad kernels). Said per use, at the hand-off and staging buffers, not
+// in align_to_swizzle_atom itself: there it made the TMA wgrad's epilogue spill (run 18).
+__device__ __forceinline__ void assume_shared(const void* p) { __builtin_assume(__isShared(p)); }
+
 // PTX ISA "matrix descriptor": start address >> 4 in bits 0-13, leading byte offset >> 4 in
 // 16-29, stride byte offset >> 4 in 32-45, base offset 0 (atom-aligned) in 49-51, layout type
 // 1 = SWIZZLE_128B in 62-63.

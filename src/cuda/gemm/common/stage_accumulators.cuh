@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/epilogues/bias_pair.cuh"
 #include "cuda/packed_values.cuh"
 
@@ -23,6 +24,7 @@ namespace moefuse::gemm {
 template <int kRows, int kCols, int kPitch>
 __device__ __forceinline__ void stage_accumulators(const float (&acc)[kCols / 2], uint8_t* tile,
                                                    int slab, const float* bias, int n0, int n) {
+  assume_shared(tile);
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
   const int pair_col = 2 * (lane % 4);
   uint8_t* row0 = tile + (slab * (kRows / 2) + 16 * warp + lane / 4) * kPitch;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/epilogues/activation.h"
 #include "cuda/gemm/params.h"
 #include "cuda/packed_values.cuh"
@@ -27,6 +28,7 @@ __device__ __forceinline__ void drain_staged_tile(const uint8_t* tile, const Pro
                                                   const EpilogueParams& ep, int row_first,
                                                   int row_end, int n0, int worker, int workers) {
   constexpr int kChunks = kCols / 8;  // 16-byte pieces of a staged row
+  assume_shared(tile);
   auto* d = static_cast<__nv_bfloat16*>(p.d);
   if constexpr (is_glu_op(kOp)) {
     // Gate chunk 2q and up chunk 2q + 1 (8 columns each) give outputs n0/2 + 8q .. + 7.

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/config.h"
 #include "cuda/packed_values.cuh"
 
@@ -40,6 +41,7 @@ static_assert(kStageBytes == kEpilogueStageBytes, "config.h's shared-memory budg
 // Step 1: a column pair as T at (slab row `row`, byte `byte` of the chunk) of the buffer.
 template <class T>
 __device__ __forceinline__ void stage_pair(uint8_t* stage, int row, int byte, float v0, float v1) {
+  assume_shared(stage);
   cuda::store_pair(reinterpret_cast<T*>(stage + row * stage_pitch<T>() + byte), v0, v1);
 }
 
