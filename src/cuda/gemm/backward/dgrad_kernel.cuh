@@ -4,11 +4,12 @@
 // Persistent, warp-specialised. Three shapes (config.h DgradShape): the plain store (FC1 dgrad)
 // and the FC2 dGLU for a long K, 128 × 256 tiles and 384 threads; the FC2 dGLU for a short K,
 // 128 × 192 tiles and 512 threads, the fourth warpgroup four more epilogue warps.
-// The dGLU shapes run in clusters of C CTAs (S::kCluster: 2 wide, 4 narrow) that share one
-// operand of each group of C tiles by TMA multicast (cluster_scheduler.h: C m-blocks of one
-// n-block share the B tile; an expert's left-over m-blocks' n-groups the A tile): alone, a
-// 128 × 192 tile loads 1.28 MB of A and B from L2 per 2048 of K, and ncu (run 16, qwen3) found
-// the narrow kernel bound by L2 bandwidth (89% of it, SM 63%; in pairs still 88%, run 17).
+// The dGLU shapes run in clusters of C CTAs (S::kCluster: 2 for both; fours measured slower,
+// config.h) that share one operand of each group of C tiles by TMA multicast
+// (cluster_scheduler.h: C m-blocks of one n-block share the B tile; an expert's left-over
+// m-blocks' n-groups the A tile): alone, a 128 × 192 tile loads 1.28 MB of A and B from L2 per
+// 2048 of K, and ncu (run 16, qwen3) found the narrow kernel bound by L2 bandwidth (89% of it,
+// SM 63%; in pairs still 88%, run 17).
 // The plain store runs one CTA a cluster: a unit is a tile (config.h says why).
 //
 // Timeline of a CTA (rank 0 .. C - 1 of its cluster; rank 0 without clusters):

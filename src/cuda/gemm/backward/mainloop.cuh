@@ -15,11 +15,11 @@
 //     (or cp.async + cp.async.mbarrier.arrive.noinc for the gathered operand).
 //   consumers: wait full[s] (parity phase), [tail fix-up], K/16 wgmma k16, commit; once the
 //     previous stage's wgmmas retire (wait_group 1) they release it (common/pipeline.cuh
-//     release_stage): every
-//     consumer thread on its empty barrier (count 256), or in a cluster of C CTAs (the dgrad,
-//     whose peers multicast into this CTA's stages) lane c < C of each consumer warp on the
-//     empty barrier of CTA c (count 8 warps × C CTAs; wait_group is .sync.aligned, so the whole
-//     warp is past its reads). One wgmma batch stays in flight across stage boundaries.
+//     release_stage): every consumer thread on its empty barrier (count 256), or in a cluster of
+//     C CTAs (the dgrad, whose peers multicast into this CTA's stages) lane c < C of each
+//     consumer warp on the empty barrier of CTA c (count 8 warps × C CTAs; wait_group is
+//     .sync.aligned, so the whole warp is past its reads). One wgmma batch stays in flight
+//     across stage boundaries.
 // Both roles walk the same tiles and K-block counts, so their (stage, phase) stay in lockstep.
 #pragma once
 
