@@ -68,9 +68,9 @@
 
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/cluster.cuh"
-#include "cuda/gemm/common/stage_accumulators.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/epilogues/register_epilogue.cuh"
+#include "cuda/gemm/epilogues/staged_tile.cuh"
 #include "cuda/gemm/epilogues/tile_epilogue.cuh"
 #include "cuda/gemm/mainloop.cuh"
 
@@ -83,8 +83,6 @@ __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const E
                                                    const SharedLayout& smem,
                                                    const TileShape& shape,
                                                    const ClusterUnits& units) {
-  constexpr int kWorkers = kEpilogueThreads;
-  const int worker = threadIdx.x - 32;
   TileHandoff handoff = TileHandoff::of(smem);
   for (int u = units.first; u < units.total; u += units.step) {
     const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
@@ -93,10 +91,8 @@ __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const E
     const TileCoord& c = w.tile;
     const TileRows rows = tile_rows<kBlockM>(p, c);
     handoff.wait_full();
-    dispatch_epilogue_op(ep.op, [&](auto op) {
-      drain_staged_tile<decltype(op)::value, kBlockM, kBlockN, kTilePitch>(
-          handoff.tile, p, ep, rows.first, rows.end, c.n_block * kBlockN, worker, kWorkers);
-    });
+    drain_tile<kBlockM, kBlockN, kTilePitch>(handoff.tile, p, ep, rows.first, rows.end,
+                                             c.n_block * kBlockN);
     handoff.release();
   }
 }
@@ -161,12 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileRows rows = tile_rows<kBlockM>(p, c);
       consume_tile<kGather, kCluster>(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
-        handoff.acquire();
-        stage_accumulators<kBlockM, kBlockN, kTilePitch>(
-            acc, handoff.tile, slab,
-            ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr,
-            c.n_block * kBlockN, p.n);
-        handoff.publish();
+        stage_tile<kBlockM, kBlockN, kTilePitch>(acc, handoff, slab, ep, c.expert, p.n,
+                                                 c.n_block * kBlockN, rows.first, rows.end);
       } else {
         epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,
                             rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kBlockN);

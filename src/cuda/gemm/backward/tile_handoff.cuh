@@ -25,6 +25,7 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include "cuda/gemm/backward/mainloop.cuh"
+#include "cuda/gemm/common/copy_rows_bulk.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_handoff.cuh"
 #include "cuda/packed_values.cuh"
@@ -149,24 +150,6 @@ __device__ __forceinline__ void drain_rows(const uint8_t* tile, int tile_pitch, 
   }
 }
 
-// Epilogue side, by the TMA engine: buffer rows [0, 128) → dst rows row_first + r (< row_end),
-// bytes [byte_first, byte_first + 512) of each row clipped to row_bytes (a multiple of 16), one
-// bulk copy a row, issued by the 96 epilogue threads in turn. Each thread then waits until its
-// copies have read the buffer, so the release that follows hands it back whole; the global
-// writes complete on their own (before the grid does).
-__device__ __forceinline__ void copy_rows_bulk(const uint8_t* tile, int tile_pitch, uint8_t* dst,
-                                               int64_t row_pitch_bytes, int row_first,
-                                               int row_end, int byte_first, int row_bytes) {
-  const int bytes = min(kTileRowBytes, row_bytes - byte_first);
-  const int rows = min(kBlockM, row_end - row_first);
-  if (bytes <= 0) return;
-  for (int r = static_cast<int>(threadIdx.x) - 32; r < rows; r += kEpilogueThreads)
-    cute::SM90_BULK_COPY_S2G::copy(tile + r * tile_pitch,
-                                   dst + (row_first + r) * row_pitch_bytes + byte_first, bytes);
-  cute::tma_store_arrive();
-  cute::tma_store_wait<0>();
-}
-
 // A plain output tile: part `part` of the tile at (row_first, n0) of a row-major D with row pitch
 // `ld` elements, `n` valid columns, rows < row_end; fp32 (two parts, kAdd possible) or bf16.
 // A part drained while the next tile's mainloop runs (a bf16 tile, an fp32 tile's part 1) goes
@@ -186,7 +169,8 @@ __device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void
   if (fp32 && (kAdd || part == 0))
     drain_rows<kAdd>(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
   else
-    copy_rows_bulk(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
+    copy_rows_bulk(tile, pitch, dst + row_first * ld * elt + byte_first, ld * elt,
+                   min(kBlockM, row_end - row_first), min(kTileRowBytes, n * elt - byte_first));
 }
 
 }  // namespace moefuse::gemm::bwd

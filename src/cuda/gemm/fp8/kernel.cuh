@@ -64,9 +64,8 @@
 #include <type_traits>
 
 #include "cuda/gemm/common/cluster.cuh"
-#include "cuda/gemm/common/stage_accumulators.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
-#include "cuda/gemm/epilogues/drain_staged_tile.cuh"
+#include "cuda/gemm/epilogues/staged_tile.cuh"
 #include "cuda/gemm/fp8/dglu_epilogue.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
 #include "cuda/gemm/fp8/mainloop.cuh"
@@ -79,18 +78,14 @@ __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
                                                    const SharedLayout& smem,
                                                    const TileShape& shape, int total_units,
                                                    int cluster, int clusters, int rank) {
-  const int worker = threadIdx.x - 32;
   TileHandoff handoff = TileHandoff::of(smem);
   for (int u = cluster; u < total_units; u += clusters) {
     const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
     if (!w.live) continue;
     const TileRows rows = tile_rows<kBlockM>(p, w.tile);
     handoff.wait_full();
-    dispatch_epilogue_op(ep.op, [&](auto op) {
-      drain_staged_tile<decltype(op)::value, kBlockM, kBlockN, kTilePitch>(
-          handoff.tile, p, ep, rows.first, rows.end, w.tile.n_block * kBlockN, worker,
-          kEpilogueThreads);
-    });
+    drain_tile<kBlockM, kBlockN, kTilePitch>(handoff.tile, p, ep, rows.first, rows.end,
+                                             w.tile.n_block * kBlockN);
     handoff.release();
   }
 }
@@ -151,11 +146,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       else consume_tile<1>(acc, p, stages, pipe, rows.first, turns);
       const int n0 = c.n_block * kBlockN;
       if constexpr (kOverlap) {
-        handoff.acquire();
-        stage_accumulators<kBlockM, kBlockN, kTilePitch>(
-            acc, handoff.tile, slab,
-            ep.bias ? ep.bias + static_cast<int64_t>(c.expert) * p.n : nullptr, n0, p.n);
-        handoff.publish();
+        stage_tile<kBlockM, kBlockN, kTilePitch>(acc, handoff, slab, ep, c.expert, p.n, n0,
+                                                 rows.first, rows.end);
       } else {
         const int slab_first = rows.first + slab * (kBlockM / 2);
         if constexpr (kDGlu) dglu_tile(acc, p, dglu, slab_first, rows.end, n0, c.n_block);

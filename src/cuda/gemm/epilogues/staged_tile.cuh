@@ -1,0 +1,63 @@
+// Both sides of the forward kernels' overlapped epilogue (BF16 and FP8: common/tile_handoff.cuh
+// has the protocol), one tile: the consumers stage it (stage_tile), the epilogue warps drain it
+// (drain_tile). Two ways through:
+// - the linear output without a saved pre-activation (FC2, every unfused GEMM): the consumers
+//   stage the final values, (h + bias) · the row scale rounded once, and the epilogue warps copy
+//   the expert's rows out with one bulk copy each (common/copy_rows_bulk.cuh);
+// - everything else: the consumers stage bf16(h + bias) and the epilogue warps apply the
+//   activation and the row scale on the way out (drain_staged_tile.cuh).
+// The first exists because the register path's row-scale load per 16-byte piece put qwen3's
+// fused FC2 9% behind the plain GEMM (ncu, run 18).
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include <cstdint>
+
+#include "cuda/gemm/common/copy_rows_bulk.cuh"
+#include "cuda/gemm/common/stage_accumulators.cuh"
+#include "cuda/gemm/common/tile_handoff.cuh"
+#include "cuda/gemm/epilogues/drain_staged_tile.cuh"
+#include "cuda/gemm/params.h"
+
+namespace moefuse::gemm {
+
+__device__ __forceinline__ bool copies_staged_tile(const EpilogueParams& ep) {
+  return ep.op == EpilogueOp::kLinear && !ep.pre;
+}
+
+// Consumer warpgroup `slab`: its 64 rows of the tile at (rows [row_first, row_end) of expert
+// `expert`, column n0) into the hand-off buffer.
+template <int kRows, int kCols, int kPitch>
+__device__ __forceinline__ void stage_tile(const float (&acc)[kCols / 2], TileHandoff& handoff,
+                                           int slab, const EpilogueParams& ep, int expert, int n,
+                                           int n0, int row_first, int row_end) {
+  const bool copies = copies_staged_tile(ep);
+  handoff.acquire();
+  stage_accumulators<kRows, kCols, kPitch>(
+      acc, handoff.tile, slab, ep.bias ? ep.bias + static_cast<int64_t>(expert) * n : nullptr,
+      n0, n, copies && ep.row_scale ? ep.row_scale + row_first : nullptr, row_end - row_first);
+  if (copies) cute::tma_store_fence();  // the bulk copies read the buffer by the async proxy
+  handoff.publish();
+}
+
+// The epilogue warps (threads 32-127): the staged tile out to D. Problem: GemmProblem or
+// fp8::Fp8GemmProblem (n, n_out, d).
+template <int kRows, int kCols, int kPitch, class Problem>
+__device__ __forceinline__ void drain_tile(const uint8_t* tile, const Problem& p,
+                                           const EpilogueParams& ep, int row_first, int row_end,
+                                           int n0) {
+  if (copies_staged_tile(ep)) {
+    auto* d = static_cast<uint8_t*>(p.d) + (int64_t{row_first} * p.n_out + n0) * 2;
+    copy_rows_bulk(tile, kPitch, d, int64_t{p.n_out} * 2, min(kRows, row_end - row_first),
+                   min(kCols, p.n - n0) * 2);
+    return;
+  }
+  dispatch_epilogue_op(ep.op, [&](auto op) {
+    drain_staged_tile<decltype(op)::value, kRows, kCols, kPitch>(
+        tile, p, ep, row_first, row_end, n0, static_cast<int>(threadIdx.x) - 32,
+        kEpilogueThreads);
+  });
+}
+
+}  // namespace moefuse::gemm
