@@ -62,7 +62,7 @@ struct LayerOptions {
 enum class LayerStage : uint8_t {
   kRouter,              // logits GEMM + fused top-k, aux/z statistics
   kDispatch,            // offsets, row maps, per-row probabilities
-  kPermute,             // x → xs, the rows FC1 reads (both modes)
+  kPermute,             // x → xs, the rows FC1 reads (absent where a narrow bf16 FC1 gathers)
   kEpDispatch,          // expert parallelism: xs rows to their experts' ranks (EpMoeLayer only)
   kEpDecode,            // expert parallelism, FP8 dispatch: received records → bf16 rows
   kFc1,                 // FC1 grouped GEMM (+ activation)

@@ -25,7 +25,7 @@ namespace {
 
 // Device buffers of one preset's expert MLP at T tokens, filled with fresh random data.
 struct MlpBuffers {
-  DeviceBuffer x, xs, w1, b1, pre, act, w2, b2, ys, scale, offsets, token_of_row;
+  DeviceBuffer x, xs, gathered, w1, b1, pre, act, w2, b2, ys, scale, offsets, token_of_row;
 
   MlpBuffers(const MoeConfig& c, int64_t tokens, const SyntheticRouting& r, uint64_t seed) {
     const int64_t m = tokens * c.top_k, h = c.hidden, f = c.ffn, e = c.num_experts;
@@ -33,6 +33,7 @@ struct MlpBuffers {
     const size_t bf = sizeof(__nv_bfloat16);
     x = DeviceBuffer(tokens * h * bf);
     xs = DeviceBuffer(m * h * bf);
+    gathered = DeviceBuffer(m * h * bf);  // the unfused gather's x rows
     w1 = DeviceBuffer(e * fc1 * h * bf);
     b1 = DeviceBuffer(e * fc1 * sizeof(float));
     pre = DeviceBuffer(m * fc1 * bf);
@@ -90,6 +91,8 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBase
   GroupedGemmArgs fc1_gather = fc1_args;
   fc1_gather.a = buf.x.view(DType::kBFloat16, {t, h});
   fc1_gather.gather_index = buf.token_of_row.view(DType::kInt32, {m});
+  GroupedGemmArgs fc1_gather_save = fc1_gather;
+  fc1_gather_save.pre_activation = fc1_save.pre_activation;
   const GroupedGemmArgs fc2_args{.a = buf.act.view(DType::kBFloat16, {m, f}),
                                  .b = buf.w2.view(DType::kBFloat16, {e, h, f}),
                                  .offsets = buf.offsets.view(DType::kInt32, {e + 1}),
@@ -118,6 +121,13 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBase
   });
   const double fc1_gathered =
       time("fc1 gather-fused", [&](cudaStream_t s) { grouped_gemm(fc1_gather, s); });
+  const double fc1_gathered_save = time("fc1 gather-fused + saved pre-activation",
+                                        [&](cudaStream_t s) { grouped_gemm(fc1_gather_save, s); });
+  // The gather-fused FC1's own twin: gather kernel, plain GEMM, activation kernel.
+  const double fc1_unfused_gather = time("fc1 unfused gather", [&](cudaStream_t s) {
+    grouped_gemm_unfused(fc1_gather_save,
+                         {.gathered_a = buf.gathered.view(DType::kBFloat16, {m, h})}, s);
+  });
   const double fc2_fused = time("fc2 fused", [&](cudaStream_t s) { grouped_gemm(fc2_args, s); });
   const double fc2_unfused =
       time("fc2 unfused", [&](cudaStream_t s) { grouped_gemm_unfused(fc2_args, {}, s); });
@@ -149,8 +159,12 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBase
   row("fc1", "moefuse fused +" + act, fc1_fused, fc1_flops, fc1_dense, torch_fc1_act, fc1_unfused);
   row("fc1", "moefuse fused +" + act + " +save pre", fc1_fused_save, fc1_flops, fc1_dense,
       torch_fc1_act, fc1_unfused);
+  row("fc1", "moefuse unfused gather +" + act, fc1_unfused_gather, fc1_flops, fc1_dense,
+      torch_fc1_act, std::nullopt);
   row("fc1", "moefuse gather-fused +" + act, fc1_gathered, fc1_flops, fc1_dense, torch_fc1_act,
-      fc1_unfused);
+      fc1_unfused_gather);
+  row("fc1", "moefuse gather-fused +" + act + " +save pre", fc1_gathered_save, fc1_flops,
+      fc1_dense, torch_fc1_act, fc1_unfused_gather);
   row("fc2", "cublas dense (bound)", fc2_dense, fc2_flops, fc2_dense, std::nullopt, std::nullopt);
   row("fc2", "cublas per-expert loop", fc2_loop, fc2_flops, fc2_dense, std::nullopt, std::nullopt);
   if (auto tm = torch.at("fc2.grouped_mm"))

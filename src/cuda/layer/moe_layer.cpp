@@ -2,7 +2,8 @@
 //
 // Forward, main stream (fused mode):
 //   router_logits → router_topk → dispatch_maps → scatter_row_prob
-//   → FC1 gather-fused (x read through token_of_row; GLU + bias in the epilogue; saves pre)
+//   → FC1 (GLU + bias in the epilogue; saves pre), reading x through token_of_row itself, or,
+//     for wide FC1s, a permuted copy xs made first (layer::fc1_gathers_x)
 //   → FC2 (bias, row scale = routing prob in the epilogue) → combine (Σ_j, no weights)
 //   → y += shared expert's output (joined from the second stream)
 // Unfused mode: permute → FC1 plain GEMM → activation kernel → FC2 plain GEMM → bias kernel →
@@ -183,12 +184,13 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
   if (fp8) {
     layer::routed_experts_fp8(config_, x, w, v, run, stream);
   } else {
-    // Both modes permute: FC1 over the permuted copy (TMA) measured faster than FC1 gathering
-    // x rows itself (run 9: 3-7% with the permute included; docs/layer.md).
-    layer::run_stage(LayerStage::kPermute, stream, obs,
-                     [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
+    const bool gather = layer::fc1_gathers_x(config_, options_);
+    if (!gather) {
+      layer::run_stage(LayerStage::kPermute, stream, obs,
+                       [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
+    }
     layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
-      layer::run_grouped_gemm({.a = v.xs,
+      layer::run_grouped_gemm({.a = gather ? x : v.xs,
                                .b = w.w1,
                                .offsets = v.offsets,
                                .d = v.act,
@@ -196,7 +198,8 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
                                .activation = config_.activation,
                                .clamped_swiglu = config_.clamped_swiglu,
                                .bias = w.b1,
-                               .pre_activation = v.pre},
+                               .pre_activation = v.pre,
+                               .gather_index = gather ? v.token_of_row : TensorView{}},
                               fused, stream);
     });
     layer::run_stage(LayerStage::kFc2, stream, obs, [&] {

@@ -53,9 +53,8 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   carve_routing_workspace(common, p, tokens, c.num_experts);
 
   Carver fwd(LayerRegion::kWorkspaceForward, common.end(), &p.buffers);
-  // bf16, both modes: FC1 reads a permuted copy of x (TMA) rather than gathering x rows itself
-  // (cp.async): permute + FC1 measured faster on every preset (run 9; docs/layer.md).
-  if (!fp8) p.xs = fwd.add("xs [R,H] bf16 (permute)", R * H * bf);
+  // bf16: FC1 reads a permuted copy of x unless it gathers the rows itself (fc1_gathers_x).
+  if (!fp8 && !fc1_gathers_x(c, o)) p.xs = fwd.add("xs [R,H] bf16 (permute)", R * H * bf);
   if (!cache_pre && unfused) p.pre = fwd.add("pre [R,fc1] bf16 (unfused FC1)", R * fc1 * bf);
   if (fp8) {
     p.xs_fp8 = fwd.add("xs [R,H] e4m3", R * H * e4m3);

@@ -32,6 +32,19 @@ inline bool recomputes_pre(const MoeConfig&, const LayerOptions& options) {
   return options.recompute_pre;
 }
 
+// The bf16 fused forward's FC1 reads x through token_of_row itself (cp.async rows, the gather
+// variant of grouped_gemm) instead of a permuted copy (TMA) when FC1 is narrow: the permute
+// moves (1 + k)·T·H·2 bytes whatever the width while FC1's time grows with it, and the gather
+// variant (saving pre in its consumers' epilogue) costs FC1 a few percent. Run 20 (H200,
+// T 16384, layer forward, three interleaved rounds of each rule): fc1 = 1536 (qwen3) 0.981× the
+// time with the gather, 4096 (deepseek slice) 0.999× (its forward+backward 0.993×), 5760
+// (gpt-oss) 1.013×; at 28672 (mixtral) the gather-fused FC1 alone is slower than permute + FC1.
+inline constexpr int64_t kGatherMaxFc1Width = 4096;
+inline bool fc1_gathers_x(const MoeConfig& c, const LayerOptions& options) {
+  return options.mode == LayerMode::kFused && c.precision != PrecisionRecipe::kFP8Blockwise &&
+         c.fc1_width() <= kGatherMaxFc1Width;
+}
+
 // A byte range in one region; kNone (bytes 0) means "this configuration has no such buffer".
 struct Slice {
   Region region = Region::kNone;
