@@ -1,9 +1,9 @@
 // The forward kernels' consumer side of the epilogue hand-off (common/tile_handoff.cuh): a
 // consumer warpgroup's 64 rows of fp32 accumulators, plus the bias, rounded to bf16 into the tile
 // buffer (row pitch kPitch bytes) for the epilogue warps. Shared by the BF16 kernel (kCols 256)
-// and the FP8 kernel (kCols 128), whose epilogue warps both drain the buffer with
-// epilogues/drain_staged_tile.cuh; the backward's staging (backward/tile_handoff.cuh) has no
-// bias and stages fp32 in parts.
+// and the FP8 kernel (kCols 128), whose epilogue warps both drain the buffer through
+// epilogues/staged_tile.cuh; the backward's staging (backward/tile_handoff.cuh) has no bias and
+// stages fp32 in parts.
 //
 // Accumulator layout (wgmma m64nN f32): acc[4j + 2h + i] is row 16w + l/4 + 8h, column
 // 8j + 2(l % 4) + i of the slab (w warp of the warpgroup, l lane).
