@@ -29,8 +29,9 @@
 // their scales are those of the interleaved rows). Optional per-expert fp32 bias [E, N], added to h
 // before the activation (in h's column order, so interleaved for GLU), as the BF16 kernel's.
 // Rows outside [offsets[0], offsets[E]) of D (and of pre_activation) are never written; no
-// per-expert padding is needed. With bf16 d, h (+ bias) is rounded to bf16 before the activation
-// and row scale (as in the BF16 grouped GEMM); with fp32 d it is not rounded.
+// per-expert padding is needed. With bf16 d and an activation, h (+ bias) is rounded to bf16
+// before the activation and row scale (as in the BF16 grouped GEMM: the saved pre-activation);
+// the linear epilogue rounds once, after the row scale; with fp32 d nothing is rounded.
 // Optional pre-activation output (kActivation with bf16 d, as grouped_gemm's pre_activation):
 // [M_cap, N] bf16 = bf16(h + bias) in h's column order (interleaved for GLU), exactly the values
 // the activation reads, written by the same epilogue; the layer caches it for the backward.

@@ -76,7 +76,7 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args) {
         for (int64_t j = 0; j < k; ++j) sum += a[j] * b[i * k + j];
         h[i] = is_absent(args.bias) ? sum : sum + double(args.bias.as<const float>()[e * n + i]);
       }
-      if (!fp32_out)
+      if (!fp32_out && activation)
         for (int64_t i = 0; i < n; ++i) h[i] = bf16_value(bf16_bits(h[i]));
       if (!is_absent(args.pre_activation)) {  // h + bias in the kernel's (interleaved) order
         uint16_t* pre_out = args.pre_activation.as<uint16_t>() + r * n;

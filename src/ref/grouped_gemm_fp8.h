@@ -3,13 +3,15 @@
 //
 // For every row r of expert e (offsets[e] <= r < offsets[e+1]):
 //   h[n] = sum_k deq(a)[r, k] · deq(b)[e, n, k] (+ bias[e, n])          fp64
-//   h'   = bf16(h) when D is bf16, else h
+//   h'   = bf16(h) when D is bf16 and the epilogue is an activation, else h
 //   D[r] = epilogue(h') · row_scale[r]                                  rounded to D's dtype
 //   pre_activation[r] = bf16(h)                    (optional) h's order
-// h' is the kernel's contract: with bf16 D its consumers hand h to the epilogue warps as bf16
-// (epilogues/drain_staged_tile.cuh), so the activation reads exactly the saved pre-activation;
-// the fp32 instantiation applies it to the fp32 h. The difference matters in the FP8 layer, where act is
-// quantised to E4M3 again: an act one bf16 step off flips E4M3 codes near their rounding points.
+// h' is the kernel's contract: with bf16 D and an activation its consumers hand h to the epilogue
+// warps as bf16 (epilogues/staged_tile.cuh), so the activation reads exactly the saved
+// pre-activation; the linear epilogue's consumers apply the row scale themselves and round once;
+// the fp32 instantiation applies the activation to the fp32 h. The difference matters in the FP8
+// layer, where act is quantised to E4M3 again: an act one bf16 step off flips E4M3 codes near
+// their rounding points.
 // with the activations of expert_mlp.h (activation_forward) applied to h in the reference
 // [gate; up] order (the GLU columns of h are interleaved as glu_interleaved_row says, the
 // reference undoes that). Rows outside [offsets[0], offsets[E]) are not written.

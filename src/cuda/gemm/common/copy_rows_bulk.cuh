@@ -1,6 +1,6 @@
 // The epilogue warps' drain of a staged tile by the TMA engine, shared by the backward's plain
 // output (backward/tile_handoff.cuh drain_output) and the forward's linear output
-// (epilogues/drain_staged_tile.cuh): one cp.async.bulk shared → global a row, issued by the 96
+// (epilogues/staged_tile.cuh): one cp.async.bulk shared → global a row, issued by the 96
 // epilogue threads (warps 1-3 of warpgroup 0) in turn, so their issue slots no longer bound the
 // stores. The consumers that staged the rows fence them for the async proxy before they publish
 // the tile (cute::tma_store_fence).
