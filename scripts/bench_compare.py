@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Side-by-side comparison of moefuse-bench JSON reports from builds under test (A/B runs).
 
-    python3 scripts/bench_compare.py [--metric median_ms] LABEL:FILE [LABEL:FILE ...]
+    python3 scripts/bench_compare.py [--metric median_ms,ms] LABEL:FILE [LABEL:FILE ...]
 
 Every row of every report is keyed by its identifying columns (preset, op, variant, mode, stage,
 pass, ... : the string-valued ones); a key's metric is averaged over the files of each label
 (interleaved rounds of one build share a label) and printed with one column per label, in the
 order the labels first appear, and each label's ratio to the first. Rows a label lacks print "-".
+--metric lists columns in order of preference, a row taking the first it has: the default reads
+the GEMM modes' median_ms and the layer totals' ms.
 """
 
 import argparse
@@ -24,25 +26,40 @@ def rows_of(report_file: pathlib.Path):
             yield (report["title"],) + key, row
 
 
-def compare(pairs, metric: str):
-    """{key: {label: mean of the metric}}, labels in first-seen order."""
-    sums, labels = {}, []
+def metric_of(row, metrics):
+    """(name, value) of the row's first numeric, non-negative column among `metrics`, or None."""
+    for name in metrics:
+        value = row.get(name)
+        if isinstance(value, (int, float)) and value >= 0:
+            return name, float(value)
+    return None
+
+
+def compare(pairs, metrics):
+    """({key: {label: mean of the metric}}, labels in first-seen order, the metrics used)."""
+    sums, labels, used = {}, [], []
     for label, path in pairs:
         if label not in labels:
             labels.append(label)
         for key, row in rows_of(path):
-            value = row.get(metric)
-            if isinstance(value, (int, float)) and value >= 0:
-                sums.setdefault(key, {}).setdefault(label, []).append(float(value))
+            found = metric_of(row, metrics)
+            if found is None:
+                continue
+            name, value = found
+            if name not in used:
+                used.append(name)
+            sums.setdefault(key, {}).setdefault(label, []).append(value)
     table = {key: {label: sum(v) / len(v) for label, v in by_label.items()}
              for key, by_label in sums.items()}
-    return table, labels
+    return table, labels, [m for m in metrics if m in used]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="LABEL:FILE, a moefuse-bench --json output")
-    p.add_argument("--metric", default="median_ms", help="the numeric column (default median_ms)")
+    p.add_argument("--metric", default="median_ms,ms",
+                   help="numeric columns, comma separated, a row taking the first it has "
+                        "(default median_ms,ms)")
     args = p.parse_args(argv)
     pairs = []
     for run in args.runs:
@@ -52,10 +69,11 @@ def main(argv=None) -> int:
         if not pathlib.Path(path).is_file():
             p.error(f"{path}: no such file")
         pairs.append((label, pathlib.Path(path)))
-    table, labels = compare(pairs, args.metric)
+    metrics = [m for m in args.metric.split(",") if m]
+    table, labels, used = compare(pairs, metrics)
     if not table:
-        p.error(f"no row of the files has a numeric {args.metric!r}")
-    print(" | ".join([args.metric] + labels + [f"{b}/{labels[0]}" for b in labels[1:]]))
+        p.error(f"no row of the files has a numeric {' or '.join(map(repr, metrics))}")
+    print(" | ".join(["/".join(used)] + labels + [f"{b}/{labels[0]}" for b in labels[1:]]))
     for key, by_label in table.items():
         name = " ".join(v for _, v in key[1:])
         cells = [f"{by_label[b]:.4g}" if b in by_label else "-" for b in labels]

@@ -43,6 +43,20 @@ def test_bad_arguments_are_named(tmp_path, arg, message):
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
+def test_layer_totals_compare_by_ms(tmp_path):
+    def layer(path, fwd_ms):
+        rows = [{"preset": "qwen3", "variant": "moefuse fused (graph)", "pass": "fwd",
+                 "ms": fwd_ms, "TFLOP/s": 480.0}]
+        path.write_text(json.dumps({"reports": [{"title": "layer totals", "rows": rows}]}))
+        return path
+    main, new = layer(tmp_path / "m.json", 2.5), layer(tmp_path / "n.json", 2.4)
+    proc = compare(f"main:{main}", f"new:{new}")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "ms | main | new | new/main"
+    assert "qwen3 moefuse fused (graph) fwd | 2.5 | 2.4 | 0.960" in lines
+
+
 def test_a_metric_no_row_has_is_named(tmp_path):
     proc = compare("--metric", "TFLOP/s", f"a:{report(tmp_path / 'a.json', 1.0)}")
     assert proc.returncode != 0 and "no row of the files has a numeric 'TFLOP/s'" in proc.stderr
