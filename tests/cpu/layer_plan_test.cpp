@@ -110,6 +110,31 @@ TEST(LayerPlan, CacheHoldsRoutingMetadataAndPreActivationOnly) {
   }
 }
 
+// The bf16 forward's permuted x: absent exactly where FC1 gathers x rows itself (fused bf16,
+// fc1 width <= layer::kGatherMaxFc1Width: qwen3 and the deepseek slice), present for the wide FC1s
+// and in unfused mode; the FP8 forward permutes into e4m3 codes instead.
+TEST(LayerPlan, ForwardPermutedXOnlyWhereFc1DoesNotGather) {
+  for (const Variant& v : variants()) {
+    const MoeConfig c = v.config();
+    SCOPED_TRACE(v.preset + " " + std::string(layer_mode_name(v.options.mode)) +
+                 (v.fp8 ? " fp8" : ""));
+    const bool gathers = v.options.mode == LayerMode::kFused && !v.fp8 &&
+                         c.fc1_width() <= layer::kGatherMaxFc1Width;
+    EXPECT_EQ(layer::fc1_gathers_x(c, v.options), gathers);
+    const LayerMemoryPlan p = layer_memory_plan(c, v.options, 333);
+    const bool has_xs = std::any_of(p.buffers.begin(), p.buffers.end(), [](const LayerBuffer& b) {
+      return b.region == LayerRegion::kWorkspaceForward && b.name.rfind("xs [R,H] bf16", 0) == 0;
+    });
+    EXPECT_EQ(has_xs, !gathers && !v.fp8);
+  }
+  // The rule picks the narrow presets.
+  const LayerOptions fused{.mode = LayerMode::kFused};
+  EXPECT_TRUE(layer::fc1_gathers_x(preset("qwen3-30b-a3b"), fused));
+  EXPECT_TRUE(layer::fc1_gathers_x(preset("deepseek-v3"), fused));
+  EXPECT_FALSE(layer::fc1_gathers_x(preset("gpt-oss-120b"), fused));
+  EXPECT_FALSE(layer::fc1_gathers_x(preset("mixtral-8x7b"), fused));
+}
+
 TEST(LayerPlan, SizesGrowWithTokens) {
   for (const Variant& v : variants()) {
     const MoeConfig c = v.config();
