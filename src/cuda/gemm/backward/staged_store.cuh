@@ -7,8 +7,9 @@
 //   1. each thread writes its values into the buffer,  2. named barrier of the warpgroup,
 //   3. the 128 threads copy 64 rows × 128 bytes out (rows ≥ row_end and bytes ≥ row_bytes
 //      skipped),  4. named barrier again before the buffer is reused.
-// Differences: the barrier ids (1 is the wgrad's 256-thread barrier here, so slabs use 2 and 3)
-// and a combine step in 3, so that the wgrad's accumulate reads the old D with 16-byte loads too.
+// One difference: the barrier ids (1 is the wgrad's 256-thread barrier here, so slabs use 2 and
+// 3). Step 3 is the forward's flush_stage, with AddPieceF32 for the wgrad's accumulate (the old
+// D read with 16-byte loads too).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,38 +31,15 @@ __device__ __forceinline__ void slab_barrier(int slab) {
                : "memory");
 }
 
-// Step 3 for staged 16-byte piece `v` going to `dst`: plain copy.
-struct CopyPiece {
-  __device__ void operator()(uint8_t* dst, const uint4& v) const {
-    *reinterpret_cast<uint4*>(dst) = v;
-  }
-};
-// Step 3 for fp32 data: dst += v (the wgrad's accumulate).
-struct AddPieceF32 {
-  __device__ void operator()(uint8_t* dst, const uint4& v) const {
-    *reinterpret_cast<uint4*>(dst) = cuda::add_f32x4(*reinterpret_cast<const uint4*>(dst), v);
-  }
-};
-
-// Steps 2-4: staged rows [0, 64) (`pitch` bytes apart) → dst row row_first + r (< row_end),
-// bytes [byte_first, byte_first + 128) of each row clipped to row_bytes (a multiple of 16).
+// Steps 2-4: the forward's flush_stage between the slab's named barriers.
 template <class Combine = CopyPiece>
 __device__ __forceinline__ void flush_slab(const uint8_t* stage, int pitch, int slab,
                                            uint8_t* dst, int64_t row_pitch_bytes, int row_first,
                                            int row_end, int byte_first, int row_bytes,
                                            Combine combine = {}) {
-  constexpr int kPiecesPerRow = kStageChunkBytes / 16;
   slab_barrier(slab);
-  const int tid = threadIdx.x % kWarpgroupThreads;
-#pragma unroll
-  for (int round = 0; round < gemm::kStageRows * kPiecesPerRow / kWarpgroupThreads; ++round) {
-    const int id = round * kWarpgroupThreads + tid;
-    const int r = id / kPiecesPerRow, piece = id % kPiecesPerRow;
-    const int row = row_first + r, byte = byte_first + piece * 16;
-    if (row < row_end && byte < row_bytes)
-      combine(dst + row * row_pitch_bytes + byte,
-              *reinterpret_cast<const uint4*>(stage + r * pitch + piece * 16));
-  }
+  flush_stage(stage, pitch, dst, row_pitch_bytes, row_first, row_end, byte_first, row_bytes,
+              combine);
   slab_barrier(slab);
 }
 
