@@ -551,9 +551,10 @@ INSTANTIATE_TEST_SUITE_P(GroupedGemmBackward, GroupedGemmBackwardPreset,
                            return name;
                          });
 
-// The epilogue hand-off (tile buffer, tile_full / tile_empty) walked several times per CTA: more
-// tiles than 3 × 132 SMs, one- and two-part hand-offs (bf16 and fp32 outputs), empty experts
-// (skipped by both sides with accumulate), row counts not multiples of 128 or 64, N tails.
+// The dgrad's epilogue hand-off (tile buffer, tile_full / tile_empty) and the wgrads' sub-tile
+// buffers (slab_tma_store.cuh) walked several times per CTA: more tiles than 3 × 132 SMs, one-
+// and two-part hand-offs (bf16 and fp32 outputs), 4 and 8 sub-tiles a slab (bf16 and fp32 D),
+// empty experts (skipped with accumulate), row counts not multiples of 128 or 64, M and N tails.
 TEST(GroupedGemmBackward, SeveralTilesPerCtaHandOff) {
   MOEFUSE_REQUIRE_HOPPER();
   std::vector<int> rows = uniform_counts(12, 20000);  // about 165 m-blocks × 3 n-blocks

@@ -39,8 +39,8 @@ static_assert(kBlockM == kConsumerWarpgroups * kMnChunk,
 static_assert(kBlockN % kMnChunk == 0);
 
 // Named barriers (id 0 is __syncthreads): the two consumer warpgroups together (wgrad tail
-// zeroing), and one per consumer warpgroup from kSlabBarrierFirstId (the gather wgrad's
-// in-consumer staging). The epilogue hand-off uses mbarriers only.
+// zeroing), and one per consumer warpgroup from kSlabBarrierFirstId (the gather wgrad's sub-tile
+// stores, slab_tma_store.cuh). The epilogue hand-off uses mbarriers only.
 inline constexpr int kConsumerBarrierId = 1;
 inline constexpr int kSlabBarrierFirstId = 2;
 
@@ -58,11 +58,12 @@ inline constexpr int kTilePitchF32 = kTileRowBytes + 32;
 inline constexpr int kTileBufferBytes = kBlockM * kTilePitchF32;
 constexpr int tile_pitch(bool fp32) { return fp32 ? kTilePitchF32 : kTilePitch; }
 
-// Epilogue staging buffer of one consumer warpgroup (staged_store.cuh, gather wgrad only): 64
-// rows × (128 + 32) B (the fp32 stage_pitch), both inside the tile buffer (unused by that
-// variant).
-inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (128 + 32);
-static_assert(kConsumerWarpgroups * kEpilogueStageBytes <= kTileBufferBytes);
+// The gather wgrad's sub-tile buffers (slab_tma_store.cuh): two per consumer warpgroup, each 64
+// rows of one 128-byte TMA box row (32 fp32 or 64 bf16 columns, 128B-swizzled).
+inline constexpr int kSlabSubTileRowBytes = kSwizzleRowBytes;
+inline constexpr int kSlabSubTileBytes = (kBlockM / kConsumerWarpgroups) * kSlabSubTileRowBytes;
+inline constexpr int kSlabBuffersBytes = kConsumerWarpgroups * 2 * kSlabSubTileBytes;
+static_assert(kSlabSubTileBytes % kSwizzleAtomBytes == 0, "each buffer on a swizzle atom");
 
 // A K loop's ring: kStages stages of kBlockK rows of K each (either operand's major-ness: an
 // MN-major box is kMnChunkBytes, K row k of it at k·128 bytes), for tiles kN columns wide, beside
@@ -91,13 +92,22 @@ struct Stages {
 using DgradStages = Stages<64, 3>;
 static_assert(DgradStages::kBlockK * 2 == kSwizzleRowBytes, "a K-major block is one swizzle row");
 static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
-// Both wgrads: three stages of 64 K rows too (the gather variant's cp.async producer is written
-// for 64-row blocks). Six of 32 for the TMA wgrad (the same 144 KiB, so that four or five can be
-// loading while the consumers hold one or two) measured no faster on an H200 (run 15: qwen3 dW1
-// 1.003x the time of 64 x 3, gpt-oss 1.003, deepseek 1.016), although ncu had its consumers
-// waiting on stage data in 36% of their samples: the wait is not for stage room.
+// The wgrads: stages of 64 K rows (the gather variant's cp.async producer is written for 64-row
+// blocks).
+// - TMA wgrad: three, beside the hand-off's tile buffer. Six of 32 (the same 144 KiB, so that
+//   four or five can be loading while the consumers hold one or two) measured no faster on an
+//   H200 (run 15: qwen3 dW1 1.003x the time of 64 x 3, gpt-oss 1.003, deepseek 1.016), although
+//   ncu had its consumers waiting on stage data in 36% of their samples: the wait is not for
+//   stage room. Nor did four with the consumers storing their own tiles, synchronously (run 20:
+//   1.01-1.07x) or by asynchronous TMA stores as the gather variant (run 21: fp32 D 1.00-1.04x,
+//   bf16 D 1.03-1.12x): the epilogue warps' overlapped drain is worth more than a fourth stage.
+// - Gather wgrad: its producer needs all of warpgroup 0, so its consumers store their tiles, by
+//   asynchronous TMA stores through small sub-tile buffers; four stages fit beside them (run 21:
+//   0.90-0.99x the time of three beside a synchronous in-consumer epilogue).
 using WgradStages = Stages<64, 3>;
+using GatherWgradStages = Stages<64, 4, kBlockN, kSlabBuffersBytes>;
 static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+static_assert(GatherWgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB");
 
 // The FC2 dgrad with the dGLU epilogue has two shapes, chosen by K (the hidden size H):
 // - narrow (K <= kDgluNarrowMaxK): tiles 128 × 192 and a fourth warpgroup of epilogue warps,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/check.h"
 #include "cuda/gemm/backward/launch.h"
@@ -24,13 +25,19 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
                                          stream));
     return;
   }
-  // Boxes of G::kBlockK K rows × 64 MN columns. The gather variant's B map is unused: A's map
-  // stands in so that the kernel signature stays one.
-  using G = WgradStages;
+  // Boxes of G::kBlockK K rows × 64 MN columns. The gather variant's B map is unused, and D's
+  // map the TMA variant's: A's map stands in, so that the kernel signature stays one.
+  using G = std::conditional_t<kGather, GatherWgradStages, WgradStages>;
   const CUtensorMap tmap_a =
       make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.m_out, G::kBlockK, kMnChunk);
   const CUtensorMap tmap_b =
       kGather ? tmap_a : make_tma_2d(kTmaBf16, launch.b, p.m_cap, p.n_out, G::kBlockK, kMnChunk);
+  // The gather variant's D [E, m_out, n_out] in its consumers' sub-tiles: 64 rows × 128 bytes.
+  const TmaElement d_element = p.d_fp32 ? kTmaF32 : kTmaBf16;
+  const CUtensorMap tmap_d =
+      kGather ? make_tma_3d(d_element, p.d, p.num_experts, p.m_out, p.n_out,
+                            kBlockM / kConsumerWarpgroups, kSlabSubTileRowBytes / d_element.bytes)
+              : tmap_a;
   const int64_t tiles = int64_t{p.num_experts} * ceil_div(p.m_out, kBlockM) *
                         ceil_div(p.n_out, kBlockN);
   const int sms = cuda::device_sm_count();
@@ -40,7 +47,7 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
   auto* kernel = &wgrad_kernel<kGather>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
-  kernel<<<grid, kThreads, bytes, stream>>>(tmap_a, tmap_b, p);
+  kernel<<<grid, kThreads, bytes, stream>>>(tmap_a, tmap_b, tmap_d, p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 

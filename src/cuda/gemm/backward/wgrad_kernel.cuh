@@ -24,17 +24,20 @@
 // Epilogue: the TMA variant hands each finished tile to warps 1-3 of warpgroup 0
 // (tile_handoff.cuh: fp32 D in two halves, bf16 D in one) and its consumers go on with the next
 // tile; the epilogue warps store it, or add it to the old D with accumulate. The gather variant,
-// whose producer needs all of warpgroup 0, stores from the consumers through their staging
-// buffers (staged_store.cuh). Both sides skip an empty expert's tile in accumulate mode.
+// whose producer needs all of warpgroup 0, stores from the consumers by asynchronous TMA stores
+// of sub-tiles (slab_tma_store.cuh), which leave room for a fourth stage (config.h). Both skip
+// an empty expert's tile in accumulate mode.
 #pragma once
 
 #include <cuda.h>
 
 #include <cutlass/arch/reg_reconfig.h>
 
+#include <type_traits>
+
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
-#include "cuda/gemm/backward/staged_store.cuh"
+#include "cuda/gemm/backward/slab_tma_store.cuh"
 #include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/common/cp_async.cuh"
 #include "cuda/gemm/tile_scheduler.h"
@@ -51,7 +54,8 @@ __device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) 
   return ExpertRows{.first = first, .count = max(0, min(__ldg(p.offsets + e + 1), p.m_cap) - first)};
 }
 
-using WgradLayout = StagedLayout<WgradStages>;  // config.h: the stage geometry
+using WgradLayout = StagedLayout<WgradStages>;  // config.h: the stage geometries
+using GatherWgradLayout = StagedLayout<GatherWgradStages>;
 
 struct WgradTiles {
   TileShape shape;
@@ -93,9 +97,9 @@ __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
 // i / 8 + 16·j (j < 4) in each of the 4 MN chunks of B; thread 0 also issues A's TMA.
 __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
                                                      const WgradProblem& p,
-                                                     const WgradLayout& smem,
+                                                     const GatherWgradLayout& smem,
                                                      const WgradTiles& tiles, int total_tiles) {
-  using G = WgradStages;
+  using G = GatherWgradStages;
   static_assert(G::kBlockK == 64, "the passes below are written for 64-row K blocks");
   constexpr int kPieces = kMnChunk * 2 / 16;                 // 8 per 128-byte K row
   constexpr int kRowsPerPass = kWarpgroupThreads / kPieces;  // 16
@@ -150,8 +154,8 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
 
 // Zeroes K rows [valid, 64) of every MN chunk of the stage (2 of A, 4 of B): 16-byte stores by
 // the 256 consumer threads, then the proxy fence and the consumers' named barrier.
-__device__ __forceinline__ void zero_tail_rows(const WgradLayout& smem, int stage, int valid) {
-  using G = WgradStages;
+template <class G>
+__device__ __forceinline__ void zero_tail_rows(const StagedLayout<G>& smem, int stage, int valid) {
   constexpr int kChunksA = kBlockM / kMnChunk, kChunks = kChunksA + kBlockN / kMnChunk;
   const int per_chunk = (G::kBlockK - valid) * (128 / 16);
   const int ctid = threadIdx.x - kWarpgroupThreads;
@@ -171,21 +175,18 @@ __device__ __forceinline__ bool skip_tile(const WgradProblem& p, int k_blocks) {
   return k_blocks == 0 && p.accumulate;
 }
 
-// Gather variant, in the consumers: the tile's 64 × 256 slab of D[e] through the staging buffer:
-// plain stores, or with accumulate a 16-byte read-add-write of the old fp32 D per piece.
+// Gather variant, in the consumers: their slab of tile c into D[e] by D's element type and mode.
 __device__ __forceinline__ void wgrad_store(const float (&acc)[128], const WgradProblem& p,
-                                            uint8_t* stage, int slab, int expert, int m_first,
-                                            int n0) {
-  const int64_t offset = static_cast<int64_t>(expert) * p.m_out * p.n_out;
+                                            const CUtensorMap* map, uint8_t* buffers, int slab,
+                                            const TileCoord& c) {
+  const int row0 = c.m_block * kBlockM + slab * (kBlockM / kConsumerWarpgroups);
+  const int col0 = c.n_block * kBlockN;
   if (!p.d_fp32) {
-    store_slab(acc, stage, slab, static_cast<__nv_bfloat16*>(p.d) + offset, p.n_out, p.n_out,
-               m_first, p.m_out, n0);
+    store_slab_tma<__nv_bfloat16, false>(acc, buffers, map, slab, c.expert, row0, col0);
   } else if (p.accumulate) {
-    store_slab(acc, stage, slab, static_cast<float*>(p.d) + offset, p.n_out, p.n_out, m_first,
-               p.m_out, n0, AddPieceF32{});
+    store_slab_tma<float, true>(acc, buffers, map, slab, c.expert, row0, col0);
   } else {
-    store_slab(acc, stage, slab, static_cast<float*>(p.d) + offset, p.n_out, p.n_out, m_first,
-               p.m_out, n0);
+    store_slab_tma<float, false>(acc, buffers, map, slab, c.expert, row0, col0);
   }
 }
 
@@ -232,10 +233,11 @@ __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
 template <bool kGather>
 __global__ void __launch_bounds__(kThreads, 1)
     wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
-                 const __grid_constant__ CUtensorMap tmap_b, const WgradProblem p) {
-  using G = WgradStages;
+                 const __grid_constant__ CUtensorMap tmap_b,
+                 const __grid_constant__ CUtensorMap tmap_d, const WgradProblem p) {
+  using G = std::conditional_t<kGather, GatherWgradStages, WgradStages>;
   extern __shared__ uint8_t smem_raw[];
-  const WgradLayout smem = WgradLayout::carve(smem_raw);
+  const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
   const int n_blocks = ceil_div(p.n_out, kBlockN), m_blocks = ceil_div(p.m_out, kBlockM);
   const WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                                    .n_blocks = n_blocks},
@@ -257,6 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<kGather ? kGatherConsumerRegs : kConsumerRegs>();
   const int slab = warpgroup - 1;
   TileHandoff handoff = TileHandoff::of(smem);
+  uint8_t* buffers = smem.tile + slab * 2 * kSlabSubTileBytes;  // the gather variant's
   float acc[128];
   PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
@@ -268,16 +271,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc, k_blocks, smem, pipe, slab, [&](int stage, int kb) {
           // cp.async wrote B through the generic proxy; wgmma reads through the async proxy.
           if constexpr (kGather) cutlass::arch::fence_view_async_shared();
-          if (kb == k_blocks - 1 && tail < G::kBlockK) zero_tail_rows(smem, stage, tail);
+          if (kb == k_blocks - 1 && tail < G::kBlockK) zero_tail_rows<G>(smem, stage, tail);
         });
     if (skip_tile(p, k_blocks)) continue;
-    if constexpr (kGather) {
-      wgrad_store(acc, p, smem.tile + slab * kEpilogueStageBytes, slab, c.expert,
-                  c.m_block * kBlockM + slab * (kBlockM / 2), c.n_block * kBlockN);
-    } else {
-      hand_off_tile(acc, handoff, slab, p.d_fp32);
-    }
+    if constexpr (kGather) wgrad_store(acc, p, &tmap_d, buffers, slab, c);
+    else hand_off_tile(acc, handoff, slab, p.d_fp32);
   }
+  if constexpr (kGather) wait_slab_stores();
 }
 
 }  // namespace moefuse::gemm::bwd

@@ -16,13 +16,17 @@ struct TmaElement {
 };
 
 // bf16 and e4m3 operands land 128B-swizzled (the wgmma descriptors' layout); the FP8 kernel's
-// fp32 activation scales land as plain rows.
+// fp32 activation scales land as plain rows. The wgrads' fp32 (or bf16) D leaves 128B-swizzled
+// sub-tiles (backward/slab_tma_store.cuh).
 inline constexpr TmaElement kTmaBf16{.type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                                      .bytes = 2,
                                      .swizzle = CU_TENSOR_MAP_SWIZZLE_128B};
 inline constexpr TmaElement kTmaE4m3{.type = CU_TENSOR_MAP_DATA_TYPE_UINT8,
                                      .bytes = 1,
                                      .swizzle = CU_TENSOR_MAP_SWIZZLE_128B};
+inline constexpr TmaElement kTmaF32{.type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                    .bytes = 4,
+                                    .swizzle = CU_TENSOR_MAP_SWIZZLE_128B};
 inline constexpr TmaElement kTmaF32Rows{.type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                                         .bytes = 4,
                                         .swizzle = CU_TENSOR_MAP_SWIZZLE_NONE};
@@ -32,7 +36,7 @@ inline constexpr TmaElement kTmaF32Rows{.type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
 CUtensorMap make_tma_2d(const TmaElement& element, const void* data, int64_t rows, int64_t cols,
                         int box_rows, int box_cols);
 
-// Row-major [batch, rows, cols], boxes of [1, box_rows, box_cols].
+// Row-major [batch, rows, cols], boxes of [1, box_rows, box_cols] (stores clip at the extents).
 CUtensorMap make_tma_3d(const TmaElement& element, const void* data, int64_t batch, int64_t rows,
                         int64_t cols, int box_rows, int box_cols);
 

@@ -50,26 +50,12 @@ __device__ __forceinline__ void warpgroup_barrier(int slab) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(1 + slab), "n"(kWarpgroupThreads) : "memory");
 }
 
-// Step 3 for staged 16-byte piece `v` going to `dst`: plain copy.
-struct CopyPiece {
-  __device__ void operator()(uint8_t* dst, const uint4& v) const {
-    *reinterpret_cast<uint4*>(dst) = v;
-  }
-};
-// Step 3 for fp32 data: dst += v (the backward wgrad's accumulate).
-struct AddPieceF32 {
-  __device__ void operator()(uint8_t* dst, const uint4& v) const {
-    *reinterpret_cast<uint4*>(dst) = cuda::add_f32x4(*reinterpret_cast<const uint4*>(dst), v);
-  }
-};
-
 // Step 3: staged rows [0, 64) (`pitch` bytes apart: the staged type's stage_pitch) → dst rows
 // row_first + r (those < row_end), bytes [byte_first, byte_first + 128) of each row, clipped to
-// row_bytes (a multiple of 16), each 16-byte piece written by `combine`.
-template <class Combine = CopyPiece>
+// row_bytes (a multiple of 16), 16 bytes a thread and round.
 __device__ __forceinline__ void flush_stage(const uint8_t* stage, int pitch, uint8_t* dst,
                                             int64_t row_pitch_bytes, int row_first, int row_end,
-                                            int byte_first, int row_bytes, Combine combine = {}) {
+                                            int byte_first, int row_bytes) {
   constexpr int kChunksPerRow = kStageChunkBytes / 16;
   const int tid = threadIdx.x % kWarpgroupThreads;
 #pragma unroll
@@ -78,8 +64,8 @@ __device__ __forceinline__ void flush_stage(const uint8_t* stage, int pitch, uin
     const int r = id / kChunksPerRow, byte = byte_first + (id % kChunksPerRow) * 16;
     const int row = row_first + r;
     if (row < row_end && byte < row_bytes)
-      combine(dst + row * row_pitch_bytes + byte,
-              *reinterpret_cast<const uint4*>(stage + r * pitch + (id % kChunksPerRow) * 16));
+      *reinterpret_cast<uint4*>(dst + row * row_pitch_bytes + byte) =
+          *reinterpret_cast<const uint4*>(stage + r * pitch + (id % kChunksPerRow) * 16);
   }
 }
 
