@@ -22,6 +22,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "moefuse/error.h"
+#include "moefuse/grouped_gemm_fp8_wgrad.h"
 #include "moefuse/quant.h"
 
 namespace moefuse::bench {
@@ -101,6 +102,16 @@ int run_quant(Args& args) {
   const int64_t g128 = ceil_div(k, 128), g32 = ceil_div(k, 32), g16 = ceil_div(k, 16);
   const int64_t bn = ceil_div(n, 128);
 
+  // The wgrad's column-wise grouped layout: x's rows as `experts` equal experts (the last takes
+  // the remainder), each quantised in 128-row groups and stored transposed.
+  std::vector<int32_t> offsets(experts + 1);
+  for (int64_t e = 0; e <= experts; ++e)
+    offsets[e] = static_cast<int32_t>(e == experts ? m : e * (m / experts));
+  const int64_t groups = fp8_colwise_groups(m, experts);
+  DeviceBuffer offsets_dev(offsets.size() * 4), xt(k * 128 * groups), xt_scales(groups * k * 4);
+  MOEFUSE_CUDA_CHECK(cudaMemcpy(offsets_dev.ptr, offsets.data(), offsets.size() * 4,
+                                cudaMemcpyHostToDevice));
+
   std::vector<Case> cases = {
       {"quantize 1x128 fp8", act, mk * (in_bytes + 1) + m * g128 * 4.0,
        [&](cudaStream_t s) {
@@ -155,6 +166,15 @@ int run_quant(Args& args) {
                                           dev(out, DType::kFloat32, {experts, n, k}), s);
        }},
   };
+
+  if (in == DType::kBFloat16)  // the wgrad's operands are bf16
+    cases.push_back({"quantize 128x1 fp8, grouped, transposed (wgrad operand)", act,
+                     mk * (in_bytes + 1) + groups * k * 4.0, [&](cudaStream_t s) {
+                       quantize_fp8_colwise_grouped(
+                           dev(x, in, {m, k}), dev(offsets_dev, DType::kInt32, {experts + 1}),
+                           dev(xt, DType::kFloat8E4M3, {k, 128 * groups}),
+                           dev(xt_scales, DType::kFloat32, {groups, k}), s);
+                     }});
 
   cudaStream_t stream;
   MOEFUSE_CUDA_CHECK(cudaStreamCreate(&stream));
