@@ -1,19 +1,25 @@
 // Column-wise grouped FP8 quantisation (moefuse/grouped_gemm_fp8_wgrad.h): x [M_cap, N] bf16 →
 // xt [N, 128 G] e4m3 + scales [G, N] fp32, one 128-row group of one expert per scale.
 //
-// Mapping: CTA (g, y) owns global group g (its expert and rows from colwise_groups.h) and the 128
-// columns n0 = 128 y .. of x. Its 256 threads
+// Mapping: CTA b owns column block b % nb (the 128 columns n0 = 128 (b % nb) .. of x) of global
+// group b / nb (its expert and rows from colwise_groups.h), so that consecutive CTAs read
+// adjacent pieces of the same rows. Its 256 threads
 //   1. compute group_start[E + 1] (warp 0, the GEMM's scan) and find the group;
 //   2. load the 128 × 128 bf16 block with 16-byte loads, 8 per thread all in flight (rows past
-//      the group's end and columns past N read as zeros), and store it into shared memory;
-//   3. transpose through shared memory: thread (cp = t % 64, q = t / 64) reads the column pair
-//      2cp, 2cp + 1 of rows 32q .. 32q + 31 (a warp reads one 128-word row: no bank conflict),
-//      takes the pair's amax over its 32 rows, and the four quarters combine through shared
-//      memory;
-//   4. quantises its 2 × 32 values with the 1x128 recipe (formats::blockwise_scale, the
+//      the group's end and columns past N read as zeros), and store it into shared memory, word
+//      w of row r at w ^ 8·(r / 16 % 4) (the swizzle that step 3's reads need);
+//   3. transpose through shared memory: thread (cp = t / 4, q = t % 4) reads the column pair
+//      2cp, 2cp + 1 of rows 64h + 16q + i (h < 2, i < 16) — a warp's 8 pairs × 4 quarters hit
+//      32 distinct banks — takes the pair's amax over its 32 rows, and the quad (the 4 quarters,
+//      adjacent lanes) combines them with two xor-shuffles;
+//   4. reads its 2 × 32 values again, 16 rows at a time (holding all 32 would cost the registers
+//      of a fourth CTA an SM), quantises them with the 1x128 recipe (formats::blockwise_scale, the
 //      hardware E4M3 conversion of cuda/quant/vec16.cuh, bit-exact with the reference) and
-//      stores each column's 32 codes as two 16-byte stores into xt's row; quarter 0 stores the
-//      pair's scales. Padding rows (the group's tail up to 128) are zeros, so they encode as 0x00.
+//      stores each column's codes as two 16-byte stores, rows 16q.. and 64 + 16q.. of xt's
+//      128-byte group segment: the quad's stores fill whole 32-byte sectors. ncu (run 21) had
+//      the first version (quarters of 32 contiguous rows, one warp per quarter) L2-bound at 78%
+//      with its stores using 16 of each sector's 32 bytes. Quarter 0 stores the pair's scales.
+//      Padding rows (the group's tail up to 128) are zeros, so they encode as 0x00.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -30,36 +36,40 @@ namespace moefuse::gemm::fp8 {
 namespace {
 
 inline constexpr int kThreads = 256;
-inline constexpr int kCols = 128;                         // columns of x per CTA
+inline constexpr int kCols = 128;                           // columns of x per CTA
+inline constexpr int kWords = kCols / 2;                    // bf16 pairs in a block row
 inline constexpr int kVectors = kColwiseGroup * kCols / 8;  // 16-byte bf16 vectors per block
 inline constexpr int kLoadsPerThread = kVectors / kThreads;
-inline constexpr int kQuarters = kThreads / (kCols / 2);  // row quarters of the group
-inline constexpr int kQuarterRows = kColwiseGroup / kQuarters;
-static_assert(kLoadsPerThread * kThreads == kVectors && kQuarterRows == 32);
+inline constexpr int kQuarters = kThreads / kWords;  // threads per column pair
+inline constexpr int kRun = 16;                      // rows per 16-byte code store
+inline constexpr int kRowsPerThread = kColwiseGroup / kQuarters;
+static_assert(kLoadsPerThread * kThreads == kVectors && kQuarters == 4 && kRowsPerThread == 32);
 
 struct ColwiseQuantParams {
   const __nv_bfloat16* x;  // [m_cap, n]
   const int* offsets;      // [num_experts + 1]
   uint8_t* xt;             // [n, 128 · groups]
   float* scales;           // [groups, n]
-  int m_cap, n, num_experts, groups;
+  int m_cap, n, num_experts, groups, column_blocks;
 };
 
 __device__ __forceinline__ float bf16_low(uint32_t w) { return formats::bits_float(w << 16); }
 __device__ __forceinline__ float bf16_high(uint32_t w) {
   return formats::bits_float(w & 0xFFFF0000u);
 }
+// The word swizzle of block row r: quarters 16 rows apart land on different banks in step 3.
+__device__ __forceinline__ int word_swizzle(int r) { return 8 * ((r / kRun) % kQuarters); }
 
-__global__ void __launch_bounds__(kThreads) colwise_quantize_kernel(const ColwiseQuantParams p) {
-  __shared__ alignas(16) uint32_t block[kColwiseGroup][kCols / 2];  // bf16 pairs
-  __shared__ float quarter_amax[kQuarters][kCols];
+__global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const ColwiseQuantParams p) {
+  __shared__ alignas(16) uint32_t block[kColwiseGroup][kWords];  // bf16 pairs
   __shared__ int group_start[kGroupedGemmMaxExperts + 1];
-  if (threadIdx.x < 32) warp_tile_starts(p.offsets, p.num_experts, colwise_group_shape(), group_start);
+  if (threadIdx.x < 32)
+    warp_tile_starts(p.offsets, p.num_experts, colwise_group_shape(), group_start);
   __syncthreads();
-  const int g = blockIdx.x;
+  const int g = blockIdx.x / p.column_blocks;
   if (g >= min(group_start[p.num_experts], p.groups)) return;  // uniform over the CTA
   const ColwiseGroup grp = colwise_group(g, p.offsets, group_start, p.num_experts);
-  const int n0 = blockIdx.y * kCols;
+  const int n0 = (blockIdx.x % p.column_blocks) * kCols;
 
   uint4 v[kLoadsPerThread];
 #pragma unroll
@@ -72,27 +82,28 @@ __global__ void __launch_bounds__(kThreads) colwise_quantize_kernel(const Colwis
   }
 #pragma unroll
   for (int u = 0; u < kLoadsPerThread; ++u) {
-    const int i = threadIdx.x + kThreads * u;
-    *reinterpret_cast<uint4*>(&block[i / (kCols / 8)][(i % (kCols / 8)) * 4]) = v[u];
+    const int i = threadIdx.x + kThreads * u, r = i / (kCols / 8);
+    *reinterpret_cast<uint4*>(&block[r][((i % (kCols / 8)) * 4) ^ word_swizzle(r)]) = v[u];
   }
   __syncthreads();
 
-  const int cp = threadIdx.x % (kCols / 2), q = threadIdx.x / (kCols / 2);
-  uint32_t w[kQuarterRows];
+  const int cp = threadIdx.x / kQuarters, q = threadIdx.x % kQuarters;
+  const int word = cp ^ (8 * q);  // word_swizzle of every row this thread reads
+  // Row i of this thread's 32: 16-row run i / 16, row i % 16 of it.
+  auto pair_at = [&](int i) {
+    return block[(i / kRun) * (kColwiseGroup / 2) + q * kRun + i % kRun][word];
+  };
   float amax0 = 0.0f, amax1 = 0.0f;  // fmaxf skips NaN, as formats::amax_bits
 #pragma unroll
-  for (int i = 0; i < kQuarterRows; ++i) {
-    w[i] = block[q * kQuarterRows + i][cp];
-    amax0 = fmaxf(amax0, fabsf(bf16_low(w[i])));
-    amax1 = fmaxf(amax1, fabsf(bf16_high(w[i])));
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const uint32_t w = pair_at(i);
+    amax0 = fmaxf(amax0, fabsf(bf16_low(w)));
+    amax1 = fmaxf(amax1, fabsf(bf16_high(w)));
   }
-  quarter_amax[q][2 * cp] = amax0;
-  quarter_amax[q][2 * cp + 1] = amax1;
-  __syncthreads();
 #pragma unroll
-  for (int j = 0; j < kQuarters; ++j) {
-    amax0 = fmaxf(amax0, quarter_amax[j][2 * cp]);
-    amax1 = fmaxf(amax1, quarter_amax[j][2 * cp + 1]);
+  for (int lane_xor = 1; lane_xor < kQuarters; lane_xor *= 2) {
+    amax0 = fmaxf(amax0, __shfl_xor_sync(0xffffffffu, amax0, lane_xor));
+    amax1 = fmaxf(amax1, __shfl_xor_sync(0xffffffffu, amax1, lane_xor));
   }
   const int col = n0 + 2 * cp;
   if (col >= p.n) return;  // N % 8 == 0: a pair is entirely in or out
@@ -102,24 +113,25 @@ __global__ void __launch_bounds__(kThreads) colwise_quantize_kernel(const Colwis
     *reinterpret_cast<float2*>(p.scales + static_cast<int64_t>(g) * p.n + col) =
         make_float2(s0.scale, s1.scale);
   const int64_t pitch = int64_t{p.groups} * kColwiseGroup;
-  uint8_t* out0 = p.xt + col * pitch + int64_t{g} * kColwiseGroup + q * kQuarterRows;
-  uint32_t c0[kQuarterRows / 4], c1[kQuarterRows / 4];
+  uint8_t* out0 = p.xt + col * pitch + int64_t{g} * kColwiseGroup + q * kRun;
 #pragma unroll
-  for (int k = 0; k < kQuarterRows / 4; ++k) {
-    const uint32_t* x4 = &w[4 * k];
-    c0[k] = cuda::quant::e4m3x4(bf16_low(x4[0]) * s0.multiplier, bf16_low(x4[1]) * s0.multiplier,
-                                bf16_low(x4[2]) * s0.multiplier, bf16_low(x4[3]) * s0.multiplier);
-    c1[k] = cuda::quant::e4m3x4(bf16_high(x4[0]) * s1.multiplier,
-                                bf16_high(x4[1]) * s1.multiplier,
-                                bf16_high(x4[2]) * s1.multiplier,
-                                bf16_high(x4[3]) * s1.multiplier);
-  }
+  for (int h = 0; h < kRowsPerThread / kRun; ++h) {  // a 16-row run: re-read, quantise, store
+    uint32_t c0[kRun / 4], c1[kRun / 4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    *reinterpret_cast<uint4*>(out0 + 16 * h) =
-        make_uint4(c0[4 * h], c0[4 * h + 1], c0[4 * h + 2], c0[4 * h + 3]);
-    *reinterpret_cast<uint4*>(out0 + pitch + 16 * h) =
-        make_uint4(c1[4 * h], c1[4 * h + 1], c1[4 * h + 2], c1[4 * h + 3]);
+    for (int k = 0; k < kRun / 4; ++k) {
+      uint32_t x4[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x4[j] = pair_at(h * kRun + 4 * k + j);
+      c0[k] = cuda::quant::e4m3x4(bf16_low(x4[0]) * s0.multiplier, bf16_low(x4[1]) * s0.multiplier,
+                                  bf16_low(x4[2]) * s0.multiplier, bf16_low(x4[3]) * s0.multiplier);
+      c1[k] = cuda::quant::e4m3x4(bf16_high(x4[0]) * s1.multiplier,
+                                  bf16_high(x4[1]) * s1.multiplier,
+                                  bf16_high(x4[2]) * s1.multiplier,
+                                  bf16_high(x4[3]) * s1.multiplier);
+    }
+    const int offset = h * (kColwiseGroup / 2);
+    *reinterpret_cast<uint4*>(out0 + offset) = make_uint4(c0[0], c0[1], c0[2], c0[3]);
+    *reinterpret_cast<uint4*>(out0 + pitch + offset) = make_uint4(c1[0], c1[1], c1[2], c1[3]);
   }
 }
 
@@ -142,9 +154,11 @@ void quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets
                                         .m_cap = static_cast<int>(x.size(0)),
                                         .n = n,
                                         .num_experts = static_cast<int>(offsets.size(0) - 1),
-                                        .groups = groups};
-  const dim3 grid(groups, gemm::ceil_div(n, gemm::fp8::kCols));
-  gemm::fp8::colwise_quantize_kernel<<<grid, gemm::fp8::kThreads, 0, stream>>>(p);
+                                        .groups = groups,
+                                        .column_blocks = gemm::ceil_div(n, gemm::fp8::kCols)};
+  const int64_t blocks = int64_t{groups} * p.column_blocks;
+  gemm::fp8::colwise_quantize_kernel<<<static_cast<unsigned>(blocks), gemm::fp8::kThreads, 0,
+                                       stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
