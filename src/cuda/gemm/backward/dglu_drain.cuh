@@ -1,0 +1,127 @@
+// The FC2 dgrad's dGLU as the epilogue warps finish it from a handed-over tile of g (bf16 in the
+// tile buffer) of N columns, by W warps: the BF16 dgrad's (dgrad_epilogue.cuh: N = 256 or 192,
+// W = 3 or 7), written for any tile width up to 256 so that a 128-column kernel can share it. The
+// contract is DGluEpilogue's (params.h), with g the tile's columns f of F.
+//
+// A tile row's N / 8 octets go to the lanes of a row group: 32 lanes, or 16 where N / 8 <= 16,
+// a warp then finishing two adjacent rows side by side (else half its lanes would idle). Epilogue
+// warp w takes tile rows w, w + W, ... (two-row groups: 2w, 2w + 1, 2w + 2W, ...) six at a time
+// per lane, the six rows' pre loads in flight together (run 9's profile found these warps
+// latency-bound on them with four; g is read from the buffer only when used, so the registers go
+// to loads in flight). Lane l of a row group finishes columns f0 = n0 + 8l .. f0 + 7 of its row:
+// 16-byte loads of g from the buffer and of the saved pre (GLU: gate f0.. at interleaved column
+// 2·f0, up 8 columns later — the interleave of 8; squared ReLU: column f0), the activation and its
+// derivatives, 16-byte stores of d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and
+// scaled_act = p·act. A row group thus reads and writes whole row segments: 4N bytes of pre and
+// d_pre, 2N of scaled_act (GLU).
+//   dp: each lane sums g·act over its 8 columns in order, a xor-shuffle tree adds the row group's
+//   lanes, its first lane stores the (row, n-block) partial: deterministic.
+//   Cache policy: pre, d_pre and scaled_act are touched once, so they are loaded and stored
+//   `.cs` (evict-first) and not prefetched. Prefetching the next tile's pre rows into L2 (until
+//   session 14) was evicted before its drain began: ncu counted 2.49 GB read by the BF16 dgrad on
+//   qwen3, where dys, W2 and pre hold 1.34 GB; without it 1.73 GB and 7% less time.
+// Rows at or past the expert's end and octets at or past n are neither read nor written (n % 8
+// == 0: an octet is entirely in or out).
+//
+// Precision: g reaches the dGLU rounded to bf16 (a full fp32 tile does not fit next to either
+// kernel's pipeline stages: 128 KiB for the BF16 dgrad, 64 KiB, two stages, for the FP8 kernel).
+// That is the unfused twin's (and torch's) g; d_pre and dp carry one more bf16 rounding than an
+// fp32 g would give (tests/gpu/grouped_gemm_backward_ops_test.cu).
+//
+// Code size: the activation is a template parameter, chosen once per kernel (one switch around
+// the tile loop); the per-row body is one octet per lane.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/backward/activation_backward.h"
+#include "cuda/gemm/backward/params.h"
+#include "cuda/gemm/backward/tile_handoff.cuh"
+#include "cuda/gemm/common/tile_rows.cuh"
+#include "cuda/packed_values.cuh"
+
+namespace moefuse::gemm::bwd {
+
+// One octet: g and pre as loaded (bf16), f0 = its first column; returns Σ g·act.
+template <EpilogueOp kOp>
+__device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, float scale,
+                                              const uint4& g_raw, const uint4& gate_raw,
+                                              const uint4& up_raw, __nv_bfloat16* d_pre,
+                                              __nv_bfloat16* scaled_act) {
+  constexpr bool kGlu = is_glu_op(kOp);
+  float g[8], gate[8], up[8], d_gate[8], d_up[8], act[8];
+  cuda::unpack_bf16x8(g_raw, g);
+  cuda::unpack_bf16x8(gate_raw, gate);
+  if constexpr (kGlu) cuda::unpack_bf16x8(up_raw, up);
+  float dp = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const ActivationGrad a = activation_grad_op<kOp>(act_params, gate[i], kGlu ? up[i] : 0.0f);
+    dp = fmaf(g[i], a.value, dp);
+    const float d_act = scale * g[i];
+    d_gate[i] = d_act * a.d_gate;
+    d_up[i] = d_act * a.d_up;
+    act[i] = scale * a.value;
+  }
+  __stcs(reinterpret_cast<uint4*>(d_pre), cuda::pack_bf16x8(d_gate));
+  if constexpr (kGlu) __stcs(reinterpret_cast<uint4*>(d_pre + 8), cuda::pack_bf16x8(d_up));
+  if (scaled_act) __stcs(reinterpret_cast<uint4*>(scaled_act), cuda::pack_bf16x8(act));
+  return dp;
+}
+
+// The dGLU of one handed-over tile: g in `tile` (kN bf16 columns a row, rows kPitch bytes apart),
+// by the kWarps epilogue warps; rows from rows_of_tile.first (< rows_of_tile.end), columns from
+// n0 (< n, F).
+template <EpilogueOp kOp, int kN, int kPitch, int kWarps>
+__device__ __forceinline__ void dglu_drain(const uint8_t* tile, int n, const DGluEpilogue& ep,
+                                           const TileRows& rows_of_tile, int n0, int n_block) {
+  constexpr bool kGlu = is_glu_op(kOp);
+  constexpr int kRows = 6;  // rows per lane whose pre loads are in flight together
+  constexpr int kGroupLanes = kN / 8 > 16 ? 32 : 16;  // lanes of a row group (a power of two)
+  constexpr int kWarpRows = 32 / kGroupLanes;         // rows a warp finishes side by side
+  constexpr int kStride = kWarps * kWarpRows;         // from one of a lane's rows to its next
+  static_assert(kN % 8 == 0 && kN / 8 <= kGroupLanes && kN * 2 <= kPitch);
+  const int pre_cols = kGlu ? 2 * n : n;
+  const EpilogueLane me = EpilogueLane::of_thread();
+  const int octet = me.lane % kGroupLanes, side = me.lane / kGroupLanes;
+  const int f0 = n0 + 8 * octet;
+  const bool col_ok = octet < kN / 8 && f0 < n;
+  const int gate_col = kGlu ? 2 * f0 : f0;
+  const int rows = min(kBlockM, rows_of_tile.end - rows_of_tile.first);
+  // w0: the warp's first row of a step (uniform over the warp, unlike a lane's row w0 + side).
+  for (int w0 = kWarpRows * me.warp; w0 < rows; w0 += kStride * kRows) {
+    uint4 gate_raw[kRows], up_raw[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int r = w0 + kStride * i + side;
+      if (r < rows && col_ok) {
+        const __nv_bfloat16* pre =
+            ep.pre + static_cast<int64_t>(rows_of_tile.first + r) * pre_cols + gate_col;
+        gate_raw[i] = __ldcs(reinterpret_cast<const uint4*>(pre));
+        up_raw[i] = kGlu ? __ldcs(reinterpret_cast<const uint4*>(pre + 8)) : uint4{};
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      if (w0 + kStride * i >= rows) break;  // warp-uniform: the shuffles below see all 32 lanes
+      const int r = w0 + kStride * i + side;
+      const bool row_ok = r < rows;  // a two-row group's second row may be past the end
+      const int64_t row = rows_of_tile.first + r;
+      float dp = 0.0f;
+      if (row_ok && col_ok) {
+        const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
+        const uint4 g_raw = *reinterpret_cast<const uint4*>(tile + r * kPitch + 16 * octet);
+        dp = finish_octet<kOp>(ep.act, scale, g_raw, gate_raw[i], up_raw[i],
+                               ep.d_pre + row * pre_cols + gate_col,
+                               ep.scaled_act ? ep.scaled_act + row * n + f0 : nullptr);
+      }
+#pragma unroll
+      for (int s = kGroupLanes / 2; s > 0; s /= 2) dp += __shfl_xor_sync(0xffffffffu, dp, s);
+      if (ep.dp_partial && row_ok && octet == 0) ep.dp_partial[row * ep.dp_stride + n_block] = dp;
+    }
+  }
+}
+
+}  // namespace moefuse::gemm::bwd
