@@ -37,12 +37,12 @@ void validate_transpose_fp8_blockwise_weights(const TensorView& w, const TensorV
 
 // ---- FC2 dgrad fused with the activation backward and the routing-prob gradient ------------
 // The FP8 twin of moefuse::grouped_gemm_fc2_dgrad (grouped_gemm_backward.h), same outputs:
-//   g[r]     = deq(dys)[r] · deq(w2t)[e]ᵀ                  fp32, never stored
+//   g[r]     = deq(dys)[r] · deq(w2t)[e]ᵀ                  fp32 sums, rounded to bf16, not stored
 //   d_pre[r] = activation'(pre[r]) ⊙ (p[r] · g[r])         bf16, pre's interleaved order
 //   scaled_act[r] = p[r] · activation(pre[r])              bf16 (optional)
 //   d_row_scale[r] = ⟨g[r], act[r]⟩ + ⟨dys_bf16[r], b2[e]⟩  fp32 (optional)
-// p = row_scale (1 when absent). g stays fp32 into the epilogue (the BF16 kernel rounds it to
-// bf16 first).
+// p = row_scale (1 when absent). g enters d_pre and d_row_scale rounded to bf16, as in the BF16
+// kernel (and in torch, whose g is a bf16 tensor).
 struct Fc2DgradFp8Args {
   TensorView dys;         // [M_cap, H] e4m3, 1x128 groups along H
   TensorView dys_scales;  // [ceil(H/128), fp8_scale_rows(M_cap)] fp32, K-major

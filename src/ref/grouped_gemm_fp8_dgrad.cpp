@@ -36,7 +36,8 @@ void fc2_dgrad_fp8(const Fc2DgradFp8Args& args) {
   const bool glu = is_glu(args.activation);
   const int64_t fc1 = glu ? 2 * f : f;
 
-  // g through the FP8 GEMM reference (kLinear, fp32 out).
+  // g through the FP8 GEMM reference (kLinear, fp32 out), then rounded to bf16: the kernel's
+  // consumers stage g as bf16 for the epilogue warps' dGLU (cuda/gemm/fp8/dglu_handoff.cuh).
   std::vector<float> g(static_cast<size_t>(m * f), 0.0f);
   grouped_gemm_fp8({.a = args.dys,
                     .a_scales = args.dys_scales,
@@ -48,6 +49,7 @@ void fc2_dgrad_fp8(const Fc2DgradFp8Args& args) {
                     .row_scale = {},
                     .bias = {},
                     .pre_activation = {}});
+  for (float& v : g) v = bf16_value(bf16_bits(v));
 
   const MoeConfig config{.hidden = h, .ffn = f, .num_experts = num_experts, .top_k = 1,
                          .activation = args.activation, .clamped_swiglu = args.clamped_swiglu};

@@ -4,7 +4,8 @@
 //     transposed weight (the blocks are the same blocks);
 //   - the fp64 FC2 dgrad reference (dGLU epilogue) against the BF16 path's math: the kernel's
 //     fp32 activation_grad (src/cuda/gemm/backward/activation_backward.h) on g computed from the
-//     dequantised operands; and its FP8 error against unquantised operands (printed);
+//     dequantised operands and rounded to bf16; and its FP8 error against unquantised operands
+//     (printed);
 //   - the bias of the forward reference (h + bias before the epilogue);
 //   - every validation error, naming the argument.
 #include <gtest/gtest.h>
@@ -115,8 +116,8 @@ struct Fc2Problem {
   }
 };
 
-// The BF16 path's math: g from the dequantised operands (fp64), then the kernel's fp32
-// activation_grad per element.
+// The BF16 path's math: g from the dequantised (or the unquantised) operands in fp64, rounded to
+// bf16 as both kernels hand it to their dGLU, then the kernel's fp32 activation_grad per element.
 struct Expected {
   std::vector<float> d_pre, scaled_act, dp;
 };
@@ -143,11 +144,12 @@ Expected kernel_math(const Fc2Problem& pb, bool quantised) {
       const int64_t up = glu ? glu_interleaved_row(pb.f + i, pb.f) : 0;
       const auto a = gemm::bwd::activation_grad(ep, bf16_to_float(pb.pre[r * pb.fc1 + gate]),
                                                 glu ? bf16_to_float(pb.pre[r * pb.fc1 + up]) : 0.f);
-      const float d_act = pb.p[r] * float(g);
+      const float gb = bf16_to_float(float_to_bf16(float(g)));
+      const float d_act = pb.p[r] * gb;
       x.d_pre[r * pb.fc1 + gate] = d_act * a.d_gate;
       if (glu) x.d_pre[r * pb.fc1 + up] = d_act * a.d_up;
       x.scaled_act[r * pb.f + i] = pb.p[r] * a.value;
-      dp += g * a.value;
+      dp += double(gb) * a.value;
     }
     for (int64_t j = 0; j < pb.h; ++j) dp += double(pb.dys_f[r * pb.h + j]) * pb.b2[e * pb.h + j];
     x.dp[r] = float(dp);

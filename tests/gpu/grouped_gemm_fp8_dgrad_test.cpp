@@ -3,8 +3,15 @@
 //   - transpose_fp8_blockwise_weights: bit-exact with ref::transpose_fp8_blockwise_weights;
 //   - the FC1 dgrad = grouped_gemm_fp8 on the GPU-transposed W1ᵀ (fp32 out, 1e-3 as the forward);
 //   - grouped_gemm_fc2_dgrad_fp8 (dGLU epilogue, dp reduction) against ref::fc2_dgrad_fp8 for
-//     every activation: d_pre and scaled_act bf16 (rel-norm 1e-2: one bf16 rounding each side,
-//     fp32 vs fp64 g), dp fp32 (1e-3). Outputs are NaN-poisoned: rows outside the experts must
+//     every activation. Both round g to bf16 (the kernel's hand-off, and the reference modelling
+//     it). Where the kernel's fp32 g (the tensor cores' reduced-precision accumulation inside a K
+//     block: relative error δ, about 1e-4, below the FP8 GEMM test's fp32 bound 1e-3) and the
+//     reference's straddle a bf16 rounding boundary, they round a bf16 step s apart (s ≈ 2^-7 ×
+//     0.72 relative on average): a share δ / s of g's elements, sqrt(δ·s) in norm. Simulated on
+//     the CPU (dp = <g, act>, F 200, SwiGLU of N(0, 1.5²)): dp 6.8e-4 at δ = 1e-4, 1.9e-3 at 1e-3
+//     (1.6e-3 whatever δ were the reference's g left fp32). Tolerances: d_pre and scaled_act bf16,
+//     rel-norm 1e-2 (one bf16 rounding each side on top); dp fp32, 5e-3 (the BF16 dgrad test's;
+//     1e-3 held while both g were fp32). Outputs are NaN-poisoned: rows outside the experts must
 //     keep the poison, rows inside must be written; failures name expert, row, column, max error.
 #include <gtest/gtest.h>
 
@@ -240,7 +247,7 @@ void run_fc2(const Fc2Case& c, const std::string& name) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   check_rows(widen(d_dpre.download()), widen(want_dpre), fc1, offsets, 1e-2, "d_pre");
   if (c.scaled_act) check_rows(widen(d_sa.download()), widen(want_sa), F, offsets, 1e-2, "scaled_act");
-  if (c.dp) check_rows(d_dp.download(), want_dp, 1, offsets, 1e-3, "dp");
+  if (c.dp) check_rows(d_dp.download(), want_dp, 1, offsets, 5e-3, "dp");
 }
 
 TEST(Fp8Dgrad, Fc2DgradEveryActivation) {

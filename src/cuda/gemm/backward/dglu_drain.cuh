@@ -1,7 +1,7 @@
 // The FC2 dgrad's dGLU as the epilogue warps finish it from a handed-over tile of g (bf16 in the
-// tile buffer) of N columns, by W warps: the BF16 dgrad's (dgrad_epilogue.cuh: N = 256 or 192,
-// W = 3 or 7), written for any tile width up to 256 so that a 128-column kernel can share it. The
-// contract is DGluEpilogue's (params.h), with g the tile's columns f of F.
+// tile buffer) of N columns, by W warps: shared by the BF16 dgrad (dgrad_epilogue.cuh: N = 256 or
+// 192, W = 3 or 7) and the FP8 kernel (fp8/dglu_handoff.cuh: N = 128, W = 3). The contract is
+// DGluEpilogue's (params.h), with g the tile's columns f of F.
 //
 // A tile row's N / 8 octets go to the lanes of a row group: 32 lanes, or 16 where N / 8 <= 16,
 // a warp then finishing two adjacent rows side by side (else half its lanes would idle). Epilogue
@@ -26,7 +26,7 @@
 // Precision: g reaches the dGLU rounded to bf16 (a full fp32 tile does not fit next to either
 // kernel's pipeline stages: 128 KiB for the BF16 dgrad, 64 KiB, two stages, for the FP8 kernel).
 // That is the unfused twin's (and torch's) g; d_pre and dp carry one more bf16 rounding than an
-// fp32 g would give (tests/gpu/grouped_gemm_backward_ops_test.cu).
+// fp32 g would give (tests/gpu/grouped_gemm_backward_ops_test.cu, grouped_gemm_fp8_dgrad_test.cpp).
 //
 // Code size: the activation is a template parameter, chosen once per kernel (one switch around
 // the tile loop); the per-row body is one octet per lane.

@@ -23,7 +23,8 @@ inline constexpr int kGroupM = 8;    // m-blocks per raster group (cluster_sched
 static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 
 // Warp roles (common/warp_roles.h): in warpgroup 0 thread 0 issues the TMA loads and, with bf16
-// forward output, warps 1-3 drain the hand-off's tile buffer; warpgroups 1 and 2 consume.
+// forward output and in the dGLU, warps 1-3 drain the hand-off's tile buffer; warpgroups 1 and 2
+// consume.
 //
 // setmaxnreg budgets (common/warp_roles.h has the rule): 80 × 128 + 208 × 256 fits the CTA's
 // 168 × 384. The consumers hold 64 + 64 accumulators; the epilogue warps unpack two 8-wide bf16
@@ -31,6 +32,13 @@ static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 inline constexpr int kProducerRegs = 80;
 inline constexpr int kConsumerRegs = 208;
 static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
+// The dGLU instantiation: its epilogue warps keep six rows' pre loads in flight
+// (backward/dglu_drain.cuh), the BF16 dgrad's split; its consumers only stage g. ptxas (CUDA
+// 13.0): 128 is the least for the epilogue warps that spills nothing (120 spilled 8 bytes, 80
+// 1,288); the consumers spill nothing down to 144.
+inline constexpr int kDGluProducerRegs = 136;
+inline constexpr int kDGluConsumerRegs = 184;
+static_assert(fits_register_file(kDGluProducerRegs, kDGluConsumerRegs));
 
 inline constexpr int kAccumulators = kBlockN / 2;      // fp32 per thread for m64n128
 inline constexpr int kABytes = kBlockM * kBlockK;      // one stage of A, e4m3
@@ -67,9 +75,9 @@ static_assert(kScaleSlotBytes % 128 == 0 && kScaleSlotBytes >= kScaleBytes,
 static_assert(kScaleBytes % 16 == 0, "a TMA box's inner extent is a multiple of 16 bytes");
 static_assert(kBScaleOffset + 4 <= kScaleSlotBytes, "the weight scale fits behind the box");
 
-// The hand-off's tile buffer (bf16 forward output; tile_epilogue.cuh): 128 rows of 128 bf16,
-// padded to a 272-byte pitch so that a warp's column-pair stores (8 rows × 4 lanes) hit all 32
-// banks.
+// The hand-off's tile buffer (bf16 forward output: tile_epilogue.cuh; the dGLU's g:
+// dglu_handoff.cuh): 128 rows of 128 bf16, padded to a 272-byte pitch so that a warp's
+// column-pair stores (8 rows × 4 lanes) hit all 32 banks.
 inline constexpr int kTilePitch = kBlockN * 2 + 16;
 inline constexpr int kTileBytes = kBlockM * kTilePitch;
 

@@ -2,7 +2,8 @@
 // cannot go through the bf16 tile buffer of the overlapped epilogue, tile_epilogue.cuh, and an
 // fp32 buffer of 64 KB would cost two pipeline stages): bias, activation (GLU on interleaved
 // columns, squared ReLU or none) and row scale applied to the promoted fp32 accumulators, stored
-// straight from registers after the K loop. (The dgrad's dGLU epilogue is dglu_epilogue.cuh.)
+// straight from registers after the K loop. (The dgrad's dGLU, too, goes through the tile buffer:
+// dglu_handoff.cuh.)
 //
 // Accumulator layout as in mainloop.cuh: acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the
 // slab, column 8j + 2·(lane % 4) + i of the tile. With the GLU interleave of 8 (gate block 2q,

@@ -7,19 +7,19 @@
 //               remote arrive or multicast touches them).
 //   warpgroup 0 (setmaxnreg down): thread 0 produces, walking units cluster, +clusters, ... and
 //               filling stages ahead of the consumers (mainloop.cuh has the protocol); with bf16
-//               forward output, warps 1-3 are the epilogue warps, draining each finished tile
-//               from the tile buffer (tile_epilogue.cuh).
+//               forward output and in the dGLU, warps 1-3 are the epilogue warps, draining each
+//               finished tile from the tile buffer (tile_epilogue.cuh; dglu_handoff.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile: the K loop
 //               with per-block promotion into 64 fp32 registers each (rows 0-63 and 64-127 of
 //               the tile), the two warpgroups issuing their K blocks in turns (issue_turns.cuh),
 //               then, by instantiation:
-//                 bf16 forward: the hand-off to the epilogue warps (the next tile's wgmma
-//                   overlap this tile's activation and stores);
-//                 fp32 forward (epilogue.cuh) and the FC2 dgrad's dGLU (dglu_epilogue.cuh): the
-//                   epilogue from registers. fp32 must not round h, and its 64 KB fp32 tile
-//                   buffer would cost two stages; the dGLU reads the bf16 pre-activation and
-//                   writes two bf16 tensors and dp partials from the fp32 g — staging g in fp32
-//                   costs the same two stages. Both keep the first version's epilogue.
+//                 bf16 forward: the hand-off of bf16(h + bias) to the epilogue warps (the next
+//                   tile's wgmma overlap this tile's activation and stores);
+//                 the FC2 dgrad's dGLU (dglu_handoff.cuh): the hand-off of g as bf16, unscaled;
+//                   the epilogue warps read pre and write d_pre, scaled_act and the dp partials
+//                   while the next tile's wgmma run;
+//                 fp32 forward (epilogue.cuh): the epilogue from registers (fp32 must not round
+//                   h, and a 64 KB fp32 tile buffer would cost two stages).
 //               A phantom unit (no tile for this CTA) only waits for and releases its stages.
 //   all:        cluster barrier, then exit (no CTA leaves while its peer may still arrive on its
 //               empty barriers or multicast into its stages).
@@ -27,12 +27,13 @@
 // Barriers (mbarriers, initialised once; parity waits; phase bits start at 0):
 //   full[s]    count 1 + tx bytes              own producer (+ peer's multicast) -> consumers
 //   empty[s]   count 16 (8 warps × 2 CTAs)     consumers of both CTAs -> producer
-//   tile_full  count 256                       consumers -> epilogue warps (bf16 forward;
-//   tile_empty count 96                        epilogue warps -> consumers  common/tile_handoff.cuh)
+//   tile_full  count 256                       consumers -> epilogue warps
+//   tile_empty count 96                        epilogue warps -> consumers
+//              (the hand-off of bf16 forward output and of the dGLU's g: common/tile_handoff.cuh)
 // Each role keeps its own (stage, phase) or tile phase; every role of both CTAs walks the same
 // unit list with the same k_blocks per unit; the hand-off roles skip phantoms on both sides.
 //
-// Walked by hand (bf16 forward; K = k_blocks, S = kStages):
+// Walked by hand (bf16 forward and dGLU alike; K = k_blocks, S = kStages):
 //   0 units for a cluster (cluster >= total_units, e.g. every expert empty): no role enters its
 //     loop; nothing is loaded, waited on or arrived at; both CTAs pass the final cluster barrier.
 //   1 unit, both CTAs live (an m-pair): each producer waits empty[s] parity 1 for its first S
@@ -66,26 +67,27 @@
 #include "cuda/gemm/common/cluster.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/epilogues/staged_tile.cuh"
-#include "cuda/gemm/fp8/dglu_epilogue.cuh"
+#include "cuda/gemm/fp8/dglu_handoff.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
 #include "cuda/gemm/fp8/mainloop.cuh"
 
 namespace moefuse::gemm::fp8 {
 
-// Warps 1-3 of warpgroup 0: drain every live tile the consumers stage, in their order.
+// Warps 1-3 of warpgroup 0: every live tile the consumers stage, in their order, given to
+// drain(tile buffer, its rows, its coordinates) between the hand-off's waits.
+template <class Drain>
 __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
-                                                   const EpilogueParams& ep,
                                                    const SharedLayout& smem,
                                                    const TileShape& shape, int total_units,
-                                                   int cluster, int clusters, int rank) {
+                                                   int cluster, int clusters, int rank,
+                                                   Drain&& drain) {
   TileHandoff handoff = TileHandoff::of(smem);
   for (int u = cluster; u < total_units; u += clusters) {
     const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
     if (!w.live) continue;
     const TileRows rows = tile_rows<kBlockM>(p, w.tile);
     handoff.wait_full();
-    drain_tile<kBlockM, kBlockN, kTilePitch>(handoff.tile, p, ep, rows.first, rows.end,
-                                             w.tile.n_block * kBlockN);
+    drain(static_cast<const uint8_t*>(handoff.tile), rows, w.tile);
     handoff.release();
   }
 }
@@ -98,7 +100,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                             const __grid_constant__ CUtensorMap tmap_scales,
                             const Fp8GemmProblem p, const EpilogueParams ep,
                             const bwd::DGluEpilogue dglu) {
-  constexpr bool kOverlap = !kDGlu && std::is_same_v<OutT, __nv_bfloat16>;
+  // The hand-off to the epilogue warps: bf16 forward output and the dGLU (fp32 output keeps its
+  // epilogue in the consumers: epilogue.cuh says why).
+  constexpr bool kHandoff = kDGlu || std::is_same_v<OutT, __nv_bfloat16>;
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
@@ -118,15 +122,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = warp_uniform(threadIdx.x / kWarpgroupThreads);
 
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    cutlass::arch::warpgroup_reg_dealloc<kDGlu ? kDGluProducerRegs : kProducerRegs>();
     if (threadIdx.x == 0) {
       produce(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_units, cluster, clusters,
               rank);
-    } else if (kOverlap && threadIdx.x >= 32) {
-      run_epilogue_warps(p, ep, smem, shape, total_units, cluster, clusters, rank);
+    } else if (kHandoff && threadIdx.x >= 32) {
+      auto walk = [&](auto&& drain) {
+        run_epilogue_warps(p, smem, shape, total_units, cluster, clusters, rank, drain);
+      };
+      if constexpr (kDGlu) {
+        // One switch on the activation around the tile loop (activation_backward.h says why).
+        dispatch_epilogue_op(dglu.act.op, [&](auto op) {
+          walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c) {
+            drain_g<decltype(op)::value>(tile, p, dglu, rows, c.n_block);
+          });
+        });
+      } else {
+        walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c) {
+          drain_tile<kBlockM, kBlockN, kTilePitch>(tile, p, ep, rows.first, rows.end,
+                                                   c.n_block * kBlockN);
+        });
+      }
     }
   } else {
-    cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+    cutlass::arch::warpgroup_reg_alloc<kDGlu ? kDGluConsumerRegs : kConsumerRegs>();
     const int slab = warpgroup - 1;
     const ConsumerStages stages = ConsumerStages::of(smem);
     float acc[kAccumulators];
@@ -145,13 +164,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (slab == 0) consume_tile<0>(acc, p, stages, pipe, rows.first, turns);
       else consume_tile<1>(acc, p, stages, pipe, rows.first, turns);
       const int n0 = c.n_block * kBlockN;
-      if constexpr (kOverlap) {
+      if constexpr (kDGlu) {
+        stage_g(acc, handoff, slab);
+      } else if constexpr (kHandoff) {
         stage_tile<kBlockM, kBlockN, kTilePitch>(acc, handoff, slab, ep, c.expert, p.n, n0,
                                                  rows.first, rows.end);
       } else {
-        const int slab_first = rows.first + slab * (kBlockM / 2);
-        if constexpr (kDGlu) dglu_tile(acc, p, dglu, slab_first, rows.end, n0, c.n_block);
-        else epilogue_tile<OutT>(acc, p, ep, c.expert, slab_first, rows.end, n0);
+        epilogue_tile<OutT>(acc, p, ep, c.expert, rows.first + slab * (kBlockM / 2), rows.end,
+                            n0);
       }
     }
     turns.finish();

@@ -19,7 +19,7 @@ struct SharedLayout {
   uint8_t* a;            // kStages × [kBlockM rows × 128 B], 128B-swizzled
   uint8_t* b;            // kStages × [kBlockN rows × 128 B], 128B-swizzled
   float* a_scale;        // kStages × [kScaleSlotBytes]: activation scales of a K group (config.h)
-  uint8_t* tile;         // kTileBytes: the hand-off's tile buffer (bf16 forward output only)
+  uint8_t* tile;         // kTileBytes: the hand-off's tile buffer (bf16 forward output, dGLU)
   uint64_t* full;        // [kStages] producers → consumers: the stage holds data
   uint64_t* empty;       // [kStages] consumers of both CTAs → producer: may be overwritten
   uint64_t* tile_full;   // consumers → epilogue warps (common/tile_handoff.cuh)
