@@ -57,12 +57,25 @@ void quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets
                                   const TensorView& xt, const TensorView& scales,
                                   cudaStream_t stream);
 
-// The checks of quantize_fp8_colwise_grouped with every tensor on `device`, x of dtype x_dtype
-// (the CPU reference takes fp32 x). No CUDA call.
+// The same quantisation of the rows gathered from x: row r of the operand is x[gather_index[r]],
+// zeros where that index is outside [0, T) — the permute's rows, so dW1's x operand comes
+// straight from the tokens without a permuted bf16 copy:
+//   x            [T, N]    bf16 (token order)
+//   gather_index [M_cap]   int32, device (the dispatch's token_of_row)
+// offsets, xt and scales as above, with M_cap = gather_index's length. Bit for bit the codes and
+// scales of quantize_fp8_colwise_grouped on the permuted copy.
+void quantize_fp8_colwise_grouped_gather(const TensorView& x, const TensorView& gather_index,
+                                         const TensorView& offsets, const TensorView& xt,
+                                         const TensorView& scales, cudaStream_t stream);
+
+// The checks of quantize_fp8_colwise_grouped (given a gather_index: of the gather form, whose
+// index may be empty for M_cap = 0) with every tensor on `device`, x of dtype x_dtype (the CPU
+// reference takes fp32 x). No CUDA call.
 void validate_quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets,
                                            const TensorView& xt, const TensorView& scales,
                                            Device device = Device::kCuda,
-                                           DType x_dtype = DType::kBFloat16);
+                                           DType x_dtype = DType::kBFloat16,
+                                           const TensorView* gather_index = nullptr);
 
 // The k-grouped FP8 wgrad. With G = fp8_colwise_groups(M_cap, E) (any G >= it works: the
 // kernel only reads groups below group_start[E]):

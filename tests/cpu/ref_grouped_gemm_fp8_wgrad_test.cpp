@@ -302,6 +302,21 @@ TEST(Fp8ColwiseQuantValidation, NamesTheBadArgument) {
     quantize_fp8_colwise_grouped(f32(x, {100, 16}), i32(off, {2}), e4m3(xt, {16, 128}),
                                  f32(sc, {1, 16}), nullptr);
   }, "x");
+  // The gather form: M_cap is gather_index's length, x any number of token rows.
+  std::vector<int32_t> index(100, 0);
+  auto gather = [&](TensorView xv, TensorView iv, TensorView xtv) {
+    validate_quantize_fp8_colwise_grouped(xv, i32(off, {2}), xtv, f32(sc, {1, 16}), Device::kCpu,
+                                          DType::kFloat32, &iv);
+  };
+  EXPECT_NO_THROW(gather(f32(x, {7, 16}), i32(index, {100}), e4m3(xt, {16, 128})));
+  expect_invalid([&] { gather(f32(x, {7, 16}), i32(index, {10, 10}), e4m3(xt, {16, 128})); },
+                 "gather_index");  // rank
+  expect_invalid([&] { gather(f32(x, {7, 16}), f32(x, {100}), e4m3(xt, {16, 128})); },
+                 "gather_index");  // dtype
+  expect_invalid([&] { gather(f32(x, {7, 16}), i32(index, {100}), e4m3(xt, {16, 64})); },
+                 "xt");  // the groups of M_cap = 100 need 128 columns
+  expect_invalid([&] { gather(f32(x, {7, 16}), TensorView{}, e4m3(xt, {16, 128})); },
+                 "gather_index");  // the default view: rank 0
 }
 
 }  // namespace

@@ -2,12 +2,13 @@
 // references (src/ref/grouped_gemm_fp8_wgrad.h).
 //
 // Operands: fresh random bf16 x_a [M_cap, N_a], x_b [M_cap, N_b]; the rows outside
-// [offsets[0], offsets[E]) hold NaN (neither op may read them). The quantiser must match the
-// reference bit for bit on every group below group_start[E] (the first mismatch names group,
-// expert, feature and row); the wgrad runs on the reference-quantised operands (so a quantiser
-// bug cannot hide a GEMM bug) and is compared per expert: rel-norm <= 1e-3 (DeepGEMM's bar for
-// FP8 GEMMs, fp32 output), the worst element named. Empty experts: exactly +0, or with
-// accumulate the old D bit for bit. Big shapes compare a sample of D's rows (all columns).
+// [offsets[0], offsets[E]) hold NaN (neither op may read them). The quantiser (and its gather
+// form, from x_b's rows scattered over token order) must match the reference bit for bit on
+// every group below group_start[E] (the first mismatch names group, expert, feature and row);
+// the wgrad runs on the reference-quantised operands (so a quantiser bug cannot hide a GEMM
+// bug) and is compared per expert: rel-norm <= 1e-3 (DeepGEMM's bar for FP8 GEMMs, fp32
+// output), the worst element named. Empty experts: exactly +0, or with accumulate the old D bit
+// for bit. Big shapes compare a sample of D's rows (all columns).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -142,24 +143,75 @@ class Runner {
                                    xt.view(DType::kFloat8E4M3, {op->n, op->groups * 128}),
                                    scales.view(DType::kFloat32, {op->groups, op->n}), nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<uint8_t> q = xt.download();
-      const std::vector<float> s = scales.download();
-      for (int64_t g = 0; g < total_groups_; ++g) {
-        for (int64_t j = 0; j < op->n; ++j) {
-          ASSERT_EQ(std::memcmp(&s[g * op->n + j], &op->scales[g * op->n + j], 4), 0)
-              << where(g, j, -1) << ": scale " << s[g * op->n + j] << ", want "
-              << op->scales[g * op->n + j];
-          for (int c = 0; c < 128; ++c) {
-            const int64_t at = j * op->groups * 128 + g * 128 + c;
-            ASSERT_EQ(q[at], op->xt[at]) << where(g, j, c) << ": code " << +q[at] << ", want "
-                                         << +op->xt[at];
-          }
+      expect_same_quantisation(xt.download(), scales.download(), op->xt, op->scales, op->n,
+                               op->groups);
+    }
+  }
+
+  // The gather form on operand b's rows scattered over T = M_cap + 5 token rows (a random
+  // permutation), about one expert row in 16 given an index outside [0, T) (-1 or past T): bit
+  // for bit the reference's quantisation of the gathered rows, those rows zeros.
+  void check_gather_quantiser() const {
+    const Operand& op = *b_;
+    const int64_t tokens = m_cap_ + 5, n = op.n;
+    std::vector<int32_t> perm(tokens), index(m_cap_);
+    for (int64_t t = 0; t < tokens; ++t) perm[t] = int32_t(t);
+    std::shuffle(perm.begin(), perm.end(), test::rng());
+    std::vector<float> x_tok = test::bf16_rounded(test::random_normal(tokens * n));
+    std::vector<float> gathered = op.x;  // the rows the gather must produce
+    std::uniform_int_distribution<int> pick(0, 15);
+    for (int64_t r = 0; r < m_cap_; ++r) {
+      index[r] = perm[r];
+      if (pick(test::rng()) == 0) {
+        index[r] = pick(test::rng()) % 2 ? -1 : int32_t(tokens + r % 3);
+        if (r >= off_.front() && r < off_.back())
+          std::fill(gathered.begin() + r * n, gathered.begin() + (r + 1) * n, 0.0f);
+        continue;
+      }
+      std::copy(op.x.begin() + r * n, op.x.begin() + (r + 1) * n, x_tok.begin() + perm[r] * n);
+    }
+    std::vector<uint8_t> want_xt(op.xt.size(), 0);
+    std::vector<float> want_scales(op.scales.size(), 1.0f);
+    std::vector<int32_t> off = off_;
+    ref::quantize_fp8_colwise_grouped(host_view(gathered, DType::kFloat32, {m_cap_, n}),
+                                      host_view(off, DType::kInt32, {experts_ + 1}),
+                                      host_view(want_xt, DType::kFloat8E4M3, {n, op.groups * 128}),
+                                      host_view(want_scales, DType::kFloat32, {op.groups, n}));
+    DeviceBuffer<test::Bf16> x_dev(test::to_bf16(x_tok));
+    DeviceBuffer<int32_t> index_dev(index);
+    DeviceBuffer<uint8_t> xt(op.xt.size());
+    DeviceBuffer<float> scales(op.scales.size());
+    xt.poison();
+    scales.poison();
+    quantize_fp8_colwise_grouped_gather(x_dev.view(DType::kBFloat16, {tokens, n}),
+                                        index_dev.view(DType::kInt32, {m_cap_}),
+                                        off_dev_->view(DType::kInt32, {experts_ + 1}),
+                                        xt.view(DType::kFloat8E4M3, {n, op.groups * 128}),
+                                        scales.view(DType::kFloat32, {op.groups, n}), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    expect_same_quantisation(xt.download(), scales.download(), want_xt, want_scales, n,
+                             op.groups);
+  }
+
+ private:
+  // Codes and scales of every group below group_start[E], the first mismatch named.
+  void expect_same_quantisation(const std::vector<uint8_t>& q, const std::vector<float>& s,
+                                const std::vector<uint8_t>& want_q,
+                                const std::vector<float>& want_s, int64_t n,
+                                int64_t groups) const {
+    for (int64_t g = 0; g < total_groups_; ++g) {
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(std::memcmp(&s[g * n + j], &want_s[g * n + j], 4), 0)
+            << where(g, j, -1) << ": scale " << s[g * n + j] << ", want " << want_s[g * n + j];
+        for (int c = 0; c < 128; ++c) {
+          const int64_t at = j * groups * 128 + g * 128 + c;
+          ASSERT_EQ(q[at], want_q[at])
+              << where(g, j, c) << ": code " << +q[at] << ", want " << +want_q[at];
         }
       }
     }
   }
 
- private:
   std::string where(int64_t g, int64_t feature, int c) const {
     int e = 0, first = 0;
     while ((c_.counts[e] + 127) / 128 + first <= g) first += (c_.counts[e] + 127) / 128, ++e;
@@ -247,6 +299,7 @@ void run_case(const Case& c, const std::string& name) {
   SCOPED_TRACE(name + " (seed " + std::to_string(test::seed()) + ")");
   Runner runner(c);
   runner.check_quantiser();
+  runner.check_gather_quantiser();
   runner.check_wgrad(runner.run_wgrad());
 }
 

@@ -12,7 +12,9 @@
 // FP8 layers (config.precision kFP8Blockwise): the same stages, streams and joins; the routed
 // experts' GEMMs run in FP8 (backward_fp8.h): pre cached by the forward's FP8 FC1 (with
 // recompute_pre: recomputed in FP8 from x), dys and d_pre quantised row-wise for the dgrads (on
-// W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for the wgrads. Bias gradients, the router and the shared expert are the bf16 path's.
+// W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for the wgrads (dW1's x gathered from the
+// tokens by its quantiser). Bias gradients, the router and the shared expert are the bf16
+// path's.
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -117,7 +119,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     const GroupedGemmWgradArgs args{
         .a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1, .gather_index = v.token_of_row};
     if (fp8)
-      layer::fc1_wgrad_fp8(x, g, v, run.health, h.side);
+      layer::fc1_wgrad_fp8(x, g, v, h.side);
     else if (recompute)
       grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1}, h.side);
     else

@@ -70,10 +70,9 @@ void fc2_wgrad_fp8(const MoeLayerGrads& g, const Views& v, cudaStream_t stream) 
 }
 
 void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
-                   const TensorView& health, cudaStream_t stream) {
-  // xs_bwd held the recompute's codes until the fork (plan.h); this stream runs after it.
-  permute(x, v.row_of, v.token_of_row, v.xs_bwd, health, stream);
-  quantize_fp8_colwise_grouped(v.xs_bwd, v.offsets, v.xs_t, v.xs_t_scales, stream);
+                   cudaStream_t stream) {
+  quantize_fp8_colwise_grouped_gather(x, v.token_of_row, v.offsets, v.xs_t, v.xs_t_scales,
+                                      stream);
   quantize_fp8_colwise_grouped(v.dpre, v.offsets, v.dpre_t, v.dpre_t_scales, stream);
   grouped_gemm_fp8_wgrad({.at = v.dpre_t,
                           .a_scales = v.dpre_t_scales,

@@ -38,9 +38,9 @@ void fc1_dgrad_fp8(const Views& v, cudaStream_t stream);
 // Stage fc2_wgrad (second stream): dys and p·act column-wise → d_w2 = Σ dysᵀ·(p·act).
 void fc2_wgrad_fp8(const MoeLayerGrads& g, const Views& v, cudaStream_t stream);
 
-// Stage fc1_wgrad (second stream): x → xs bf16 (permute into xs_bwd), xs and d_pre column-wise
-// → d_w1 = Σ d_preᵀ·xs.
+// Stage fc1_wgrad (second stream): x gathered by token_of_row and d_pre, column-wise →
+// d_w1 = Σ d_preᵀ·xs (xs = x[token_of_row], never stored in bf16).
 void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
-                   const TensorView& health, cudaStream_t stream);
+                   cudaStream_t stream);
 
 }  // namespace moefuse::layer

@@ -91,18 +91,11 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   // bf16, both modes: dW1 reads a permuted copy of x, made by the recompute's permute or by the
   // wgrad's own gather (faster than the gather-fused wgrad on every preset, run 9).
   if (!fp8) p.xs_bwd = bwd.add("xs [R,H] bf16 (dW1's x rows, and the recompute's)", R * H * bf);
-  if (fp8 && cache_pre) {
-    p.xs_bwd = bwd.add("xs [R,H] bf16 (fp8: dW1's column-wise copy is quantised from it)",
-                       R * H * bf);
-  } else if (fp8) {
-    // Two lifetimes, ordered by the fork (plan.h): the recompute's codes + K-major scales, then
-    // the bf16 xs that dW1's column-wise copy is quantised from.
-    const size_t codes = plan_align_up(R * H * e4m3), scales = groups(H) * scale_cols * f32;
-    p.xs_bwd = bwd.add("xs [R,H] bf16 (fp8: first the recompute's e4m3 codes + scales)",
-                       std::max(R * H * bf, codes + scales));
-    p.xs_fp8_bwd = {.region = Region::kWorkspace, .offset = p.xs_bwd.offset, .bytes = R * H};
-    p.xs_scales_bwd = {.region = Region::kWorkspace, .offset = p.xs_bwd.offset + codes,
-                       .bytes = scales};
+  if (fp8 && !cache_pre) {
+    // The recompute's xs codes and K-major scales (dW1's column-wise copy gathers x itself).
+    p.xs_fp8_bwd = bwd.add("xs [R,H] e4m3 (fp8 recompute)", R * H * e4m3);
+    p.xs_scales_bwd =
+        bwd.add("xs_scales [H/128,R] fp32 (K-major, fp8 recompute)", groups(H) * scale_cols * f32);
   }
   if (fp8) {
     // Row-wise operands of the dgrads (K = H for FC2's, K = fc1 for FC1's).

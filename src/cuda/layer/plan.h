@@ -78,12 +78,9 @@ struct Plan {
   Slice dys, dpre, act_bwd, d_row_prob, d_probs, dxs, d_logits, xs_bwd;
   // backward scratch, FP8: row-wise e4m3 operands of the dgrads (codes, the quantiser's
   // row-major scales, the GEMM's K-major scales); column-wise grouped operands of the wgrads
-  // ([N, 128·G] codes, [G, N] scales, G = fp8_colwise_groups(R, E)); with recompute_pre, the
-  // recompute's xs codes and scales, sub-ranges of xs_bwd (not listed in `buffers`: xs_bwd is;
-  // absent when pre is cached). xs_bwd's two lifetimes then: main stream, recompute_fc1 (permute_quantize_fp8 writes the codes and scales, the
-  // FC1 GEMM reads them), then second stream, fc1_wgrad (permute writes the bf16 xs, the
-  // column-wise quantiser reads it). The fork after fc2_dgrad orders the first before the
-  // second, and no main-stream stage after recompute_fc1 touches these bytes.
+  // ([N, 128·G] codes, [G, N] scales, G = fp8_colwise_groups(R, E); dW1's x gathered from the
+  // tokens by its quantiser, so no permuted bf16 xs); with recompute_pre, the recompute's xs
+  // codes and scales (absent when pre is cached).
   Slice dys_fp8, dys_scales_rows, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
   Slice dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
   Slice xs_fp8_bwd, xs_scales_bwd;

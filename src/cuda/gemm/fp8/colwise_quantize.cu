@@ -1,10 +1,14 @@
 // Column-wise grouped FP8 quantisation (moefuse/grouped_gemm_fp8_wgrad.h): x [M_cap, N] bf16 →
 // xt [N, 128 G] e4m3 + scales [G, N] fp32, one 128-row group of one expert per scale.
 //
+// The gather form reads row r of the operand from x[gather_index[r]] (zeros where the index is
+// outside [0, rows of x)): dW1's x operand straight from the tokens, without a permuted copy.
+//
 // Mapping: CTA b owns column block b % nb (the 128 columns n0 = 128 (b % nb) .. of x) of global
 // group b / nb (its expert and rows from colwise_groups.h), so that consecutive CTAs read
 // adjacent pieces of the same rows. Its 256 threads
-//   1. compute group_start[E + 1] (warp 0, the GEMM's scan) and find the group;
+//   1. compute group_start[E + 1] (warp 0, the GEMM's scan), find the group, and note the source
+//      row of each of its 128 rows in shared memory (-1: zeros);
 //   2. load the 128 × 128 bf16 block with 16-byte loads, 8 per thread all in flight (rows past
 //      the group's end and columns past N read as zeros), and store it into shared memory, word
 //      w of row r at w ^ 8·(r / 16 % 4) (the swizzle that step 3's reads need);
@@ -46,11 +50,12 @@ inline constexpr int kRowsPerThread = kColwiseGroup / kQuarters;
 static_assert(kLoadsPerThread * kThreads == kVectors && kQuarters == 4 && kRowsPerThread == 32);
 
 struct ColwiseQuantParams {
-  const __nv_bfloat16* x;  // [m_cap, n]
-  const int* offsets;      // [num_experts + 1]
-  uint8_t* xt;             // [n, 128 · groups]
-  float* scales;           // [groups, n]
-  int m_cap, n, num_experts, groups, column_blocks;
+  const __nv_bfloat16* x;   // [x_rows, n]: the operand's rows, or the gather's source
+  const int* gather_index;  // [m_cap] or null: row r of the operand is x[gather_index[r]]
+  const int* offsets;       // [num_experts + 1]
+  uint8_t* xt;              // [n, 128 · groups]
+  float* scales;            // [groups, n]
+  int x_rows, m_cap, n, num_experts, groups, column_blocks;
 };
 
 __device__ __forceinline__ float bf16_low(uint32_t w) { return formats::bits_float(w << 16); }
@@ -63,6 +68,7 @@ __device__ __forceinline__ int word_swizzle(int r) { return 8 * ((r / kRun) % kQ
 __global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const ColwiseQuantParams p) {
   __shared__ alignas(16) uint32_t block[kColwiseGroup][kWords];  // bf16 pairs
   __shared__ int group_start[kGroupedGemmMaxExperts + 1];
+  __shared__ int source_row[kColwiseGroup];  // x's row of each group row, -1: zeros
   if (threadIdx.x < 32)
     warp_tile_starts(p.offsets, p.num_experts, colwise_group_shape(), group_start);
   __syncthreads();
@@ -70,15 +76,22 @@ __global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const Col
   if (g >= min(group_start[p.num_experts], p.groups)) return;  // uniform over the CTA
   const ColwiseGroup grp = colwise_group(g, p.offsets, group_start, p.num_experts);
   const int n0 = (blockIdx.x % p.column_blocks) * kCols;
+  if (threadIdx.x < kColwiseGroup) {
+    const int r = threadIdx.x, row = grp.first_row + r;
+    int src = r < grp.rows && row >= 0 && row < p.m_cap ? row : -1;
+    if (src >= 0 && p.gather_index) src = __ldg(p.gather_index + row);
+    source_row[r] = src < p.x_rows ? src : -1;  // a negative index stays negative
+  }
+  __syncthreads();
 
   uint4 v[kLoadsPerThread];
 #pragma unroll
   for (int u = 0; u < kLoadsPerThread; ++u) {
     const int i = threadIdx.x + kThreads * u, r = i / (kCols / 8), c = n0 + (i % (kCols / 8)) * 8;
-    const int row = grp.first_row + r;
-    const bool ok = r < grp.rows && row >= 0 && row < p.m_cap && c < p.n;
-    v[u] = ok ? __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<int64_t>(row) * p.n + c))
-              : make_uint4(0, 0, 0, 0);
+    const int src = source_row[r];
+    v[u] = src >= 0 && c < p.n
+               ? __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<int64_t>(src) * p.n + c))
+               : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int u = 0; u < kLoadsPerThread; ++u) {
@@ -140,26 +153,48 @@ __global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const Col
 
 namespace moefuse {
 
-void quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets,
-                                  const TensorView& xt, const TensorView& scales,
-                                  cudaStream_t stream) {
-  validate_quantize_fp8_colwise_grouped(x, offsets, xt, scales, Device::kCuda, DType::kBFloat16);
+namespace {
+
+// Both forms: gather_index is null for the plain one.
+void launch_colwise(const TensorView& x, const TensorView* gather_index,
+                    const TensorView& offsets, const TensorView& xt, const TensorView& scales,
+                    cudaStream_t stream) {
+  validate_quantize_fp8_colwise_grouped(x, offsets, xt, scales, Device::kCuda, DType::kBFloat16,
+                                        gather_index);
   cuda::expect_launchable(stream);
   const int groups = static_cast<int>(scales.size(0)), n = static_cast<int>(x.size(1));
-  if (groups == 0) return;  // no row can have a group
-  const gemm::fp8::ColwiseQuantParams p{.x = x.as<const __nv_bfloat16>(),
-                                        .offsets = offsets.as<const int>(),
-                                        .xt = xt.as<uint8_t>(),
-                                        .scales = scales.as<float>(),
-                                        .m_cap = static_cast<int>(x.size(0)),
-                                        .n = n,
-                                        .num_experts = static_cast<int>(offsets.size(0) - 1),
-                                        .groups = groups,
-                                        .column_blocks = gemm::ceil_div(n, gemm::fp8::kCols)};
+  const int64_t m_cap = gather_index ? gather_index->size(0) : x.size(0);
+  if (groups == 0 || m_cap == 0) return;  // no row can have a group
+  const gemm::fp8::ColwiseQuantParams p{
+      .x = x.as<const __nv_bfloat16>(),
+      .gather_index = gather_index ? gather_index->as<const int>() : nullptr,
+      .offsets = offsets.as<const int>(),
+      .xt = xt.as<uint8_t>(),
+      .scales = scales.as<float>(),
+      .x_rows = static_cast<int>(x.size(0)),
+      .m_cap = static_cast<int>(m_cap),
+      .n = n,
+      .num_experts = static_cast<int>(offsets.size(0) - 1),
+      .groups = groups,
+      .column_blocks = gemm::ceil_div(n, gemm::fp8::kCols)};
   const int64_t blocks = int64_t{groups} * p.column_blocks;
   gemm::fp8::colwise_quantize_kernel<<<static_cast<unsigned>(blocks), gemm::fp8::kThreads, 0,
                                        stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets,
+                                  const TensorView& xt, const TensorView& scales,
+                                  cudaStream_t stream) {
+  launch_colwise(x, nullptr, offsets, xt, scales, stream);
+}
+
+void quantize_fp8_colwise_grouped_gather(const TensorView& x, const TensorView& gather_index,
+                                         const TensorView& offsets, const TensorView& xt,
+                                         const TensorView& scales, cudaStream_t stream) {
+  launch_colwise(x, &gather_index, offsets, xt, scales, stream);
 }
 
 }  // namespace moefuse

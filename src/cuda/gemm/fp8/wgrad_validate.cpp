@@ -41,24 +41,37 @@ int64_t expect_colwise_groups(const TensorView& t, std::string_view name, Device
 
 void validate_quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets,
                                            const TensorView& xt, const TensorView& scales,
-                                           Device device, DType x_dtype) {
-  MOEFUSE_EXPECT(x.rank == 2, "x", "rank 2 [M_cap, N]", "rank " + std::to_string(x.rank));
+                                           Device device, DType x_dtype,
+                                           const TensorView* gather_index) {
+  const bool gather = gather_index != nullptr;
+  MOEFUSE_EXPECT(x.rank == 2, "x", gather ? "rank 2 [T, N]" : "rank 2 [M_cap, N]",
+                 "rank " + std::to_string(x.rank));
   expect_tensor(x, "x", x_dtype, device, {kAnyExtent, kAnyExtent});
-  const int64_t m_cap = x.size(0), n = x.size(1);
+  const int64_t n = x.size(1);
   expect_row_length(n, "x", "N (dim 1)");
-  MOEFUSE_EXPECT(m_cap <= std::numeric_limits<int32_t>::max(), "x", "rows below 2^31",
-                 std::to_string(m_cap));
+  MOEFUSE_EXPECT(x.size(0) <= std::numeric_limits<int32_t>::max(), "x", "rows below 2^31",
+                 std::to_string(x.size(0)));
   expect_aligned(x, "x");
+  const TensorView index = gather ? *gather_index : TensorView{};
+  if (gather) {
+    MOEFUSE_EXPECT(index.rank == 1, "gather_index", "rank 1 [M_cap]",
+                   "rank " + std::to_string(index.rank));
+    expect_tensor(index, "gather_index", DType::kInt32, device, {kAnyExtent});
+    MOEFUSE_EXPECT(index.size(0) <= std::numeric_limits<int32_t>::max(), "gather_index",
+                   "M_cap below 2^31", std::to_string(index.size(0)));
+  }
+  const int64_t m_cap = gather ? index.size(0) : x.size(0);
   const int64_t experts = expect_experts(offsets, device);
   const int64_t groups = fp8_colwise_groups(m_cap, experts);
-  MOEFUSE_EXPECT(groups * kFp8ScaleGroup <= std::numeric_limits<int32_t>::max(), "x",
-                 "M_cap + 127 E below 2^31", std::to_string(m_cap));
+  MOEFUSE_EXPECT(groups * kFp8ScaleGroup <= std::numeric_limits<int32_t>::max(),
+                 gather ? "gather_index" : "x", "M_cap + 127 E below 2^31",
+                 std::to_string(m_cap));
   expect_tensor(xt, "xt", DType::kFloat8E4M3, device, {n, groups * kFp8ScaleGroup});
   expect_aligned(xt, "xt");
   expect_tensor(scales, "scales", DType::kFloat32, device, {groups, n});
   expect_aligned(scales, "scales");
   const NamedView outputs[] = {{xt, "xt"}, {scales, "scales"}};
-  const NamedView inputs[] = {{x, "x"}, {offsets, "offsets"}};
+  const NamedView inputs[] = {{x, "x"}, {offsets, "offsets"}, {index, "gather_index"}};
   expect_outputs_disjoint(outputs, inputs);
 }
 
