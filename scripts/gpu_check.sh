@@ -96,12 +96,13 @@ fi
 
 # compute-sanitizer's four tools over the GPU tests, one process per test (a finding names its
 # test). racecheck and initcheck run a kernel 10-100x slower, so SANITIZE_FILTER defaults to a
-# fast subset (43 tests) that still reaches every kernel family: router top-k and backward,
-# dispatch, the quantisers, the bf16 and FP8 grouped GEMMs (forward, dgrad, wgrad) and the whole
-# layer (fused, unfused, recompute, shared expert, FP8, graphs, NaN/Inf inputs) at test size, plus
-# the FP8 GEMM at DeepGEMM's K (run 11's racecheck hazard showed in that test, 56 K blocks a
-# tile, and not in the subset's small-K FP8 tests); left out are the exhaustive codec sweeps
-# (every float) and the repeats of the same kernels at more shapes.
+# fast subset (46 tests) that still reaches every kernel family: router top-k and backward,
+# dispatch, the quantisers, the bf16 and FP8 grouped GEMMs (forward, dgrad and the FP8 dGLU's
+# hand-off, wgrad) and the whole layer (fused, unfused, recompute, shared expert, FP8, graphs,
+# NaN/Inf inputs) at test size, plus the FP8 GEMM at DeepGEMM's K (run 11's racecheck hazard
+# showed in that test, 56 K blocks a tile, and not in the subset's small-K FP8 tests); left out
+# are the exhaustive codec sweeps (every float) and the repeats of the same kernels at more
+# shapes.
 # SANITIZE_FILTER='*' runs everything.
 # SANITIZE_TOOLS picks tools, SANITIZE_TIMEOUT bounds each test under each tool.
 # Reports located only in cuBLAS's kernels (the router's logits GEMMs: nvjet_*, cublasLt::*) are
@@ -147,6 +148,7 @@ if [[ " $stages " == *" sanitize "* ]]; then
     'GroupedGemmBackward.WgradGather*' 'GroupedGemmFp8.Fc1EveryActivation'
     'GroupedGemmFp8.DeepGemmShapeRagged'
     'GroupedGemmMxfp8.Fc1SwiGluBiasAndPreActivation' 'Fp8Dgrad.Fc1Dgrad*'
+    'Fp8Dgrad.Fc2DgradEveryActivation'
     'GroupedGemmFp8Wgrad.RaggedExperts*' 'Layer/LayerReference.*/qwen3_*'
     'Layer/LayerReference.*/deepseek_fused' 'LayerGraph.*'
     'Layer/LayerFp8.ForwardAndBackwardMatch*/deepseek' 'LayerFp8Edges.*' 'LayerNonFinite.*'
