@@ -39,9 +39,8 @@
 
 namespace moefuse::gemm::bwd {
 
-// G::kStages × (A, B) stages, the hand-off's tile buffer (kTileBufferBytes; the gather wgrad's
-// per-consumer staging buffers, staged_store.cuh, live in it), the barriers, tile_start[E + 1]
-// (dgrad only).
+// G::kStages × (A, B) stages, G::kTileBytes of tile buffer (the hand-off's; the gather wgrad's
+// sub-tile buffers, slab_tma_store.cuh), the barriers, tile_start[E + 1] (dgrad only).
 template <class G>
 using StagedLayout = HandoffSharedLayout<G::kStages, G::kABytes, G::kBBytes, G::kTileBytes>;
 using SharedLayout = StagedLayout<DgradStages>;  // the dgrad's

@@ -19,8 +19,8 @@ struct HandoffSharedLayout {
   uint8_t* a;            // kStages × kABytes
   uint8_t* b;            // kStages × kBBytes
   uint8_t* tile;         // kTileBytes: the hand-off's tile buffer, or the in-consumer
-                         // epilogue's per-warpgroup staging buffers (fp32 and gather forward,
-                         // gather wgrad)
+                         // epilogue's per-warpgroup buffers (fp32 and gather forward: staging;
+                         // gather wgrad: TMA-store sub-tiles)
   uint64_t* full;        // [kStages] producer → consumers: the stage holds data
   uint64_t* empty;       // [kStages] consumers → producer: the stage may be overwritten
   uint64_t* tile_full;   // consumers → epilogue warps: the tile buffer holds a (part of a) tile
