@@ -4,11 +4,13 @@
 // same total size. Problems: DeepGEMM's published grouped shapes (linear epilogue, bf16 out,
 // every group the same size) and each preset's FC1 (its activation) and FC2 (routing
 // probability) at --tokens with --routing. A second table splits the MXFP8 time: its dequantise
-// passes alone (TB/s over the bytes they move) next to the BF16 grouped GEMM alone.
+// passes alone (TB/s over the bytes they move) next to the BF16 grouped GEMM alone. Then, per
+// preset, the backward's FP8 GEMMs beside their BF16 twins: the k-grouped dW2 and the FC2 dgrad
+// with the dGLU + dp epilogue, each also with the quantisation passes the layer runs before it.
 //
-// The values are quantised from random bf16 data by the GPU quantisers; the DeepSeek activation
-// scales (K-major, which no GPU kernel writes yet) are random positive values, the MXFP8 runs
-// read the same codes with every UE8M0 scale 2^0: the timing does not depend on them.
+// The values are quantised from random bf16 data by the GPU quantisers; the forward problems'
+// DeepSeek activation scales (K-major) are random positive values, the MXFP8 runs read the same
+// codes with every UE8M0 scale 2^0: the timing does not depend on them.
 #include <cuda_bf16.h>
 
 #include <array>
@@ -27,10 +29,12 @@
 #include "bench/timing.h"
 #include "cuda/check.h"
 #include "cuda/gemm/fp8/mxfp8_emulation.h"
+#include "cuda/layer/kernels.h"
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/grouped_gemm_fp8_dgrad.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
 #include "moefuse/quant.h"
 
@@ -167,6 +171,29 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
                      mxfp8 / bf16});
 }
 
+// A backward GEMM of a preset in its three forms, timed and reported side by side: the BF16
+// kernel, the FP8 kernel, and the FP8 kernel after the quantisation passes the layer runs
+// before it (variants: the rows' names, in that order; vs_bf16 = the BF16 time / each time).
+struct Fp8Twins {
+  std::function<void(cudaStream_t)> bf16, fp8, quantise;
+};
+void report_fp8_twins(const std::string& name, const std::string& op, double flops,
+                      const Fp8Twins& run, const std::array<std::string, 3>& variants,
+                      const GemmBenchOptions& o, Report& report) {
+  auto time = [&](const std::string& what, auto&& launch) {
+    progress("gemm-fp8 " + name + " " + op + ": " + what);
+    return time_on_stream(launch, nullptr, o.warmup, o.iters).median_ms;
+  };
+  const double ms[3] = {time("bf16", run.bf16), time("fp8", run.fp8),
+                        time("fp8 with its quantisation", [&](cudaStream_t s) {
+                          run.quantise(s);
+                          run.fp8(s);
+                        })};
+  progress_done();
+  for (int i = 0; i < 3; ++i)
+    report.add_row({name, op, variants[i], ms[i], flops / ms[i] * 1e-9, ms[0] / ms[i]});
+}
+
 // A preset's dW2 = Σ dysᵀ · act (k-grouped, fp32 out): the BF16 wgrad, the FP8 wgrad on
 // column-wise operands, and the FP8 path end to end (both column-wise quantisations + wgrad).
 void bench_wgrad(const std::string& name, const MoeConfig& c, const std::vector<int32_t>& offsets,
@@ -200,26 +227,83 @@ void bench_wgrad(const std::string& name, const MoeConfig& c, const std::vector<
                                          .b_scales = sb.view(DType::kFloat32, {g, nb}),
                                          .offsets = offsets_view,
                                          .d = dv};
-  auto time = [&](const std::string& what, auto&& launch) {
-    progress("gemm-fp8 " + name + " dW2: " + what);
-    return time_on_stream(launch, nullptr, o.warmup, o.iters).median_ms;
+  report_fp8_twins(
+      name, "dW2", 2.0 * m * na * nb,
+      {.bf16 = [&](cudaStream_t s) { grouped_gemm_wgrad(bf16_args, s); },
+       .fp8 = [&](cudaStream_t s) { grouped_gemm_fp8_wgrad(fp8_args, s); },
+       .quantise = quantize},
+      {"moefuse bf16 wgrad", "moefuse fp8 wgrad", "moefuse fp8 colwise quantise x2 + wgrad"}, o,
+      report);
+}
+
+// A preset's FC2 dgrad with the dGLU + dp epilogue (the layer's fc2_dgrad GEMM): the BF16
+// kernel, the FP8 kernel on row-wise quantised dys and W2ᵀ, and the FP8 path with dys's
+// quantisation (the 1x128 pass and its scale transpose), as the layer runs it.
+void bench_fc2_dgrad(const std::string& name, const MoeConfig& c,
+                     const std::vector<int32_t>& offsets, const GemmBenchOptions& o,
+                     Report& report) {
+  const int64_t e = c.num_experts, m = offsets.back(), h = c.hidden, f = c.ffn;
+  const int64_t fc1 = c.fc1_width(), hg = fp8_scale_groups(h), fg = fp8_scale_groups(f);
+  const int64_t scale_rows = fp8_scale_rows(m);
+  progress("gemm-fp8 " + name + " fc2 dgrad: random data");
+  DeviceBuffer dys(m * h * 2), w2(e * h * f * 2), pre(m * fc1 * 2), d_pre(m * fc1 * 2),
+      scaled_act(m * f * 2), p(m * 4), dp(m * 4), off = upload(offsets);
+  DeviceBuffer partial_bf16(m * fc2_dgrad_dp_blocks(f) * 4),
+      partial_fp8(m * fc2_dgrad_fp8_dp_blocks(f) * 4);
+  DeviceBuffer dys8(m * h), dys_scales_rows(m * hg * 4), dys_scales(hg * scale_rows * 4),
+      w2_8(e * h * f), w2_scales(e * hg * fg * 4), w2t(e * f * h), w2t_scales(e * fg * hg * 4);
+  fill_uniform_bf16(dys.get(), m * h, -1, 1, 0x5eedc1, nullptr);
+  const float w_range = 1.0f / std::sqrt(static_cast<float>(f));
+  fill_uniform_bf16(w2.get(), e * h * f, -w_range, w_range, 0x5eedc2, nullptr);
+  fill_uniform_bf16(pre.get(), m * fc1, -2, 2, 0x5eedc3, nullptr);
+  fill_uniform_fp32(p.get(), m, 0.0f, 1.0f, 0x5eedc4, nullptr);
+  auto quantize_dys = [&](cudaStream_t s) {
+    quantize_fp8_blockwise_1x128(dys.view(DType::kBFloat16, {m, h}),
+                                 dys8.view(DType::kFloat8E4M3, {m, h}),
+                                 dys_scales_rows.view(DType::kFloat32, {m, hg}), s);
+    layer::transpose_scales(static_cast<const float*>(dys_scales_rows.get()),
+                            static_cast<float*>(dys_scales.get()), m, hg, scale_rows, s);
   };
-  const double bf16 =
-      time("bf16 wgrad", [&](cudaStream_t s) { grouped_gemm_wgrad(bf16_args, s); });
-  const double fp8 =
-      time("fp8 wgrad", [&](cudaStream_t s) { grouped_gemm_fp8_wgrad(fp8_args, s); });
-  const double fp8_e2e = time("fp8 quantise + wgrad", [&](cudaStream_t s) {
-    quantize(s);
-    grouped_gemm_fp8_wgrad(fp8_args, s);
-  });
-  progress_done();
-  const double flops = 2.0 * m * na * nb;
-  auto row = [&](const std::string& variant, double ms) {
-    report.add_row({name, "dW2", variant, ms, flops / ms * 1e-9, bf16 / ms});
+  quantize_dys(nullptr);
+  quantize_fp8_blockwise_128x128(w2.view(DType::kBFloat16, {e, h, f}),
+                                 w2_8.view(DType::kFloat8E4M3, {e, h, f}),
+                                 w2_scales.view(DType::kFloat32, {e, hg, fg}), nullptr);
+  transpose_fp8_blockwise_weights(w2_8.view(DType::kFloat8E4M3, {e, h, f}),
+                                  w2_scales.view(DType::kFloat32, {e, hg, fg}),
+                                  w2t.view(DType::kFloat8E4M3, {e, f, h}),
+                                  w2t_scales.view(DType::kFloat32, {e, fg, hg}), nullptr);
+  MOEFUSE_CUDA_CHECK(cudaDeviceSynchronize());
+  // The epilogue's tensors, the same for both kernels' argument structs.
+  auto epilogue_views = [&](auto& args) {
+    args.offsets = off.view(DType::kInt32, {e + 1});
+    args.pre = pre.view(DType::kBFloat16, {m, fc1});
+    args.d_pre = d_pre.view(DType::kBFloat16, {m, fc1});
+    args.activation = c.activation;
+    args.clamped_swiglu = c.clamped_swiglu;
+    args.row_scale = p.view(DType::kFloat32, {m});
+    args.scaled_act = scaled_act.view(DType::kBFloat16, {m, f});
+    args.d_row_scale = dp.view(DType::kFloat32, {m});
   };
-  row("moefuse bf16 wgrad", bf16);
-  row("moefuse fp8 wgrad", fp8);
-  row("moefuse fp8 colwise quantise x2 + wgrad", fp8_e2e);
+  Fc2DgradArgs bf16_args{.dys = dys.view(DType::kBFloat16, {m, h}),
+                         .w2 = w2.view(DType::kBFloat16, {e, h, f})};
+  epilogue_views(bf16_args);
+  const Fc2DgradScratch bf16_scratch{
+      .dp_partial = partial_bf16.view(DType::kFloat32, {m, fc2_dgrad_dp_blocks(f)})};
+  Fc2DgradFp8Args fp8_args{.dys = dys8.view(DType::kFloat8E4M3, {m, h}),
+                           .dys_scales = dys_scales.view(DType::kFloat32, {hg, scale_rows}),
+                           .w2t = w2t.view(DType::kFloat8E4M3, {e, f, h}),
+                           .w2t_scales = w2t_scales.view(DType::kFloat32, {e, fg, hg})};
+  epilogue_views(fp8_args);
+  const TensorView fp8_partial =
+      partial_fp8.view(DType::kFloat32, {m, fc2_dgrad_fp8_dp_blocks(f)});
+  report_fp8_twins(
+      name, "fc2 dgrad", 2.0 * m * h * f,
+      {.bf16 = [&](cudaStream_t s) { grouped_gemm_fc2_dgrad(bf16_args, bf16_scratch, s); },
+       .fp8 = [&](cudaStream_t s) { grouped_gemm_fc2_dgrad_fp8(fp8_args, fp8_partial, s); },
+       .quantise = quantize_dys},
+      {"moefuse bf16 fc2 dgrad + dGLU + dp", "moefuse fp8 fc2 dgrad + dGLU + dp",
+       "moefuse fp8 dys quantise + fc2 dgrad"},
+      o, report);
 }
 
 std::vector<int32_t> equal_groups(int groups, int32_t rows) {
@@ -273,11 +357,18 @@ int run(Args& args) {
   wgrad.set_meta("columns", "vs_bf16_wgrad = the BF16 wgrad's time / this time");
   for (const auto& [name, offsets] : preset_offsets)
     bench_wgrad(name, preset(name), offsets, o, wgrad);
+  Report dgrad("FP8 FC2 dgrad with the dGLU + dp epilogue (1x128 dys, 128x128 W2ᵀ; bf16 out)",
+               {"problem", "op", "variant", "median_ms", "TFLOP/s", "vs_bf16_dgrad"});
+  dgrad.set_meta("columns", "vs_bf16_dgrad = the BF16 fused FC2 dgrad's time / this time");
+  for (const auto& [name, offsets] : preset_offsets)
+    bench_fc2_dgrad(name, preset(name), offsets, o, dgrad);
   report.print();
   mx_report.print();
   wgrad.print();
+  dgrad.print();
   std::printf("reproduce: %s\n", args.command().c_str());
-  if (!o.json.empty()) write_json_file(o.json, args.command(), {&report, &mx_report, &wgrad});
+  if (!o.json.empty())
+    write_json_file(o.json, args.command(), {&report, &mx_report, &wgrad, &dgrad});
   return 0;
 }
 
