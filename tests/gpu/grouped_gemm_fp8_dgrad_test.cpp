@@ -27,6 +27,7 @@
 
 #include "common/fp8_operands.h"
 #include "common/test_util.h"
+#include "cuda/gemm/fp8/config.h"
 #include "dispatch_test_util.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -250,15 +251,20 @@ void run_fc2(const Fc2Case& c, const std::string& name) {
   if (c.dp) check_rows(d_dp.download(), want_dp, 1, offsets, 5e-3, "dp");
 }
 
+// H = 208 runs the dGLU kernel with seven epilogue warps, 3200 the one with three.
+static_assert(208 <= gemm::fp8::kDGluSevenWarpsMaxK && 3200 > gemm::fp8::kDGluSevenWarpsMaxK,
+              "Fc2DgradEveryActivation's two H must straddle the epilogue shapes' boundary");
+
 TEST(Fp8Dgrad, Fc2DgradEveryActivation) {
   MOEFUSE_REQUIRE_HOPPER();
   for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
                          Activation::kClampedSwiGLU, Activation::kSquaredReLU})
-    // F = 200 (a 72-column tail past 128), H = 208 (short last K group), ragged experts with
-    // empty ones, rows before and after the experts.
-    run_fc2({.counts = {0, 1, 127, 129, 300, 0, 64}, .base = 3, .spare = 70, .h = 208, .f = 200,
-             .act = act},
-            std::string(activation_name(act)));
+    // F = 200 (a 72-column tail past 128), H = 208 (short last K group) or 3200 (both kernel
+    // shapes), ragged experts with empty ones, rows before and after the experts.
+    for (int64_t h : {208, 3200})
+      run_fc2({.counts = {0, 1, 127, 129, 300, 0, 64}, .base = 3, .spare = 70, .h = h, .f = 200,
+               .act = act},
+              std::string(activation_name(act)) + ", H " + std::to_string(h));
 }
 
 TEST(Fp8Dgrad, Fc2DgradOptionalOutputsAbsent) {

@@ -44,6 +44,10 @@
 
 namespace moefuse::gemm::bwd {
 
+// Rows a lane of the drain has in flight (their pre loads and scales), unless the caller's
+// register budget asks for fewer (the FP8 kernel's seven epilogue warps: fp8/config.h).
+inline constexpr int kDGluRows = 6;
+
 // One octet: g and pre as loaded (bf16), f0 = its first column; returns Σ g·act.
 template <EpilogueOp kOp>
 __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, float scale,
@@ -73,12 +77,11 @@ __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, 
 
 // The dGLU of one handed-over tile: g in `tile` (kN bf16 columns a row, rows kPitch bytes apart),
 // by the kWarps epilogue warps; rows from rows_of_tile.first (< rows_of_tile.end), columns from
-// n0 (< n, F).
-template <EpilogueOp kOp, int kN, int kPitch, int kWarps>
+// n0 (< n, F). kRows: rows a lane has in flight (the default six: kDGluRows).
+template <EpilogueOp kOp, int kN, int kPitch, int kWarps, int kRows = kDGluRows>
 __device__ __forceinline__ void dglu_drain(const uint8_t* tile, int n, const DGluEpilogue& ep,
                                            const TileRows& rows_of_tile, int n0, int n_block) {
   constexpr bool kGlu = is_glu_op(kOp);
-  constexpr int kRows = 6;  // rows per lane whose pre loads are in flight together
   constexpr int kGroupLanes = kN / 8 > 16 ? 32 : 16;  // lanes of a row group (a power of two)
   constexpr int kWarpRows = 32 / kGroupLanes;         // rows a warp finishes side by side
   constexpr int kStride = kWarps * kWarpRows;         // from one of a lane's rows to its next

@@ -13,13 +13,14 @@ inline constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
 inline constexpr int kEpilogueWarps = 3;  // warps 1-3 of warpgroup 0
 inline constexpr int kEpilogueThreads = kEpilogueWarps * 32;
 
-// __launch_bounds__(kThreads, 1) gives each thread 168 registers (65536 / 384, rounded down to
-// the allocation unit of 8). setmaxnreg only moves registers between the warpgroups of the CTA,
-// so 128 × producer + 256 × consumer must not exceed the 168 × 384 the CTA holds.
-inline constexpr int kLaunchRegs = 168;
-constexpr bool fits_register_file(int producer_regs, int consumer_regs) {
-  return producer_regs * kWarpgroupThreads + consumer_regs * kConsumerThreads <=
-         kLaunchRegs * kThreads;
+// __launch_bounds__(threads, 1) gives each thread 65536 / threads registers, rounded down to the
+// allocation unit of 8: 168 for kThreads, 128 for 512. setmaxnreg only moves registers between
+// the warpgroups of the CTA, so (threads - 256) × producer + 256 × consumer must not exceed what
+// the CTA holds (the non-consumer warpgroups all take the producer budget).
+constexpr int launch_registers(int threads) { return 65536 / threads / 8 * 8; }
+constexpr bool fits_register_file(int producer_regs, int consumer_regs, int threads = kThreads) {
+  return producer_regs * (threads - kConsumerThreads) + consumer_regs * kConsumerThreads <=
+         launch_registers(threads) * threads;
 }
 
 }  // namespace moefuse::gemm

@@ -24,21 +24,46 @@ static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 
 // Warp roles (common/warp_roles.h): in warpgroup 0 thread 0 issues the TMA loads and, with bf16
 // forward output and in the dGLU, warps 1-3 drain the hand-off's tile buffer; warpgroups 1 and 2
-// consume.
+// consume. The dGLU at short K adds a fourth warpgroup of epilogue warps (Roles below).
 //
-// setmaxnreg budgets (common/warp_roles.h has the rule): 80 × 128 + 208 × 256 fits the CTA's
-// 168 × 384. The consumers hold 64 + 64 accumulators; the epilogue warps unpack two 8-wide bf16
-// pieces (72 made ptxas spill 4 bytes in the bf16 instantiation, 80 spills nothing).
-inline constexpr int kProducerRegs = 80;
-inline constexpr int kConsumerRegs = 208;
-static_assert(fits_register_file(kProducerRegs, kConsumerRegs));
-// The dGLU instantiation: its epilogue warps keep six rows' pre loads in flight
-// (backward/dglu_drain.cuh), the BF16 dgrad's split; its consumers only stage g. ptxas (CUDA
-// 13.0): 128 is the least for the epilogue warps that spills nothing (120 spilled 8 bytes, 80
-// 1,288); the consumers spill nothing down to 144.
-inline constexpr int kDGluProducerRegs = 136;
-inline constexpr int kDGluConsumerRegs = 184;
-static_assert(fits_register_file(kDGluProducerRegs, kDGluConsumerRegs));
+// Threads, epilogue warps and setmaxnreg budgets by instantiation (kernel.cuh's kDGluWarps: 0 for
+// the forward, else the dGLU's epilogue warps). The consumers hold 64 + 64 accumulators (ptxas,
+// CUDA 13.0, spills nothing in them down to 144).
+// - forward, 384 threads: 80 × 128 + 208 × 256 fits the CTA's 168 × 384 (common/warp_roles.h);
+//   the epilogue warps unpack two 8-wide bf16 pieces (72 spilled 4 bytes, 80 spills nothing).
+// - dGLU, three epilogue warps, 384 threads: 136 / 184, the BF16 dgrad's split; its drain keeps
+//   six rows' pre loads in flight a lane (backward/dglu_drain.cuh; 128 is the least that does
+//   not spill, 80 spilled 1,288 bytes).
+// - dGLU, seven epilogue warps (warps 1-3 and 12-15), 512 threads launched with 128 registers
+//   each: 112 for warpgroups 0 and 3, 144 for the consumers; four rows in flight a drain lane
+//   (five spilled 4 bytes at 112, six 20 at 120). The BF16 narrow dgrad's remedy
+//   (backward/config.h): with three, the FP8 dgrad's consumers waited for the tile buffer in 26%
+//   of all stall samples (run 22, ncu, qwen3), the drain (pre read, d_pre and scaled_act written,
+//   160 KB a 128 × 128 tile, and the activation's derivative on every element) outlasting the
+//   tile's mainloop. Run 22 (H200, against three): the FP8 FC2 dgrad qwen3 (K = H = 2048) 0.79×
+//   the time, gpt-oss (2880) 0.82×, mixtral (4096) 1.01×, deepseek (7168) 1.03×: at long K the
+//   mainloop bounds the kernel again, so seven warps only up to kDGluSevenWarpsMaxK.
+struct Roles {
+  int threads;
+  int epilogue_warps;
+  int producer_regs;  // setmaxnreg of warpgroup 0 (and 3)
+  int consumer_regs;  // setmaxnreg of warpgroups 1 and 2
+  int drain_rows;     // the dGLU drain's rows in flight a lane (0: no dGLU)
+};
+constexpr Roles roles(int dglu_warps) {
+  if (dglu_warps == 7) return {.threads = 4 * kWarpgroupThreads, .epilogue_warps = 7,
+                               .producer_regs = 112, .consumer_regs = 144, .drain_rows = 4};
+  if (dglu_warps == 3) return {.threads = kThreads, .epilogue_warps = kEpilogueWarps,
+                               .producer_regs = 136, .consumer_regs = 184, .drain_rows = 6};
+  return {.threads = kThreads, .epilogue_warps = kEpilogueWarps, .producer_regs = 80,
+          .consumer_regs = 208, .drain_rows = 0};
+}
+constexpr bool fit(const Roles& r) {
+  return fits_register_file(r.producer_regs, r.consumer_regs, r.threads);
+}
+static_assert(fit(roles(0)) && fit(roles(3)) && fit(roles(7)), "setmaxnreg budgets too large");
+inline constexpr int64_t kDGluSevenWarpsMaxK = 3072;
+constexpr int dglu_warps(int64_t k) { return k <= kDGluSevenWarpsMaxK ? 7 : 3; }
 
 inline constexpr int kAccumulators = kBlockN / 2;      // fp32 per thread for m64n128
 inline constexpr int kABytes = kBlockM * kBlockK;      // one stage of A, e4m3

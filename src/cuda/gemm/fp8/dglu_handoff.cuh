@@ -9,10 +9,11 @@
 //   (config.h: 128 rows × 128 bf16, pitch 272; there in every instantiation, so this costs no
 //   pipeline stage) by the BF16 dgrad's staging (backward/tile_handoff.cuh send_part), then
 //   straight on to the next tile's mainloop.
-// Epilogue warps, warps 1-3 of warpgroup 0 (drain_g): the BF16 dgrad's drain
-//   (backward/dglu_drain.cuh): at 128 columns a warp finishes two rows side by side, six rows'
-//   pre loads in flight a lane; reading pre and writing d_pre, scaled_act and dp overlaps the
-//   tensor cores' next tile instead of following it.
+// Epilogue warps, warps 1-3 of warpgroup 0, at short K also the four of warpgroup 3 (drain_g;
+//   config.h, Roles): the BF16 dgrad's drain (backward/dglu_drain.cuh): at 128 columns a warp
+//   finishes two rows side by side, six (seven warps: four) rows' pre loads in flight a lane;
+//   reading pre and writing d_pre, scaled_act and dp overlaps the tensor cores' next tile
+//   instead of following it.
 //
 // Precision: g reaches the dGLU rounded to bf16, as in the BF16 kernel (its unfused twin's and
 // torch's g): d_pre and dp carry one more bf16 rounding than the fp32 g of the in-consumer
@@ -43,14 +44,15 @@ __device__ __forceinline__ void stage_g(const float (&acc)[kAccumulators], TileH
   bwd::send_part<__nv_bfloat16, 0, kTilePitch>(acc, handoff, slab);
 }
 
-// The epilogue warps: the dGLU of the staged tile of n-block n_block.
-template <EpilogueOp kOp>
+// The kWarps epilogue warps, kRows rows in flight a lane (config.h, Roles): the dGLU of the
+// staged tile of n-block n_block.
+template <EpilogueOp kOp, int kWarps, int kRows>
 __device__ __forceinline__ void drain_g(const uint8_t* tile, const Fp8GemmProblem& p,
                                         const bwd::DGluEpilogue& ep, const TileRows& rows,
                                         int n_block) {
   assume_shared(tile);  // g by LDS, not generic loads
-  bwd::dglu_drain<kOp, kBlockN, kTilePitch, kEpilogueWarps>(tile, p.n, ep, rows,
-                                                           n_block * kBlockN, n_block);
+  bwd::dglu_drain<kOp, kBlockN, kTilePitch, kWarps, kRows>(tile, p.n, ep, rows,
+                                                          n_block * kBlockN, n_block);
 }
 
 }  // namespace moefuse::gemm::fp8

@@ -21,6 +21,8 @@
 //                 fp32 forward (epilogue.cuh): the epilogue from registers (fp32 must not round
 //                   h, and a 64 KB fp32 tile buffer would cost two stages).
 //               A phantom unit (no tile for this CTA) only waits for and releases its stages.
+//   warpgroup 3 (the dGLU at short K only, 512 threads; setmaxnreg down): four more epilogue
+//               warps, draining with warps 1-3 (config.h, Roles, says why).
 //   all:        cluster barrier, then exit (no CTA leaves while its peer may still arrive on its
 //               empty barriers or multicast into its stages).
 //
@@ -28,7 +30,7 @@
 //   full[s]    count 1 + tx bytes              own producer (+ peer's multicast) -> consumers
 //   empty[s]   count 16 (8 warps × 2 CTAs)     consumers of both CTAs -> producer
 //   tile_full  count 256                       consumers -> epilogue warps
-//   tile_empty count 96                        epilogue warps -> consumers
+//   tile_empty count 96 or 224                 epilogue warps -> consumers
 //              (the hand-off of bf16 forward output and of the dGLU's g: common/tile_handoff.cuh)
 // Each role keeps its own (stage, phase) or tile phase; every role of both CTAs walks the same
 // unit list with the same k_blocks per unit; the hand-off roles skip phantoms on both sides.
@@ -92,9 +94,10 @@ __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
   }
 }
 
-// OutT: D's element type (forward; unused with kDGlu, which writes dglu's outputs).
-template <class OutT, bool kDGlu>
-__global__ void __launch_bounds__(kThreads, 1)
+// OutT: D's element type (forward; unused with the dGLU, which writes dglu's outputs).
+// kDGluWarps: 0 for the forward, else the dGLU's epilogue warps, 3 or 7 (config.h, Roles).
+template <class OutT, int kDGluWarps>
+__global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
     grouped_gemm_fp8_kernel(const __grid_constant__ CUtensorMap tmap_a,
                             const __grid_constant__ CUtensorMap tmap_b,
                             const __grid_constant__ CUtensorMap tmap_scales,
@@ -102,6 +105,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                             const bwd::DGluEpilogue dglu) {
   // The hand-off to the epilogue warps: bf16 forward output and the dGLU (fp32 output keeps its
   // epilogue in the consumers: epilogue.cuh says why).
+  constexpr bool kDGlu = kDGluWarps > 0;
+  constexpr Roles kRoles = roles(kDGluWarps);
   constexpr bool kHandoff = kDGlu || std::is_same_v<OutT, __nv_bfloat16>;
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
@@ -116,13 +121,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         [&](int e) { return expert_units(p.offsets[e + 1] - p.offsets[e], shape); },
         smem.unit_start);
   }
-  if (threadIdx.x == 0) smem.init_barriers();
+  if (threadIdx.x == 0) smem.init_barriers(kRoles.epilogue_warps * 32);
   cluster_sync_all();
   const int total_units = warp_uniform(smem.unit_start[p.num_experts]);
   const int warpgroup = warp_uniform(threadIdx.x / kWarpgroupThreads);
 
-  if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kDGlu ? kDGluProducerRegs : kProducerRegs>();
+  constexpr bool kFourthWarpgroup = kRoles.threads > kThreads;  // more epilogue warps
+  if (warpgroup == 0 || (kFourthWarpgroup && warpgroup > kConsumerWarpgroups)) {
+    cutlass::arch::warpgroup_reg_dealloc<kRoles.producer_regs>();
     if (threadIdx.x == 0) {
       produce(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_units, cluster, clusters,
               rank);
@@ -134,7 +140,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // One switch on the activation around the tile loop (activation_backward.h says why).
         dispatch_epilogue_op(dglu.act.op, [&](auto op) {
           walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c) {
-            drain_g<decltype(op)::value>(tile, p, dglu, rows, c.n_block);
+            drain_g<decltype(op)::value, kRoles.epilogue_warps, kRoles.drain_rows>(
+                tile, p, dglu, rows, c.n_block);
           });
         });
       } else {
@@ -145,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    cutlass::arch::warpgroup_reg_alloc<kDGlu ? kDGluConsumerRegs : kConsumerRegs>();
+    cutlass::arch::warpgroup_reg_alloc<kRoles.consumer_regs>();
     const int slab = warpgroup - 1;
     const ConsumerStages stages = ConsumerStages::of(smem);
     float acc[kAccumulators];

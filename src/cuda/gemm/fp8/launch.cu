@@ -1,5 +1,5 @@
-// The FP8 kernel's host launcher (a persistent grid of 2-CTA clusters) and its three
-// instantiations (bf16 and fp32 output, dGLU).
+// The FP8 kernel's host launcher (a persistent grid of 2-CTA clusters) and its four
+// instantiations (bf16 and fp32 output; the dGLU with three or seven epilogue warps).
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -12,7 +12,7 @@
 namespace moefuse::gemm::fp8 {
 namespace {
 
-template <class OutT, bool kDGlu>
+template <class OutT, int kDGluWarps>
 void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   const Fp8GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
@@ -32,26 +32,28 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
                             ceil_div(p.n, kBlockN);
   const int64_t max_units = (max_tiles + p.num_experts + 1) / 2;
   const int64_t smem_bytes = fp8_gemm_smem_bytes(p.num_experts);
-  auto* kernel = &grouped_gemm_fp8_kernel<OutT, kDGlu>;
+  auto* kernel = &grouped_gemm_fp8_kernel<OutT, kDGluWarps>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
-  launch_persistent<kClusterSize>(kernel, max_units, 0, kThreads, smem_bytes, stream,
-                                  "the FP8 grouped GEMM", tmap_a, tmap_b, tmap_scales, p,
-                                  launch.epilogue, launch.dglu);
+  launch_persistent<kClusterSize>(kernel, max_units, 0, roles(kDGluWarps).threads,
+                                  smem_bytes, stream, "the FP8 grouped GEMM", tmap_a, tmap_b,
+                                  tmap_scales, p, launch.epilogue, launch.dglu);
 }
 
 }  // namespace
 
 void launch_grouped_gemm_fp8_bf16(const Fp8GemmLaunch& launch, cudaStream_t stream) {
-  launch_fp8<__nv_bfloat16, false>(launch, stream);
+  launch_fp8<__nv_bfloat16, 0>(launch, stream);
 }
 
 void launch_grouped_gemm_fp8_fp32(const Fp8GemmLaunch& launch, cudaStream_t stream) {
-  launch_fp8<float, false>(launch, stream);
+  launch_fp8<float, 0>(launch, stream);
 }
 
 void launch_grouped_gemm_fp8_dglu(const Fp8GemmLaunch& launch, cudaStream_t stream) {
-  launch_fp8<__nv_bfloat16, true>(launch, stream);
+  // Seven epilogue warps at short K, three at long K (config.h, Roles).
+  if (dglu_warps(launch.problem.k) == 7) launch_fp8<__nv_bfloat16, 7>(launch, stream);
+  else launch_fp8<__nv_bfloat16, 3>(launch, stream);
 }
 
 }  // namespace moefuse::gemm::fp8

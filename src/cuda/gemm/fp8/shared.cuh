@@ -54,9 +54,9 @@ struct SharedLayout {
   }
 
   // Every barrier, by one thread, before the cluster-wide barrier that precedes any use.
-  __device__ void init_barriers() const {
+  __device__ void init_barriers(int epilogue_threads) const {
     init_stage_barriers<kStages>(full, empty, 1, kEmptyArrivals);
-    TileHandoff::init_barriers(tile_full, tile_empty);
+    TileHandoff::init_barriers(tile_full, tile_empty, epilogue_threads);
     cutlass::arch::fence_barrier_init();
   }
 };
