@@ -89,7 +89,8 @@ TEST(LayerFp8Plan, ForwardScratchHoldsCodesAndKMajorScales) {
 }
 
 // The FP8 backward's scratch against formulas written out here (not the library's helpers):
-// row-wise codes with row-major and K-major scales for dys (K = H) and d_pre (K = fc1);
+// row-wise codes with K-major scales for dys (K = H; quantised from dy, so neither row-major
+// scales nor, without expert bias, a bf16 dys) and d_pre (K = fc1; row-major scales too);
 // column-wise copies of dys, p·act, d_pre and xs with G = (R + 127 E) / 128 groups of 128 rows
 // (every expert's last group may be short: at most E partial groups); with recompute_pre, the
 // recompute's xs codes and K-major scales (no bf16 xs: dW1's copy gathers x).
@@ -113,8 +114,7 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
           size_t bytes;
         };
         for (const Want& w :
-             {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [R,", R * g(H) * 4},
-              Want{"dys_scales [H/128,R]", g(H) * cols * 4}, Want{"d_pre [R,fc1] e4m3", R * fc1},
+             {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [H/128,R]", g(H) * cols * 4}, Want{"d_pre [R,fc1] e4m3", R * fc1},
               Want{"d_pre_scales [R,", R * g(fc1) * 4},
               Want{"d_pre_scales [fc1/128,R]", g(fc1) * cols * 4},
               Want{"dys_t [H,128G]", H * 128 * G}, Want{"dys_t_scales", G * H * 4},
@@ -127,6 +127,13 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
           EXPECT_EQ(b->region, LayerRegion::kWorkspaceBackward) << w.prefix;
           EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
         }
+        EXPECT_EQ(find(p, "dys_scales [R,"), nullptr) << "dy's permute writes K-major scales";
+        EXPECT_EQ(find(p, "dys [R,H] bf16"), nullptr) << "only the bias terms read bf16 dys";
+        MoeConfig with_bias = c;
+        with_bias.expert_bias = true;
+        const LayerBuffer* dys = find(layer_memory_plan(with_bias, o, T), "dys [R,H] bf16");
+        ASSERT_NE(dys, nullptr) << "expert bias: dp's and d_b2's bias terms read bf16 dys";
+        EXPECT_EQ(dys->bytes, R * H * 2);
         const layer::Plan lp = layer::make_plan(c, o, T);
         if (!recompute) {
           EXPECT_EQ(find(p, "pre [R,fc1] bf16 (recomputed)"), nullptr);

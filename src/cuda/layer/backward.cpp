@@ -12,8 +12,9 @@
 // FP8 layers (config.precision kFP8Blockwise): the same stages, streams and joins; the routed
 // experts' GEMMs run in FP8 (backward_fp8.h): pre cached by the forward's FP8 FC1 (with
 // recompute_pre: recomputed in FP8 from x), dys and d_pre quantised row-wise for the dgrads (on
-// W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for the wgrads (dW1's x gathered from the
-// tokens by its quantiser). Bias gradients, the router and the shared expert are the bf16
+// W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for the wgrads; dys's copies (and dW1's x)
+// gathered from the tokens by their quantisers, so combine_bwd writes no bf16 dys unless the
+// bias terms read it. Bias gradients, the router and the shared expert are the bf16
 // path's.
 #include <cuda_bf16.h>
 
@@ -86,6 +87,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     });
   }
   layer::run_stage(LayerStage::kCombineBackward, stream, obs, [&] {
+    if (fp8) return layer::combine_backward_fp8(config_, dy, v, run.health, stream);
     combine_backward(dy, {}, {}, v.row_of, v.token_of_row, v.dys, {}, run.health, stream);
   });
   layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
@@ -108,7 +110,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   h.fork(h.fork_event, stream, h.side);
   layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
     if (fp8)
-      layer::fc2_wgrad_fp8(g, v, h.side);
+      layer::fc2_wgrad_fp8(dy, g, v, h.side);
     else
       grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, h.side);
     if (config_.expert_bias)

@@ -25,9 +25,15 @@ void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const View
                    stream);
 }
 
+void combine_backward_fp8(const MoeConfig& c, const TensorView& dy, const Views& v,
+                          const TensorView& health, cudaStream_t stream) {
+  permute_quantize_fp8(dy, v.row_of, v.token_of_row, v.dys_fp8, v.dys_scales, health, stream);
+  if (c.expert_bias)
+    combine_backward(dy, {}, {}, v.row_of, v.token_of_row, v.dys, {}, health, stream);
+}
+
 void fc2_dgrad_fp8(const MoeConfig& c, const MoeLayerWeights& w, const Views& v,
                    cudaStream_t stream) {
-  quantize_rows_fp8(v.dys, v.dys_fp8, v.dys_scales_rows, v.dys_scales, stream);
   grouped_gemm_fc2_dgrad_fp8({.dys = v.dys_fp8,
                               .dys_scales = v.dys_scales,
                               .w2t = v.w2t_fp8,
@@ -57,8 +63,10 @@ void fc1_dgrad_fp8(const Views& v, cudaStream_t stream) {
                    stream);
 }
 
-void fc2_wgrad_fp8(const MoeLayerGrads& g, const Views& v, cudaStream_t stream) {
-  quantize_fp8_colwise_grouped(v.dys, v.offsets, v.dys_t, v.dys_t_scales, stream);
+void fc2_wgrad_fp8(const TensorView& dy, const MoeLayerGrads& g, const Views& v,
+                   cudaStream_t stream) {
+  quantize_fp8_colwise_grouped_gather(dy, v.token_of_row, v.offsets, v.dys_t, v.dys_t_scales,
+                                      stream);
   quantize_fp8_colwise_grouped(v.act_bwd, v.offsets, v.act_t, v.act_t_scales, stream);
   grouped_gemm_fp8_wgrad({.at = v.dys_t,
                           .a_scales = v.dys_t_scales,

@@ -1,7 +1,7 @@
 // The routed experts' FP8 backward (config.precision kFP8Blockwise, DeepSeek-V3 recipe): the
 // bodies of the backward stages that differ from the bf16 ones. MoeLayer::backward
-// (backward.cpp) runs them inside its stages, forks and joins; combine_bwd, the bias gradients,
-// permute_bwd and the router backward are the bf16 path's. Arguments already validated by the
+// (backward.cpp) runs them inside its stages, forks and joins; the bias gradients, permute_bwd
+// and the router backward are the bf16 path's. Arguments already validated by the
 // layer; buffers and their lifetimes in plan.h.
 //
 // Numerics: every GEMM of the backward runs in FP8 — the FC1 recompute with recompute_pre (from
@@ -9,8 +9,8 @@
 // the forward's FC1 writes by default), both dgrads (1x128 row-wise activations × the
 // 128x128 transposed weights of prepare_fp8_weights) and both wgrads (128x1 column-wise
 // groups of one expert's rows on both operands). The tensors between them (pre, dys, d_pre,
-// p·act, dxs) stay bf16, as do the bias gradients' sums and everything of the router and the
-// shared expert.
+// p·act, dxs) stay bf16 (dys only for the bias terms: the GEMMs' copies are quantised from dy),
+// as do the bias gradients' sums and everything of the router and the shared expert.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,16 +27,27 @@ namespace moefuse::layer {
 void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const Views& v,
                        const TensorView& health, cudaStream_t stream);
 
-// Stage fc2_dgrad: dys → e4m3 row-wise → FP8 FC2 dgrad on W2ᵀ with the dGLU + dp epilogue →
-// d_pre, p·act (act_bwd), dp (d_row_prob; + ⟨dys, b2⟩ with expert bias).
+// Stage combine_bwd: dys[row] = dy[token_of_row[row]] (backward.cpp), made in the form its
+// readers take: e4m3 row-wise codes and K-major scales for the FC2 dgrad, quantised from dy by
+// the forward's permute + quantise (each dy row read once and quantised once for its k rows;
+// the codes are those of quantising the permuted bf16 copy), and that bf16 copy itself only with
+// expert bias (the dp and d_b2 bias terms read it). dW2's column-wise copy gathers dy too
+// (fc2_wgrad_fp8).
+void combine_backward_fp8(const MoeConfig& config, const TensorView& dy, const Views& v,
+                          const TensorView& health, cudaStream_t stream);
+
+// Stage fc2_dgrad: FP8 FC2 dgrad (dys codes × W2ᵀ) with the dGLU + dp epilogue → d_pre, p·act
+// (act_bwd), dp (d_row_prob; + ⟨dys, b2⟩ with expert bias).
 void fc2_dgrad_fp8(const MoeConfig& config, const MoeLayerWeights& w, const Views& v,
                    cudaStream_t stream);
 
 // Stage fc1_dgrad: d_pre → e4m3 row-wise → FP8 GEMM on W1ᵀ → dxs bf16 [R, H].
 void fc1_dgrad_fp8(const Views& v, cudaStream_t stream);
 
-// Stage fc2_wgrad (second stream): dys and p·act column-wise → d_w2 = Σ dysᵀ·(p·act).
-void fc2_wgrad_fp8(const MoeLayerGrads& g, const Views& v, cudaStream_t stream);
+// Stage fc2_wgrad (second stream): dys (gathered from dy by token_of_row) and p·act column-wise
+// → d_w2 = Σ dysᵀ·(p·act).
+void fc2_wgrad_fp8(const TensorView& dy, const MoeLayerGrads& g, const Views& v,
+                   cudaStream_t stream);
 
 // Stage fc1_wgrad (second stream): x gathered by token_of_row and d_pre, column-wise →
 // d_w1 = Σ d_preᵀ·xs (xs = x[token_of_row], never stored in bf16).

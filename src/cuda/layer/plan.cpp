@@ -76,7 +76,9 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
 
   Carver bwd(LayerRegion::kWorkspaceBackward, common.end(), &p.buffers);
   p.pre_bwd = cache_pre ? p.pre : bwd.add("pre [R,fc1] bf16 (recomputed)", R * fc1 * bf);
-  p.dys = bwd.add("dys [R,H] bf16", R * H * bf);
+  // FP8: the GEMMs' copies of dys are quantised from dy (backward_fp8.h); bf16 dys only for the
+  // bias terms.
+  if (!fp8 || c.expert_bias) p.dys = bwd.add("dys [R,H] bf16", R * H * bf);
   p.dpre = bwd.add("d_pre [R,fc1] bf16", R * fc1 * bf);
   p.act_bwd = bwd.add("scaled_act [R,F] bf16", R * F * bf);
   p.d_row_prob = bwd.add("d_row_prob [R] fp32", R * f32);
@@ -100,7 +102,6 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   if (fp8) {
     // Row-wise operands of the dgrads (K = H for FC2's, K = fc1 for FC1's).
     p.dys_fp8 = bwd.add("dys [R,H] e4m3", R * H * e4m3);
-    p.dys_scales_rows = bwd.add("dys_scales [R,H/128] fp32 (row-major)", R * groups(H) * f32);
     p.dys_scales = bwd.add("dys_scales [H/128,R] fp32 (K-major)", groups(H) * scale_cols * f32);
     p.dpre_fp8 = bwd.add("d_pre [R,fc1] e4m3", R * fc1 * e4m3);
     p.dpre_scales_rows =

@@ -76,12 +76,13 @@ struct Plan {
   // backward scratch
   Slice pre_bwd, shared_pre_bwd;  // = pre / shared_pre when cached, else recomputed here
   Slice dys, dpre, act_bwd, d_row_prob, d_probs, dxs, d_logits, xs_bwd;
-  // backward scratch, FP8: row-wise e4m3 operands of the dgrads (codes, the quantiser's
-  // row-major scales, the GEMM's K-major scales); column-wise grouped operands of the wgrads
-  // ([N, 128·G] codes, [G, N] scales, G = fp8_colwise_groups(R, E); dW1's x gathered from the
-  // tokens by its quantiser, so no permuted bf16 xs); with recompute_pre, the recompute's xs
-  // codes and scales (absent when pre is cached).
-  Slice dys_fp8, dys_scales_rows, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
+  // backward scratch, FP8: row-wise e4m3 operands of the dgrads (codes and the GEMM's K-major
+  // scales; d_pre's also the quantiser's row-major ones, dys's come from dy's permute +
+  // quantise); column-wise grouped operands of the wgrads ([N, 128·G] codes, [G, N] scales, G =
+  // fp8_colwise_groups(R, E); dys and dW1's x gathered from the tokens by their quantiser, so no
+  // permuted bf16 xs, and bf16 dys only with expert bias); with recompute_pre, the recompute's
+  // xs codes and scales (absent when pre is cached).
+  Slice dys_fp8, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
   Slice dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
   Slice xs_fp8_bwd, xs_scales_bwd;
   Slice dp_scratch;  // fused: FC2 dgrad's dp partials [R, blocks] fp32 (FP8: the FP8 dgrad's

@@ -80,7 +80,6 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .shared_dx = v(p.shared_dx, bf, {T, H}),
       .shared_g = v(p.shared_g, bf, {T, sF}),
       .dys_fp8 = v(p.dys_fp8, e4m3, {R, H}),
-      .dys_scales_rows = v(p.dys_scales_rows, f32, {R, gH}),
       .dys_scales = v(p.dys_scales, f32, {gH, scale_cols}),
       .dpre_fp8 = v(p.dpre_fp8, e4m3, {R, fc1}),
       .dpre_scales_rows = v(p.dpre_scales_rows, f32, {R, gfc1}),

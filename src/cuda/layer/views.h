@@ -24,7 +24,7 @@ struct Views {
       dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
   // FP8 backward scratch (plan.h): row-wise dgrad operands, column-wise wgrad operands, and the
   // recompute's xs codes and scales
-  TensorView dys_fp8, dys_scales_rows, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
+  TensorView dys_fp8, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
   TensorView dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
   TensorView xs_fp8_bwd, xs_scales_bwd;
 };
