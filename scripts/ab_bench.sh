@@ -7,9 +7,11 @@
 #   does not change between builds).
 #
 # Round by round, every build runs every preset (interleaving spreads the machine's drift over all
-# builds); each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT default gpu-out).
-# Then scripts/bench_compare.py prints each preset's rows with the builds side by side (mean over
-# rounds) and their ratios to the first build.
+# builds); each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT default gpu-out),
+# and, where nvidia-smi is, .smi.csv: the SM clock, power and clock-event reasons every 100 ms
+# while it ran. Then scripts/bench_compare.py prints each preset's rows with the builds side by
+# side (mean over rounds) and their ratios to the first build, and scripts/gpu_clocks.py each
+# build's clocks (an H200 at its power limit runs well below its boost clock: run 22).
 set -uo pipefail
 usage() { sed -n '2,12p' "$0" >&2; exit 2; }
 [[ $# -ge 4 ]] || usage
@@ -22,16 +24,26 @@ for build in "$@"; do
 done
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT/ab"
+# Starts sampling into $1 in the background and prints the sampler's pid (nothing without
+# nvidia-smi).
+sample_clocks() {
+  command -v nvidia-smi > /dev/null || return 0
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active \
+    --format=csv,noheader -lms 100 > "$1" 2> /dev/null &
+  echo $!
+}
 status=0
 for r in $(seq "$rounds"); do
   for build in "$@"; do
     label=${build%%=*} dir=${build#*=}
     for p in $presets; do
       base="$OUT/ab/${mode}_${p}_${label}_$r"
+      sampler=$(sample_clocks "$base.smi.csv")
       # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
       "$dir/moefuse-bench" "$mode" --preset "$p" --json "$base.json" ${BENCH_ARGS:-} \
         > "$base.log" 2>&1 ||
         { echo "FAILED: $label $p round $r ($base.log)"; status=1; }
+      [[ -n $sampler ]] && kill "$sampler" 2> /dev/null
     done
   done
 done
@@ -46,4 +58,14 @@ for p in $presets; do
   echo "== moefuse-bench $mode --preset $p"
   [[ ${#runs[@]} -gt 0 ]] && python3 "$(dirname "$0")/bench_compare.py" "${runs[@]}"
 done
+clocks=()
+for build in "$@"; do
+  for f in "$OUT/ab/${mode}_"*"_${build%%=*}_"*.smi.csv; do
+    [[ -s $f ]] && clocks+=("${build%%=*}:$f")
+  done
+done
+if [[ ${#clocks[@]} -gt 0 ]]; then
+  echo "== clocks while each build ran (nvidia-smi, every 100 ms)"
+  python3 "$(dirname "$0")/gpu_clocks.py" "${clocks[@]}"
+fi
 exit $status

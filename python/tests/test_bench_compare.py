@@ -62,13 +62,13 @@ def test_a_metric_no_row_has_is_named(tmp_path):
     assert proc.returncode != 0 and "no row of the files has a numeric 'TFLOP/s'" in proc.stderr
 
 
-def fake_build(path: pathlib.Path, fused_ms: float) -> pathlib.Path:
-    """A moefuse-bench that writes a made-up report to its --json argument."""
+def fake_build(path: pathlib.Path, fused_ms: float, seconds: float = 0) -> pathlib.Path:
+    """A moefuse-bench that writes a made-up report to its --json argument (taking `seconds`)."""
     path.mkdir()
     bench = path / "moefuse-bench"
     template = json.dumps({"reports": [{"title": "t", "rows": [
         {"preset": "P", "op": "fc2 dgrad", "variant": "fused", "median_ms": fused_ms}]}]})
-    bench.write_text(f"#!/bin/sh\necho \"$@\" >> '{path / 'calls'}'\n"
+    bench.write_text(f"#!/bin/sh\necho \"$@\" >> '{path / 'calls'}'\nsleep {seconds}\n"
                      "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && "
                      f"printf '%s' '{template}' > \"$2\"; shift; done\n")
     bench.chmod(bench.stat().st_mode | stat.S_IXUSR)
@@ -84,6 +84,31 @@ def test_ab_bench_interleaves_builds_and_compares(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(list((out / "ab").glob("*.json"))) == 8  # 2 rounds × 2 builds × 2 presets
     assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500") == 2
+
+
+def test_ab_bench_samples_the_clocks_of_each_build(tmp_path):
+    # A made-up nvidia-smi printing one power-capped sample every 50 ms until it is killed.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nwhile :; do\n"
+                   "  echo '2026/11/30 10:15:12.884, 1530 MHz, 692.00 W, 0x0000000000000004'\n"
+                   "  sleep 0.05\ndone\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    a, b = fake_build(tmp_path / "a", 2.0, 0.3), fake_build(tmp_path / "b", 1.0, 0.3)
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "layer", "p1", "1", f"main={a}",
+                           f"new={b}"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, OUT=str(out),
+                                   PATH=f"{tools}:{os.environ['PATH']}"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in (out / "ab").glob("*.smi.csv")) == [
+        "layer_p1_main_1.smi.csv", "layer_p1_new_1.smi.csv"]
+    lines = proc.stdout.splitlines()
+    i = lines.index("== clocks while each build ran (nvidia-smi, every 100 ms)")
+    assert [line.split(":")[0] for line in lines[i + 1:]] == ["main", "new"]
+    assert all("SM MHz p10/p50/p90 1530/1530/1530" in line and "SW power cap 100%" in line
+               for line in lines[i + 1:]), lines[i + 1:]
 
 
 def test_ab_bench_passes_bench_args_to_every_run(tmp_path):
