@@ -62,6 +62,7 @@ constexpr bool fit(const Roles& r) {
   return fits_register_file(r.producer_regs, r.consumer_regs, r.threads);
 }
 static_assert(fit(roles(0)) && fit(roles(3)) && fit(roles(7)), "setmaxnreg budgets too large");
+// The dGLU's epilogue warps by its K (= H): seven up to kDGluSevenWarpsMaxK, three beyond.
 inline constexpr int64_t kDGluSevenWarpsMaxK = 3072;
 constexpr int dglu_warps(int64_t k) { return k <= kDGluSevenWarpsMaxK ? 7 : 3; }
 

@@ -105,6 +105,7 @@ __global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
                             const bwd::DGluEpilogue dglu) {
   // The hand-off to the epilogue warps: bf16 forward output and the dGLU (fp32 output keeps its
   // epilogue in the consumers: epilogue.cuh says why).
+  static_assert(kDGluWarps == 0 || kDGluWarps == 3 || kDGluWarps == 7, "config.h: Roles");
   constexpr bool kDGlu = kDGluWarps > 0;
   constexpr Roles kRoles = roles(kDGluWarps);
   constexpr bool kHandoff = kDGlu || std::is_same_v<OutT, __nv_bfloat16>;
