@@ -114,8 +114,8 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
           size_t bytes;
         };
         for (const Want& w :
-             {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [H/128,R]", g(H) * cols * 4}, Want{"d_pre [R,fc1] e4m3", R * fc1},
-              Want{"d_pre_scales [R,", R * g(fc1) * 4},
+             {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [H/128,R]", g(H) * cols * 4},
+              Want{"d_pre [R,fc1] e4m3", R * fc1}, Want{"d_pre_scales [R,", R * g(fc1) * 4},
               Want{"d_pre_scales [fc1/128,R]", g(fc1) * cols * 4},
               Want{"dys_t [H,128G]", H * 128 * G}, Want{"dys_t_scales", G * H * 4},
               Want{"scaled_act_t [F,128G]", F * 128 * G}, Want{"scaled_act_t_scales", G * F * 4},

@@ -3,17 +3,17 @@
 // 192, W = 3 or 7) and the FP8 kernel (fp8/dglu_handoff.cuh: N = 128, W = 3 or 7). The contract
 // is DGluEpilogue's (params.h), with g the tile's columns f of F.
 //
-// A tile row's N / 8 octets go to the lanes of a row group: 32 lanes, or 16 where N / 8 <= 16,
-// a warp then finishing two adjacent rows side by side (else half its lanes would idle). Epilogue
-// warp w takes tile rows w, w + W, ... (two-row groups: 2w, 2w + 1, 2w + 2W, ...) kRows at a
-// time per lane (six; four in the FP8 kernel's seven-warp budget), their pre loads in flight
-// together (run 9's profile found these warps latency-bound on them with four and three warps;
-// g is read from the buffer only when used, so the registers go to loads in flight). Lane l of a row group finishes columns f0 = n0 + 8l .. f0 + 7 of its row:
-// 16-byte loads of g from the buffer and of the saved pre (GLU: gate f0.. at interleaved column
-// 2·f0, up 8 columns later — the interleave of 8; squared ReLU: column f0), the activation and its
-// derivatives, 16-byte stores of d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and
-// scaled_act = p·act. A row group thus reads and writes whole row segments: 4N bytes of pre and
-// d_pre, 2N of scaled_act (GLU).
+// A tile row's N / 8 octets go to the lanes of a row group: 32 lanes, or 16 where N / 8 <= 16, a
+// warp then finishing two adjacent rows side by side (else half its lanes would idle). Epilogue
+// warp w takes tile rows w, w + W, ... (two-row groups: 2w, 2w + 1, 2w + 2W, ...) kRows at a time
+// per lane (six; four in the FP8 kernel's seven-warp budget), their pre loads in flight together
+// (run 9's profile found three such warps latency-bound on them with four rows; g is read from the
+// buffer only when used, so the registers go to loads in flight). Lane l of a row group finishes
+// columns f0 = n0 + 8l .. f0 + 7 of its row: 16-byte loads of g from the buffer and of the saved
+// pre (GLU: gate f0.. at interleaved column 2·f0, up 8 columns later — the interleave of 8; squared
+// ReLU: column f0), the activation and its derivatives, 16-byte stores of d_pre = act'(pre) ⊙ (p·g)
+// (interleaved like pre) and scaled_act = p·act. A row group thus reads and writes whole row
+// segments: 4N bytes of pre and d_pre, 2N of scaled_act (GLU).
 //   dp: each lane sums g·act over its 8 columns in order, a xor-shuffle tree adds the row group's
 //   lanes, its first lane stores the (row, n-block) partial: deterministic.
 //   Cache policy: pre, d_pre and scaled_act are touched once, so they are loaded and stored
