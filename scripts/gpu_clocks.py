@@ -76,8 +76,11 @@ def main(argv=None):
     pooled = collections.OrderedDict()
     for arg in args.files:
         label, _, path = arg.rpartition(":")
-        with open(path) as f:
-            pooled.setdefault(label or path, []).extend(parse(f))
+        try:
+            with open(path) as f:
+                pooled.setdefault(label or path, []).extend(parse(f))
+        except OSError as e:
+            ap.error(f"cannot read the samples file '{path}': {e.strerror}")
     for label, samples in pooled.items():
         print(f"{label}: {summary(samples)}")
 

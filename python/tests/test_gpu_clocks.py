@@ -41,3 +41,9 @@ def test_labels_pool_a_builds_runs_and_an_idle_run_says_so(tmp_path):
     assert main == ("main: 2 busy samples: SM MHz p10/p50/p90 1500/1600/1600, W 690/700/700; "
                     "reasons: SW power cap 100%, HW slowdown 50%")
     assert new == "new: 1 samples, none busy"
+
+
+def test_an_unreadable_file_is_named(tmp_path):
+    proc = run(f"main:{tmp_path / 'missing.smi.csv'}")
+    assert proc.returncode == 2
+    assert f"cannot read the samples file '{tmp_path / 'missing.smi.csv'}'" in proc.stderr

@@ -6,7 +6,8 @@
 // probability) at --tokens with --routing. A second table splits the MXFP8 time: its dequantise
 // passes alone (TB/s over the bytes they move) next to the BF16 grouped GEMM alone. Then, per
 // preset, the backward's FP8 GEMMs beside their BF16 twins: the k-grouped dW2 and the FC2 dgrad
-// with the dGLU + dp epilogue, each also with the quantisation passes the layer runs before it.
+// with the dGLU + dp epilogue, each also after stand-alone quantisation passes over its bf16
+// operands (the layer makes dys's copies from dy instead: docs/layer.md, "FP8").
 //
 // The values are quantised from random bf16 data by the GPU quantisers; the forward problems'
 // DeepSeek activation scales (K-major) are random positive values, the MXFP8 runs read the same
@@ -29,7 +30,7 @@
 #include "bench/timing.h"
 #include "cuda/check.h"
 #include "cuda/gemm/fp8/mxfp8_emulation.h"
-#include "cuda/layer/kernels.h"
+#include "cuda/layer/forward_fp8.h"
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
@@ -237,8 +238,9 @@ void bench_wgrad(const std::string& name, const MoeConfig& c, const std::vector<
 }
 
 // A preset's FC2 dgrad with the dGLU + dp epilogue (the layer's fc2_dgrad GEMM): the BF16
-// kernel, the FP8 kernel on row-wise quantised dys and W2ᵀ, and the FP8 path with dys's
-// quantisation (the 1x128 pass and its scale transpose), as the layer runs it.
+// kernel, the FP8 kernel on row-wise quantised dys and W2ᵀ, and the FP8 kernel after a
+// stand-alone quantisation of bf16 dys (the 1x128 pass and its scale transpose; the layer
+// quantises dys from dy in its combine_bwd stage instead).
 void bench_fc2_dgrad(const std::string& name, const MoeConfig& c,
                      const std::vector<int32_t>& offsets, const GemmBenchOptions& o,
                      Report& report) {
@@ -258,11 +260,10 @@ void bench_fc2_dgrad(const std::string& name, const MoeConfig& c,
   fill_uniform_bf16(pre.get(), m * fc1, -2, 2, 0x5eedc3, nullptr);
   fill_uniform_fp32(p.get(), m, 0.0f, 1.0f, 0x5eedc4, nullptr);
   auto quantize_dys = [&](cudaStream_t s) {
-    quantize_fp8_blockwise_1x128(dys.view(DType::kBFloat16, {m, h}),
-                                 dys8.view(DType::kFloat8E4M3, {m, h}),
-                                 dys_scales_rows.view(DType::kFloat32, {m, hg}), s);
-    layer::transpose_scales(static_cast<const float*>(dys_scales_rows.get()),
-                            static_cast<float*>(dys_scales.get()), m, hg, scale_rows, s);
+    layer::quantize_rows_fp8(dys.view(DType::kBFloat16, {m, h}),
+                             dys8.view(DType::kFloat8E4M3, {m, h}),
+                             dys_scales_rows.view(DType::kFloat32, {m, hg}),
+                             dys_scales.view(DType::kFloat32, {hg, scale_rows}), s);
   };
   quantize_dys(nullptr);
   quantize_fp8_blockwise_128x128(w2.view(DType::kBFloat16, {e, h, f}),
