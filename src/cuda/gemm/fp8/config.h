@@ -22,7 +22,7 @@ inline constexpr int kStages = 5;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (cluster_scheduler.h)
 static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 
-// Warp roles (common/warp_roles.h): in warpgroup 0 thread 0 issues the TMA loads and, with bf16
+// Warp roles (common/warp_roles.h): in warpgroup 0 warp 0 issues the TMA loads and, with bf16
 // forward output and in the dGLU, warps 1-3 drain the hand-off's tile buffer; warpgroups 1 and 2
 // consume. The dGLU at short K adds a fourth warpgroup of epilogue warps (Roles below).
 //

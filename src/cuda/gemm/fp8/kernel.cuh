@@ -5,10 +5,11 @@
 //   all:        warp 0 computes unit_start[] from the offsets (cluster_scheduler.h); thread 0
 //               initialises the mbarriers; cluster barrier (both CTAs' barriers exist before any
 //               remote arrive or multicast touches them).
-//   warpgroup 0 (setmaxnreg down): thread 0 produces, walking units cluster, +clusters, ... and
-//               filling stages ahead of the consumers (mainloop.cuh has the protocol); with bf16
-//               forward output and in the dGLU, warps 1-3 are the epilogue warps, draining each
-//               finished tile from the tile buffer (tile_epilogue.cuh; dglu_handoff.cuh).
+//   warpgroup 0 (setmaxnreg down): warp 0 produces (lane 0 issues), walking units cluster,
+//               +clusters, ... and filling stages ahead of the consumers (mainloop.cuh has the
+//               protocol); with bf16 forward output and in the dGLU, warps 1-3 are the epilogue
+//               warps, draining each finished tile from the tile buffer (tile_epilogue.cuh;
+//               dglu_handoff.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile: the K loop
 //               with per-block promotion into 64 fp32 registers each (rows 0-63 and 64-127 of
 //               the tile), the two warpgroups issuing their K blocks in turns (issue_turns.cuh),
@@ -130,7 +131,8 @@ __global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
   constexpr bool kFourthWarpgroup = kRoles.threads > kThreads;  // more epilogue warps
   if (warpgroup == 0 || (kFourthWarpgroup && warpgroup > kConsumerWarpgroups)) {
     cutlass::arch::warpgroup_reg_dealloc<kRoles.producer_regs>();
-    if (threadIdx.x == 0) {
+    // Warp-uniform, so that the producer's loop is convergent (mainloop.cuh, produce).
+    if (warp_uniform(threadIdx.x / 32) == 0) {
       produce(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_units, cluster, clusters,
               rank);
     } else if (kHandoff && threadIdx.x >= 32) {
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<kRoles.consumer_regs>();
     const int slab = warpgroup - 1;
-    const ConsumerStages stages = ConsumerStages::of(smem);
+    const StageAddresses stages = StageAddresses::of(smem);
     float acc[kAccumulators];
     PipelineState<kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);

@@ -9,11 +9,12 @@
 //             which come from the own producer's and the peer producer's copies;
 //   empty[s]  count kEmptyArrivals = 16: lane c of each of the 8 consumer warps of EACH CTA
 //             arrives on the empty[s] of CTA c (c = 0, 1; a remote arrive through mapa).
-//   producer (thread 0), per K block: wait own empty[s] (parity phase ^ 1; a fresh barrier
-//     passes) — complete only when the consumers of BOTH CTAs have released stage s, since the
-//     multicast below writes into both —; a live tile's weight scale of the K block into the
-//     scale slot behind the box (kBScaleOffset: a plain st.shared, loaded from global before the
-//     wait), which the arrive below releases and the consumers' wait acquires;
+//   producer (warp 0, lane 0 issuing: produce() says why), per K block: wait own empty[s]
+//     (parity phase ^ 1; a fresh barrier passes) — complete only when the consumers of BOTH
+//     CTAs have released stage s, since the multicast below writes into both —; a live tile's
+//     weight scale of the K block into the scale slot behind the box (kBScaleOffset: a plain
+//     st.shared, loaded from global before the wait), which the arrive below releases and the
+//     consumers' wait acquires;
 //     arrive.expect_tx(own full[s], loads.bytes); then
 //       the shared operand: its half (rows 64·rank ..) multicast (mask 0b11) to the same offset
 //         of both CTAs, signalling full[s] at the same offset in each;
@@ -55,9 +56,11 @@
 
 #include <utility>
 
+#include "cuda/gemm/common/cluster.cuh"
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
+#include "cuda/gemm/common/tma_issue.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/fp8/config.h"
@@ -93,6 +96,58 @@ __device__ __forceinline__ StageLoads stage_loads(const Fp8GemmProblem& p, const
   return l;
 }
 
+// The stages as 32-bit shared addresses and wgmma descriptor low words (smem_descriptor.cuh): a
+// base plus constants and the stage, for the producer's and the consumers' loops. Run 9's ncu
+// found the consumers' K loop issue-bound; its SASS spent 88 of 156 instructions per K block
+// (besides 64 FFMA and 4 QGMMA) on generic addresses and loads, a global load of the weight
+// scale, 64-bit descriptor adds with their moves and R2UR copies, and stage, barrier-id and
+// address recomputation. With these bases, the slab a template argument and the stage
+// warp-uniform (kernel.cuh, warp_uniform) it is 40-45 (CUDA 13.0): the stage and descriptor
+// arithmetic in uniform registers (one UIADD3.64 per descriptor and K step), the scales by LDS.
+struct StageAddresses {
+  uint32_t base;  // shared address of SharedLayout::a
+  uint32_t desc;  // its low descriptor word
+
+  __device__ static StageAddresses of(const SharedLayout& smem) {
+    const uint32_t base = shared_address(smem.a);
+    return StageAddresses{.base = base, .desc = sw128_descriptor_low(base)};
+  }
+  __device__ uint32_t full(uint32_t stage) const {
+    return base + SharedLayout::kFullOffset + stage * uint32_t{sizeof(uint64_t)};
+  }
+  __device__ uint32_t empty(uint32_t stage) const {
+    return base + SharedLayout::kEmptyOffset + stage * uint32_t{sizeof(uint64_t)};
+  }
+  __device__ uint32_t a(uint32_t stage) const { return base + stage * kABytes; }
+  __device__ uint32_t b(uint32_t stage) const {
+    return base + SharedLayout::kBOffset + stage * kBBytes;
+  }
+  __device__ uint32_t scale_slot(uint32_t stage) const {
+    return base + SharedLayout::kScaleOffset + stage * kScaleSlotBytes;
+  }
+  // Descriptor units are 16 bytes.
+  template <int kSlab>
+  __device__ uint32_t desc_a(uint32_t stage) const {
+    return desc + kSlab * (kHalfBytes / 16) + stage * (kABytes / 16);
+  }
+  __device__ uint32_t desc_b(uint32_t stage) const {
+    return desc + SharedLayout::kBOffset / 16 + stage * (kBBytes / 16);
+  }
+};
+static_assert(kHalfBytes == (kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes,
+              "a consumer's 64-row A slab is one half of the A stage");
+static_assert(kHalfBytes % 16 == 0 && kABytes % 16 == 0 && kBBytes % 16 == 0 &&
+              SharedLayout::kBOffset % 16 == 0);
+
+// Warp 0 of the CTA produces. Every lane walks the loop and computes the same values, made
+// warp-uniform (cluster.cuh) so that ptxas keeps the TMA operands in uniform registers; lane 0
+// issues. Run 22's ncu (call 4) had a single producing thread as the mainloop's bound: its
+// coordinates in vector registers made every TMA a waterfall loop (ELECT, R2UR of each operand,
+// BRA.U.ANY), ~130 instructions a K block, and each K block's weight scale waited for its own
+// global load; the consumers waited on stage data in 14.5% of all samples while the producer
+// never waited for a free stage. Now a lane loads the scales of 32 K blocks at once and a
+// shuffle hands each K block its own.
+//
 // A through a 2D map over [m_cap, K] and B through a 3D map over [E, N, K], both in boxes of 64
 // rows × 128 bytes (rows of the next expert loaded and masked in the epilogue; n past N
 // zero-filled, never another expert); the scales through a 2D map over
@@ -104,42 +159,47 @@ __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtenso
                                         int total_units, int cluster, int clusters, int rank) {
   const int k_blocks = ceil_div(p.k, kBlockK);
   const int n_groups = ceil_div(p.n, kBlockN);
+  const int lane = threadIdx.x % 32;
+  const bool issues = lane == 0;
+  const StageAddresses st = StageAddresses::of(smem);
   PipelineState<kStages> pipe;
   for (int u = cluster; u < total_units; u += clusters) {
-    const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
-    const TileRows rows = tile_rows<kBlockM>(p, w.tile);
+    UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
+    w.tile = TileCoord{.expert = warp_uniform(w.tile.expert),
+                       .m_block = warp_uniform(w.tile.m_block),
+                       .n_block = warp_uniform(w.tile.n_block)};
+    w.share_a = warp_uniform(w.share_a);
+    w.live = warp_uniform(w.live);
+    TileRows rows = tile_rows<kBlockM>(p, w.tile);
+    rows.first = warp_uniform(rows.first);
     const StageLoads loads = stage_loads(p, w, rows);
     const int n_first = w.tile.n_block * kBlockN;
     // The tile's weight scales [k_blocks] (expert and n-block fixed); a phantom has none.
     const float* b_scale =
         p.b_scales + (static_cast<int64_t>(w.tile.expert) * n_groups + w.tile.n_block) * k_blocks;
+    float b_scales = 0.0f;  // lane l: the scale of K block 32·(kb / 32) + l
     for (int kb = 0; kb < k_blocks; ++kb) {
-      // The weight scale goes through the stage (the protocol above), so that the consumers
-      // read it by LDS with the row scales instead of a global load in their K loop. Loaded
-      // before the wait on empty[s], which hides its latency once the producer runs ahead.
-      const float sb = w.live ? __ldg(b_scale + kb) : 0.0f;
-      ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
-      if (w.live) st_shared_f32(shared_address(smem.scale_stage(pipe.stage)) + kBScaleOffset, sb);
-      uint64_t* full = &smem.full[pipe.stage];
-      ClusterTransactionBarrier::arrive_and_expect_tx(full, loads.bytes);
+      // Issued before the wait on empty[s], which hides its latency once the producer runs
+      // ahead; the weight scale then goes through the stage (the protocol above), so that the
+      // consumers read it by LDS with the row scales.
+      if (kb % 32 == 0)
+        b_scales = w.live && kb + lane < k_blocks ? __ldg(b_scale + kb + lane) : 0.0f;
+      const uint32_t stage = pipe.stage;
+      wait_barrier(st.empty(stage), pipe.phase ^ 1u);
+      const float sb = __shfl_sync(~0u, b_scales, kb % 32);
+      if (issues && w.live) st_shared_f32(st.scale_slot(stage) + kBScaleOffset, sb);
+      const uint32_t full = st.full(stage);
+      arrive_expect_tx_if(issues, full, loads.bytes);
       const int k0 = kb * kBlockK;
       // Half h of A or B; mask 0: to this CTA only.
       auto load_a = [&](int h, uint16_t mask) {
-        if (!(loads.a_halves >> h & 1u)) return;
-        uint8_t* dst = smem.a_stage(pipe.stage) + h * kHalfBytes;
-        const int row = rows.first + h * kHalfRows;
-        if (mask) cute::SM90_TMA_LOAD_MULTICAST_2D::copy(tmap_a, full, mask, kCacheHintNormal,
-                                                         dst, k0, row);
-        else cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, dst, k0, row);
+        tma_load_2d_if(issues && (loads.a_halves >> h & 1u), tmap_a, full,
+                       st.a(stage) + h * kHalfBytes, k0, rows.first + h * kHalfRows, mask);
       };
       auto load_b = [&](int h, uint16_t mask) {
-        if (!(loads.b_halves >> h & 1u)) return;
-        uint8_t* dst = smem.b_stage(pipe.stage) + h * kHalfBytes;
-        const int row = n_first + h * kHalfRows;
-        if (mask) cute::SM90_TMA_LOAD_MULTICAST_3D::copy(tmap_b, full, mask, kCacheHintNormal,
-                                                         dst, k0, row, w.tile.expert);
-        else cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, dst, k0, row,
-                                          w.tile.expert);
+        tma_load_3d_if(issues && (loads.b_halves >> h & 1u), tmap_b, full,
+                       st.b(stage) + h * kHalfBytes, k0, n_first + h * kHalfRows, w.tile.expert,
+                       mask);
       };
       if (w.share_a) {
         load_a(rank, kClusterMask);
@@ -150,10 +210,8 @@ __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtenso
 #pragma unroll
         for (int h = 0; h < kClusterSize; ++h) load_a(h, 0);
       }
-      if (loads.scales)
-        cute::SM90_TMA_LOAD_2D::copy(tmap_scales, full, kCacheHintNormal,
-                                     smem.scale_stage(pipe.stage),
-                                     scale_box_row(rows.first), kb);
+      tma_load_2d_if(issues && loads.scales, tmap_scales, full, st.scale_slot(stage),
+                     scale_box_row(rows.first), kb);
       pipe.advance();
     }
   }
@@ -186,45 +244,6 @@ __device__ __forceinline__ void wgmma_m64n128k32(uint64_t desc_a, uint64_t desc_
   Mma::fma(desc_a, desc_b, block[I]..., scale_d);
 }
 
-// The consumers' view of the stages: 32-bit shared addresses and wgmma descriptor low words
-// (smem_descriptor.cuh) as a base plus constants and the stage. Run 9's ncu found the K loop
-// issue-bound; its SASS spent 88 of 156 instructions per K block (besides 64 FFMA and 4 QGMMA)
-// on generic addresses and loads, a global load of the weight scale, 64-bit descriptor adds
-// with their moves and R2UR copies, and stage, barrier-id and address recomputation. With these
-// bases, the slab a template argument and the stage warp-uniform (kernel.cuh, warp_uniform) it
-// is 40-45 (CUDA 13.0): the stage and descriptor arithmetic in uniform registers (one UIADD3.64
-// per descriptor and K step), the scales by LDS.
-struct ConsumerStages {
-  uint32_t base;  // shared address of SharedLayout::a
-  uint32_t desc;  // its low descriptor word
-
-  __device__ static ConsumerStages of(const SharedLayout& smem) {
-    const uint32_t base = shared_address(smem.a);
-    return ConsumerStages{.base = base, .desc = sw128_descriptor_low(base)};
-  }
-  __device__ uint32_t full(uint32_t stage) const {
-    return base + SharedLayout::kFullOffset + stage * uint32_t{sizeof(uint64_t)};
-  }
-  __device__ uint32_t empty(uint32_t stage) const {
-    return base + SharedLayout::kEmptyOffset + stage * uint32_t{sizeof(uint64_t)};
-  }
-  __device__ uint32_t scale_slot(uint32_t stage) const {
-    return base + SharedLayout::kScaleOffset + stage * kScaleSlotBytes;
-  }
-  // Descriptor units are 16 bytes.
-  template <int kSlab>
-  __device__ uint32_t desc_a(uint32_t stage) const {
-    return desc + kSlab * (kHalfBytes / 16) + stage * (kABytes / 16);
-  }
-  __device__ uint32_t desc_b(uint32_t stage) const {
-    return desc + SharedLayout::kBOffset / 16 + stage * (kBBytes / 16);
-  }
-};
-static_assert(kHalfBytes == (kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes,
-              "a consumer's 64-row A slab is one half of the A stage");
-static_assert(kHalfBytes % 16 == 0 && kABytes % 16 == 0 && kBBytes % 16 == 0 &&
-              SharedLayout::kBOffset % 16 == 0);
-
 // One tile's K loop for consumer warpgroup kSlab (rows 64·kSlab .. 64·kSlab + 63 of the tile).
 // first_row: the tile's first row (where its scales sit in the scale box).
 // Accumulator layout (m64nN f32): acc[4j + 2h + i] is row 16·warp + lane/4 + 8h of the slab,
@@ -239,7 +258,7 @@ static_assert(kHalfBytes % 16 == 0 && kABytes % 16 == 0 && kBBytes % 16 == 0 &&
 // global and a generic load's results there, and its first wgmma waited for both.
 template <int kSlab>
 __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], const Fp8GemmProblem& p,
-                                             const ConsumerStages& st, PipelineState<kStages>& pipe,
+                                             const StageAddresses& st, PipelineState<kStages>& pipe,
                                              int first_row, IssueTurns& turns) {
   using cute::SM90::GMMA::ScaleOut;
 #pragma unroll

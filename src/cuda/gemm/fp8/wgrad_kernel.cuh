@@ -9,7 +9,7 @@
 // one expert (the quantiser zero-pads each expert's last group), so no K masking is needed.
 //
 // Pipeline protocol (kStages stages, full / empty mbarriers, as the forward FP8 kernel):
-//   producer (thread 0): wait empty[s] (parity phase ^ 1), arrive.expect_tx(full[s],
+//   producer (warp 0, lane 0 issuing): wait empty[s] (parity phase ^ 1), arrive.expect_tx(full[s],
 //     kStageBytes), four TMA loads: at [128 rows of the m-block × 128 columns of group G], bt
 //     [128 rows of the n-block × the same columns], a_scales[G, m-block's 128], b_scales[G,
 //     n-block's 128] (rows / columns past N_a, N_b read zeros).
@@ -27,14 +27,15 @@
 
 #include <cuda.h>
 
-#include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
 #include <utility>
 
 #include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/backward/wgrad_kernel.cuh"
+#include "cuda/gemm/common/cluster.cuh"
 #include "cuda/gemm/common/handoff_layout.cuh"
+#include "cuda/gemm/common/tma_issue.cuh"
 #include "cuda/gemm/device_scheduler.cuh"
 #include "cuda/gemm/fp8/colwise_groups.h"
 #include "cuda/gemm/fp8/mainloop.cuh"
@@ -75,27 +76,31 @@ __device__ __forceinline__ bool skip_tile(const Fp8WgradProblem& p, int groups) 
   return groups == 0 && p.accumulate;
 }
 
+// Warp 0 produces, lane 0 issuing: the FP8 forward kernel's producer (fp8/mainloop.cuh, produce,
+// says why a convergent warp with predicated copies, not one thread).
 __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                         const CUtensorMap* tmap_sa, const CUtensorMap* tmap_sb,
                                         const SharedLayout& smem, const bwd::WgradTiles& tiles,
                                         int total_tiles) {
+  const bool issues = threadIdx.x % 32 == 0;
   PipelineState<kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
-    const ExpertGroups eg = expert_groups(smem, c.expert);
+    const ExpertGroups eg{.first = warp_uniform(expert_groups(smem, c.expert).first),
+                          .count = warp_uniform(expert_groups(smem, c.expert).count)};
     for (int kb = 0; kb < eg.count; ++kb) {
-      ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
-      uint64_t* full = &smem.full[pipe.stage];
-      ClusterTransactionBarrier::arrive_and_expect_tx(full, kStageBytes);
+      wait_barrier(shared_address(&smem.empty[pipe.stage]), pipe.phase ^ 1u);
+      const uint32_t full = shared_address(&smem.full[pipe.stage]);
+      arrive_expect_tx_if(issues, full, kStageBytes);
       const int g = eg.first + kb;
-      cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, smem.a_stage(pipe.stage),
-                                   g * kBlockK, c.m_block * kBlockM);
-      cute::SM90_TMA_LOAD_2D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
-                                   g * kBlockK, c.n_block * kBlockN);
-      cute::SM90_TMA_LOAD_2D::copy(tmap_sa, full, kCacheHintNormal,
-                                   a_scale_stage(smem, pipe.stage), c.m_block * kBlockM, g);
-      cute::SM90_TMA_LOAD_2D::copy(tmap_sb, full, kCacheHintNormal,
-                                   b_scale_stage(smem, pipe.stage), c.n_block * kBlockN, g);
+      tma_load_2d_if(issues, tmap_a, full, shared_address(smem.a_stage(pipe.stage)),
+                     g * kBlockK, c.m_block * kBlockM);
+      tma_load_2d_if(issues, tmap_b, full, shared_address(smem.b_stage(pipe.stage)),
+                     g * kBlockK, c.n_block * kBlockN);
+      tma_load_2d_if(issues, tmap_sa, full, shared_address(a_scale_stage(smem, pipe.stage)),
+                     c.m_block * kBlockM, g);
+      tma_load_2d_if(issues, tmap_sb, full, shared_address(b_scale_stage(smem, pipe.stage)),
+                     c.n_block * kBlockN, g);
       pipe.advance();
     }
   }
@@ -205,12 +210,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     warp_tile_starts(p.offsets, p.num_experts, fp8::colwise_group_shape(), smem.tile_start);
   if (threadIdx.x == 0) smem.init_barriers(1);
   __syncthreads();
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  // Warp-uniform roles, so that the producer's loop is convergent.
+  const int warp = warp_uniform(threadIdx.x / 32);
+  const int warpgroup = warp / 4;
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-    if (threadIdx.x == 0) produce(&tmap_a, &tmap_b, &tmap_sa, &tmap_sb, smem, tiles, total_tiles);
-    else if (threadIdx.x >= 32) epilogue_warps(p, smem, tiles, total_tiles);
+    if (warp == 0) produce(&tmap_a, &tmap_b, &tmap_sa, &tmap_sb, smem, tiles, total_tiles);
+    else epilogue_warps(p, smem, tiles, total_tiles);
     return;
   }
 
