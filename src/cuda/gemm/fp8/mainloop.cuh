@@ -51,7 +51,6 @@
 // overlaps the other's promotion.
 #pragma once
 
-#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 
 #include <utility>
