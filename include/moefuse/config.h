@@ -66,6 +66,11 @@ struct MoeConfig {
   int64_t shared_expert_ffn = 0;  // 0: no shared expert; else its F (same activation, no bias)
   RouterOptions router{};
   PrecisionRecipe precision = PrecisionRecipe::kBF16;
+  // FP8 precisions only: the two weight-gradient GEMMs (dW1, dW2) take bf16 operands instead of
+  // column-wise FP8 ones; forward and dgrads stay FP8 (Transformer Engine's
+  // override_linear_precision for wgrad). With narrow experts (qwen3: H 2048, F 768) the FP8
+  // wgrads gain less than their column-wise quantisations cost (docs/fp8.md, session 24).
+  bool bf16_wgrad = false;
 
   int64_t fc1_width() const { return is_glu(activation) ? 2 * ffn : ffn; }
 

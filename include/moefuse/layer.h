@@ -113,9 +113,10 @@ struct MoeLayerWeights {
 };
 
 // Gradients of <y, dy> + aux_loss + z_loss, same shapes as the weights (and x). Overwritten.
-// d_w1 and d_w2 may be bf16 (with config.precision kBF16), each on its own: the wgrad sums an
-// expert's rows in fp32 and rounds once, so the bf16 gradient is the fp32 one rounded, as torch's
-// bf16 weight gradients are, for half the bytes written and none to convert.
+// d_w1 and d_w2 may be bf16 (with bf16 wgrads: precision kBF16, or config.bf16_wgrad), each on
+// its own: the wgrad sums an expert's rows in fp32 and rounds once, so the bf16 gradient is the
+// fp32 one rounded, as torch's bf16 weight gradients are, for half the bytes written and none to
+// convert.
 struct MoeLayerGrads {
   TensorView dx;           // [T, H] bf16
   TensorView d_w_router;   // [E, H] fp32
@@ -243,7 +244,8 @@ class MoeLayer {
   // The cache is only read. CUDA-graph safe: yes. kFP8Blockwise: the routed experts' backward
   // in FP8 from weights.fp8 (FC1's pre-activation cached by the forward's FP8 GEMM, or with
   // recompute_pre recomputed in FP8 from x; both dgrads on the
-  // transposed FP8 weights, both wgrads on column-wise quantised operands); the router, the
+  // transposed FP8 weights, both wgrads on column-wise quantised operands, or in bf16 with
+  // config.bf16_wgrad); the router, the
   // shared expert and the bias gradients in bf16 (docs/layer.md).
   void backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& weights,
                 const MoeLayerGrads& grads, Workspace cache, Workspace workspace,

@@ -60,6 +60,7 @@ typedef struct {
   float aux_loss_coeff;
   float z_loss_coeff;
   moefuse_precision_t precision;
+  int32_t bf16_wgrad; /* 0 or 1: an FP8 precision's weight gradients in bf16 */
 } moefuse_config_t;
 
 /* The message of the calling thread's last failure ("" if none). */
@@ -89,7 +90,8 @@ moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t*
  * w_router [E, H] bf16; w1 [E, fc1, H] bf16 (GLU rows interleaved); w2 [E, H, F] bf16;
  * shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16; score_bias [E], b1 [E, fc1],
  * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight, but d_w1
- * and d_w2, which are bf16 when grads.expert_grads says so (bf16 precision only).
+ * and d_w2, which are bf16 when grads.expert_grads says so (bf16 wgrads only: bf16 precision
+ * or bf16_wgrad).
  * NULL for a tensor the config does not have. `stream` is a cudaStream_t.
  * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, H and F multiples of 16): the weights
  * also carry fp8_weights, a 256-byte aligned device region of moefuse_layer_fp8_weight_bytes

@@ -92,6 +92,7 @@ class ConfigStruct(ctypes.Structure):
         ("aux_loss_coeff", ctypes.c_float),
         ("z_loss_coeff", ctypes.c_float),
         ("precision", _enum),
+        ("bf16_wgrad", ctypes.c_int32),
     ]
 
 

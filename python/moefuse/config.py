@@ -11,7 +11,7 @@ from moefuse._capi import Activation, LayerMode, Precision, RouterKind
 PRESETS = ("qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b", "deepseek-v3")
 
 # Python field -> C field, where the names differ; the flags are bool here, int32 in C.
-_BOOL_FIELDS = ("expert_bias", "router_renormalize", "router_use_score_bias")
+_BOOL_FIELDS = ("expert_bias", "router_renormalize", "router_use_score_bias", "bf16_wgrad")
 _ENUM_FIELDS = {"activation": Activation, "router_kind": RouterKind, "precision": Precision}
 
 
@@ -37,6 +37,7 @@ class MoeConfig:
     aux_loss_coeff: float = 0.0
     z_loss_coeff: float = 0.0
     precision: Precision = Precision.BF16
+    bf16_wgrad: bool = False
 
     def __post_init__(self):
         # Hold the float fields as the C struct's fp32 values, so a config equals its round trip.

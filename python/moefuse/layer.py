@@ -218,10 +218,11 @@ def _grad_like(t: Optional[Tensor], like: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def _expert_grad_dtype(config: MoeConfig) -> torch.dtype:
-    """d_w1 and d_w2 come in bf16 where the layer can write them (bf16 precision): the gradient
-    torch gives the bf16 weights, the fp32 sum rounded once, with no fp32 copy to convert; the
-    FP8 wgrad writes fp32."""
-    return torch.bfloat16 if config.precision == _capi.Precision.BF16 else torch.float32
+    """d_w1 and d_w2 come in bf16 where the layer can write them (bf16 wgrads: bf16 precision,
+    or an FP8 one with bf16_wgrad): the gradient torch gives the bf16 weights, the fp32 sum
+    rounded once, with no fp32 copy to convert; the FP8 wgrad writes fp32."""
+    bf16 = config.precision == _capi.Precision.BF16 or config.bf16_wgrad
+    return torch.bfloat16 if bf16 else torch.float32
 
 
 def _grad_buffers(config: MoeConfig, x: Tensor, weights: dict) -> list[Tensor]:

@@ -6,7 +6,7 @@ import random
 import pytest
 
 import moefuse
-from moefuse import Activation, LayerMode, MoeConfig, RouterKind
+from moefuse import Activation, LayerMode, MoeConfig, Precision, RouterKind
 
 
 @pytest.mark.parametrize("name", moefuse.PRESETS)
@@ -45,7 +45,8 @@ def test_random_configs_round_trip():
                       router_num_groups=rng.randint(1, 8), router_topk_groups=rng.randint(1, 8),
                       router_use_score_bias=rng.random() < 0.5,
                       routed_scaling_factor=rng.choice([0.5, 1.0, 2.5]),
-                      aux_loss_coeff=rng.choice([0.0, 0.25]), z_loss_coeff=rng.choice([0.0, 0.5]))
+                      aux_loss_coeff=rng.choice([0.0, 0.25]), z_loss_coeff=rng.choice([0.0, 0.5]),
+                      precision=rng.choice(list(Precision)), bf16_wgrad=rng.random() < 0.5)
         assert MoeConfig.from_c(c.to_c()) == c
 
 
@@ -61,6 +62,7 @@ def test_random_configs_round_trip():
     ("activation", 9, "config.activation"),
     ("router_kind", 5, "config.router_kind"),
     ("precision", 3, "config.precision"),
+    ("bf16_wgrad", True, "config.bf16_wgrad"),
 ])
 def test_validation_names_the_field(field, value, named):
     c = dataclasses.replace(MoeConfig.preset("qwen3-30b-a3b"), **{field: value})

@@ -63,6 +63,7 @@ MoeConfig from_c(const moefuse_config_t& c) {
                  "config.precision", "a moefuse_precision_t value",
                  std::to_string(static_cast<int>(c.precision)));
   m.precision = static_cast<PrecisionRecipe>(c.precision);
+  m.bf16_wgrad = c.bf16_wgrad != 0;
   return m;
 }
 
@@ -84,7 +85,8 @@ moefuse_config_t to_c(const MoeConfig& m) {
           .router_use_score_bias = m.router.use_score_bias ? 1 : 0,
           .aux_loss_coeff = m.router.aux_loss_coeff,
           .z_loss_coeff = m.router.z_loss_coeff,
-          .precision = static_cast<moefuse_precision_t>(m.precision)};
+          .precision = static_cast<moefuse_precision_t>(m.precision),
+          .bf16_wgrad = m.bf16_wgrad ? 1 : 0};
 }
 
 }  // namespace moefuse::capi

@@ -50,6 +50,7 @@ constexpr FieldOffset kFields[] = {
     MOEFUSE_FIELD(moefuse_config_t, aux_loss_coeff),
     MOEFUSE_FIELD(moefuse_config_t, z_loss_coeff),
     MOEFUSE_FIELD(moefuse_config_t, precision),
+    MOEFUSE_FIELD(moefuse_config_t, bf16_wgrad),
     MOEFUSE_FIELD(moefuse_layer_weights_t, w_router),
     MOEFUSE_FIELD(moefuse_layer_weights_t, score_bias),
     MOEFUSE_FIELD(moefuse_layer_weights_t, w1),

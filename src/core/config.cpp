@@ -59,6 +59,9 @@ void MoeConfig::validate() const {
                    "config.clamped_swiglu.limit", "a positive finite value",
                    std::to_string(clamped_swiglu.limit));
   }
+  MOEFUSE_EXPECT(!bf16_wgrad || precision != PrecisionRecipe::kBF16, "config.bf16_wgrad",
+                 "false with precision bf16 (it selects the wgrads' precision of an FP8 recipe)",
+                 "true");
   expect_finite(router.routed_scaling_factor, "config.router.routed_scaling_factor");
   MOEFUSE_EXPECT(router.aux_loss_coeff >= 0 && std::isfinite(router.aux_loss_coeff),
                  "config.router.aux_loss_coeff", "a finite value >= 0",

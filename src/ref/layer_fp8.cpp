@@ -13,6 +13,7 @@
 #include "ref/check.h"
 #include "ref/dispatch.h"
 #include "ref/expert_mlp.h"
+#include "ref/gemm.h"
 #include "ref/grouped_gemm_fp8.h"
 #include "ref/grouped_gemm_fp8_dgrad.h"
 #include "ref/grouped_gemm_fp8_wgrad.h"
@@ -129,6 +130,19 @@ void fp8_wgrad(Fp8Cols a, Fp8Cols b, std::vector<int32_t>& offsets, float* d) {
                           .b_scales = b.scale_view(),
                           .offsets = host(offsets.data(), DType::kInt32, {e + 1}),
                           .d = host(d, DType::kFloat32, {e, a.n, b.n})});
+}
+
+// d [E, N_a, N_b] fp32 = Σ over each expert's rows of a[r]ᵀ·b[r] in fp64 (a [rows, N_a] and
+// b [rows, N_b] hold bf16 values): the wgrads with config.bf16_wgrad.
+void bf16_wgrad(const std::vector<float>& a, int64_t n_a, const std::vector<float>& b,
+                int64_t n_b, const std::vector<int32_t>& offsets, float* d) {
+  std::vector<double> sum(static_cast<size_t>(n_a * n_b));
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
+    matmul(n_a, n_b, n, rows_of(a.data() + r0 * n_a, n_a).transposed(),
+           rows_of(b.data() + r0 * n_b, n_b), sum.data(), false);
+    for (size_t i = 0; i < sum.size(); ++i) d[e * sum.size() + i] = static_cast<float>(sum[i]);
+  }
 }
 
 // row_prob[row_of[i]] = probs[i]: the routing probability of each expert row.
@@ -297,11 +311,17 @@ void layer_backward_fp8(const MoeConfig& c, const LayerWeights& w, const TensorV
   permute_backward(host(dxs.data(), DType::kFloat32, {R, H}), cv(f.row_of, DType::kInt32, {T, k}),
                    grads.dx);
 
-  // Weight gradients from column-wise operands; d_w1 comes back interleaved.
-  fp8_wgrad(Fp8Cols(dys, R, H, offsets), Fp8Cols(scaled_act, R, F, offsets), offsets,
-            grads.experts.w2.as<float>());
+  // Weight gradients from column-wise FP8 operands, or (bf16_wgrad) from the bf16 ones; d_w1
+  // comes back interleaved.
   std::vector<float> dw1(static_cast<size_t>(E * fc1 * H));
-  fp8_wgrad(Fp8Cols(d_pre, R, fc1, offsets), Fp8Cols(xs, R, H, offsets), offsets, dw1.data());
+  if (c.bf16_wgrad) {
+    bf16_wgrad(dys, H, scaled_act, F, offsets, grads.experts.w2.as<float>());
+    bf16_wgrad(d_pre, fc1, xs, H, offsets, dw1.data());
+  } else {
+    fp8_wgrad(Fp8Cols(dys, R, H, offsets), Fp8Cols(scaled_act, R, F, offsets), offsets,
+              grads.experts.w2.as<float>());
+    fp8_wgrad(Fp8Cols(d_pre, R, fc1, offsets), Fp8Cols(xs, R, H, offsets), offsets, dw1.data());
+  }
   dw1 = glu_rows(c, std::move(dw1), {E, fc1, H}, false);
   std::memcpy(grads.experts.w1.as<float>(), dw1.data(), dw1.size() * sizeof(float));
 

@@ -34,7 +34,8 @@ std::vector<float> layer_forward_fp8(const MoeConfig& config, const LayerWeights
 //           transposed 128x128 blocks) → d_pre, p·act (bf16), dp (fp32)
 //   d_pre → e4m3 1x128 along fc1 → FP8 GEMM on W1ᵀ → dxs (bf16) → dx = Σ_j dxs
 //   d_w2 = FP8 wgrad of dys and p·act, d_w1 = of d_pre and xs, both column-wise quantised
-//   (128-row groups of one expert); d_b2 = Σ p·dys, d_b1 = Σ d_pre (fp64 sums of bf16 values)
+//   (128-row groups of one expert); with config.bf16_wgrad fp64 sums of those bf16 values
+//   instead (the bf16 wgrads'); d_b2 = Σ p·dys, d_b1 = Σ d_pre (fp64 sums of bf16 values)
 //   dp → d_probs → the router's backward, and the shared expert's backward: those of
 //   ref::layer_backward (layer_backward_shared_and_router).
 void layer_backward_fp8(const MoeConfig& config, const LayerWeights& weights, const TensorView& x,

@@ -62,6 +62,10 @@ TEST(MoeConfig, RejectsEachBadField) {
   expect_rejects(c, "config.router.z_loss_coeff");
   c = small(), c.router.use_score_bias = true;  // softmax router has no score bias
   expect_rejects(c, "config.router.use_score_bias");
+  c = small(), c.bf16_wgrad = true;  // a bf16 layer's wgrads are bf16 already
+  expect_rejects(c, "config.bf16_wgrad");
+  c.precision = PrecisionRecipe::kFP8Blockwise;
+  EXPECT_NO_THROW(c.validate());
 }
 
 TEST(MoeConfig, RejectsBadGroupRouting) {

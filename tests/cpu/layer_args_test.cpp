@@ -191,9 +191,14 @@ TEST(LayerFp8Args, BackwardChecksTheFp8WeightRegion) {
   test::expect_invalid([&] { f.backward(); }, "weights.fp8");
   f.w.fp8.bytes = bytes;
   EXPECT_NO_THROW(f.backward());
-  // The FP8 wgrad writes fp32 expert gradients only.
+  // The FP8 wgrad writes fp32 expert gradients only; with bf16 wgrads bf16 ones too.
   f.g.d_w2 = f.dev(DType::kBFloat16, {32, 7168, 2048});
   test::expect_invalid([&] { f.backward(); }, "grads.d_w2");
+  c.bf16_wgrad = true;
+  FakeLayer b(c);
+  b.w.fp8 = {.data = b.dev(DType::kBFloat16, {1}).data, .bytes = bytes};
+  b.g.d_w2 = b.dev(DType::kBFloat16, {32, 7168, 2048});
+  EXPECT_NO_THROW(b.backward());
 }
 
 // d_w1 and d_w2 in bf16 (each on its own) with bf16 precision: the wgrad rounds the fp32 sum once.

@@ -159,6 +159,34 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
   }
 }
 
+// config.bf16_wgrad: the dgrads' row-wise FP8 operands stay; the wgrads' column-wise ones give
+// way to what the bf16 wgrads read, bf16 dys and x permuted (xs_bwd), as in the bf16 plan.
+TEST(LayerFp8Plan, Bf16WgradsReadBf16DysAndPermutedX) {
+  for (auto name : preset_names()) {
+    MoeConfig c = fp8(preset(name));
+    c.bf16_wgrad = true;
+    for (int64_t T : {1, 16384}) {
+      for (bool recompute : {false, true}) {
+        SCOPED_TRACE(std::string(name) + " T=" + std::to_string(T) +
+                     (recompute ? " recompute" : " cached"));
+        const size_t R = T * c.top_k, H = c.hidden;
+        const LayerOptions o{.recompute_pre = recompute};
+        const LayerMemoryPlan p = layer_memory_plan(c, o, T);
+        for (const char* gone : {"dys_t", "scaled_act_t", "d_pre_t", "xs_t"})
+          EXPECT_EQ(find(p, gone), nullptr) << gone;
+        for (const char* kept : {"dys [R,H] e4m3", "d_pre [R,fc1] e4m3"})
+          EXPECT_NE(find(p, kept), nullptr) << kept;
+        const LayerBuffer* dys = find(p, "dys [R,H] bf16");
+        ASSERT_NE(dys, nullptr);
+        EXPECT_EQ(dys->bytes, R * H * 2);
+        const layer::Plan lp = layer::make_plan(c, o, T);
+        EXPECT_EQ(lp.xs_bwd.bytes, R * H * 2);
+        EXPECT_EQ(lp.xs_bwd.region, layer::Region::kWorkspace);
+      }
+    }
+  }
+}
+
 // The FP8 FC1 GEMM writes the pre-activation from its epilogue: by default the cache holds it
 // (R·fc1 bf16, plus the bf16 shared expert's [T, shared_fc1]) exactly as the bf16 plan's, and the
 // backward reads it from there; with recompute_pre the cache is the bf16 recompute cache

@@ -129,6 +129,38 @@ TEST(RefLayerFp8, ExpertBiasEntersTheEpilogues) {
 namespace moefuse {
 namespace {
 
+// Every gradient of the layer, NaN-filled (absent tensors empty), with its views.
+struct Grads {
+  std::vector<float> dx, dwr, dw1, db1, dw2, db2, dsw1, dsw2;
+  ref::LayerGrads views;
+
+  Grads(const MoeConfig& c, int64_t T) {
+    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
+    const MoeConfig s = shared_expert_config(c);
+    const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
+    auto v = [](std::vector<float>& x, size_t n, std::initializer_list<int64_t> shape) {
+      x.assign(n, std::nanf(""));
+      return n ? TensorView::contiguous(x.data(), DType::kFloat32, shape) : TensorView{};
+    };
+    views = {.dx = v(dx, T * H, {T, H}),
+             .d_w_router = v(dwr, E * H, {E, H}),
+             .experts = {.w1 = v(dw1, E * fc1 * H, {E, fc1, H}),
+                         .b1 = v(db1, bias ? E * fc1 : 0, {E, fc1}),
+                         .w2 = v(dw2, E * H * F, {E, H, F}),
+                         .b2 = v(db2, bias ? E * H : 0, {E, H})},
+             .d_shared_w1 = v(dsw1, shared ? s.fc1_width() * H : 0, {s.fc1_width(), H}),
+             .d_shared_w2 = v(dsw2, shared ? H * s.ffn : 0, {H, s.ffn})};
+  }
+  // (name, this gradient, the other's), for each gradient.
+  std::vector<std::pair<std::string, std::pair<std::vector<float>*, std::vector<float>*>>>
+  paired_with(Grads& o) {
+    return {{"dx", {&dx, &o.dx}},       {"d_w_router", {&dwr, &o.dwr}},
+            {"d_w1", {&dw1, &o.dw1}},   {"d_w2", {&dw2, &o.dw2}},
+            {"d_b1", {&db1, &o.db1}},   {"d_b2", {&db2, &o.db2}},
+            {"d_shared_w1", {&dsw1, &o.dsw1}}, {"d_shared_w2", {&dsw2, &o.dsw2}}};
+  }
+};
+
 // Every gradient of ref::layer_backward_fp8 against ref::layer_backward on the same inputs and
 // routing: the measured errors are the table in ref/layer_fp8_tolerance.h.
 TEST(RefLayerFp8, BackwardQuantisationErrorIsWithinTheDocumentedBounds) {
@@ -146,51 +178,59 @@ TEST(RefLayerFp8, BackwardQuantisationErrorIsWithinTheDocumentedBounds) {
     SCOPED_TRACE(name);
     Data d(config, 96);
     const MoeConfig& c = d.c;
-    const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_expert_config(c);
-    const bool bias = c.expert_bias, shared = c.shared_expert_ffn > 0;
-    std::vector<float> dy = bf16_normal(T * H, 1.0f);
+    std::vector<float> dy = bf16_normal(d.T * c.hidden, 1.0f);
     const ref::LayerWeights w = d.weights();
     const ref::LayerForward fwd = ref::layer_forward(c, w, d.xv());
-    struct Grads {
-      std::vector<float> dx, dwr, dw1, db1, dw2, db2, dsw1, dsw2;
-      ref::LayerGrads views;
-    };
-    auto make = [&](Grads& g) {
-      auto v = [](std::vector<float>& x, size_t n, std::initializer_list<int64_t> shape) {
-        x.assign(n, std::nanf(""));
-        return n ? TensorView::contiguous(x.data(), DType::kFloat32, shape) : TensorView{};
-      };
-      g.views = {.dx = v(g.dx, T * H, {T, H}),
-                 .d_w_router = v(g.dwr, E * H, {E, H}),
-                 .experts = {.w1 = v(g.dw1, E * fc1 * H, {E, fc1, H}),
-                             .b1 = v(g.db1, bias ? E * fc1 : 0, {E, fc1}),
-                             .w2 = v(g.dw2, E * H * F, {E, H, F}),
-                             .b2 = v(g.db2, bias ? E * H : 0, {E, H})},
-                 .d_shared_w1 = v(g.dsw1, shared ? s.fc1_width() * H : 0, {s.fc1_width(), H}),
-                 .d_shared_w2 = v(g.dsw2, shared ? H * s.ffn : 0, {H, s.ffn})};
-    };
-    Grads bf16, fp8;
-    make(bf16);
-    make(fp8);
-    const TensorView dyv = TensorView::contiguous(dy.data(), DType::kFloat32, {T, H});
+    Grads bf16(c, d.T), fp8(c, d.T);
+    const TensorView dyv = TensorView::contiguous(dy.data(), DType::kFloat32, {d.T, c.hidden});
     ref::layer_backward(c, w, d.xv(), fwd, dyv, bf16.views);
     ref::layer_backward_fp8(c, w, d.xv(), fwd, dyv, fp8.views);
-    const std::pair<const char*, std::pair<std::vector<float>*, std::vector<float>*>> all[] = {
-        {"dx", {&fp8.dx, &bf16.dx}},        {"d_w_router", {&fp8.dwr, &bf16.dwr}},
-        {"d_w1", {&fp8.dw1, &bf16.dw1}},    {"d_w2", {&fp8.dw2, &bf16.dw2}},
-        {"d_b1", {&fp8.db1, &bf16.db1}},    {"d_b2", {&fp8.db2, &bf16.db2}},
-        {"d_shared_w1", {&fp8.dsw1, &bf16.dsw1}}, {"d_shared_w2", {&fp8.dsw2, &bf16.dsw2}}};
-    for (const auto& [grad, pair] : all) {
+    for (const auto& [grad, pair] : fp8.paired_with(bf16)) {
       if (pair.first->empty()) continue;
       const double err = test::rel_norm_error(*pair.first, *pair.second);
       const double tol = ref::fp8_layer_gradient_tolerance(grad);
       std::printf("[ fp8 ] %-14s %-12s rel-norm error vs bf16 reference: %.4f (bound %.3f)\n",
-                  name, grad, err, tol);
+                  name, grad.c_str(), err, tol);
       EXPECT_LE(err, tol) << grad;
       // The routed experts' gradients went through e4m3; the shared expert's stayed bf16.
-      if (std::string(grad).rfind("d_shared", 0) == 0) EXPECT_EQ(err, 0.0) << grad;
-      else if (std::string(grad) != "d_b2") EXPECT_GE(err, 1e-3) << grad << " not quantised?";
+      if (grad.rfind("d_shared", 0) == 0) EXPECT_EQ(err, 0.0) << grad;
+      else if (grad != "d_b2") EXPECT_GE(err, 1e-3) << grad << " not quantised?";
+    }
+  }
+}
+
+// config.bf16_wgrad changes d_w1 and d_w2 only (every other gradient bit for bit), and brings
+// them closer to the bf16 reference: two e4m3 roundings of their operands fewer.
+TEST(RefLayerFp8, Bf16WgradsChangeOnlyTheWeightGradients) {
+  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
+  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"}) {
+    SCOPED_TRACE(name);
+    Data d(small_fp8(name), 96);
+    MoeConfig c = d.c, c16 = d.c;
+    c16.bf16_wgrad = true;
+    std::vector<float> dy = bf16_normal(d.T * c.hidden, 1.0f);
+    const ref::LayerWeights w = d.weights();
+    const ref::LayerForward fwd = ref::layer_forward(c, w, d.xv());
+    Grads bf16(c, d.T), fp8(c, d.T), fp8_bf16_wgrad(c, d.T);
+    const TensorView dyv = TensorView::contiguous(dy.data(), DType::kFloat32, {d.T, c.hidden});
+    ref::layer_backward(c, w, d.xv(), fwd, dyv, bf16.views);
+    ref::layer_backward_fp8(c, w, d.xv(), fwd, dyv, fp8.views);
+    ref::layer_backward_fp8(c16, w, d.xv(), fwd, dyv, fp8_bf16_wgrad.views);
+    const auto vs_fp8 = fp8_bf16_wgrad.paired_with(fp8);
+    const auto vs_bf16 = fp8_bf16_wgrad.paired_with(bf16);  // the same order
+    for (size_t i = 0; i < vs_fp8.size(); ++i) {
+      const auto& [grad, pair] = vs_fp8[i];
+      if (grad != "d_w1" && grad != "d_w2") {
+        EXPECT_EQ(*pair.first, *pair.second) << grad << " should not depend on the wgrads";
+        continue;
+      }
+      const std::vector<float>& want = *vs_bf16[i].second.second;
+      const double err16 = test::rel_norm_error(*pair.first, want);
+      const double err8 = test::rel_norm_error(*pair.second, want);
+      std::printf("[ fp8 ] %-14s %-5s rel-norm error vs bf16 reference: %.4f with bf16 wgrads, "
+                  "%.4f with FP8 ones\n", name, grad.c_str(), err16, err8);
+      EXPECT_LT(err16, err8) << grad;
+      EXPECT_LE(err16, ref::fp8_layer_gradient_tolerance(grad)) << grad;
     }
   }
 }

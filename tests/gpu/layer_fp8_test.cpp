@@ -17,6 +17,8 @@
 //   the cached pre (cache) against the recomputed one (backward scratch) bit for bit, named by
 //   row and column, and the two steps' y and gradients bit for bit;
 // - experts without tokens (T < E with top-1), T = 1;
+// - config.bf16_wgrad (qwen3, gpt-oss, deepseek cases above): only d_w1 and d_w2 change, bit for
+//   bit against the FP8 wgrads' step, and they may be bf16 (the fp32 ones rounded);
 // - prepare + forward + backward captured as one CUDA graph, replayed on new inputs;
 // - the layer's scale transpose (act's 1x128 scales to K-major) against the host one, alone, so
 //   that a layout bug there is named by row and group instead of surfacing as a y error.
@@ -304,6 +306,14 @@ std::vector<Case> cases() {
   MoeConfig odd = fp8_preset("qwen3-30b-a3b");
   odd.hidden = 320, odd.ffn = 208;
   out.push_back({"short_groups_h320_f208", odd});
+  // bf16 wgrads (config.bf16_wgrad): dW2 on bf16 dys, dW1 on x permuted by the bf16 layer's
+  // gather (also with recompute_pre, whose FP8 recompute permutes no bf16 x).
+  for (auto [name, c] : {std::pair{"qwen3_bf16_wgrad", fp8_preset("qwen3-30b-a3b")},
+                         std::pair{"gptoss_bf16_wgrad", bias_fp8_preset("gpt-oss-120b")},
+                         std::pair{"deepseek_bf16_wgrad", fp8_preset("deepseek-v3")}}) {
+    c.bf16_wgrad = true;
+    out.push_back({name, c});
+  }
   return out;
 }
 
@@ -379,6 +389,54 @@ TEST(LayerFp8Recompute, CachedPreEqualsRecomputedPreBitForBit) {
                        << first % fc1 / 128 << ")";
     test::expect_same_bits(results[0], results[1], "cached vs recomputed pre:");
   }
+}
+
+// config.bf16_wgrad changes d_w1 and d_w2 only: every other output of the step equals the FP8
+// wgrads' step bit for bit (the dgrads, bias sums and router are the same kernels on the same
+// data); and its d_w1, d_w2 may be bf16, then the fp32 ones rounded to nearest even.
+TEST(LayerFp8Bf16Wgrad, OnlyTheWeightGradientsChangeAndMayBeBf16) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const MoeConfig fp8 = bias_fp8_preset("gpt-oss-120b");
+  MoeConfig c16 = fp8;
+  c16.bf16_wgrad = true;
+  const int64_t T = 200, E = fp8.num_experts, H = fp8.hidden, F = fp8.ffn, fc1 = fp8.fc1_width();
+  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
+  const test::LayerData data = test::LayerData::random(fp8, T);
+  const LayerOptions o{.mode = LayerMode::kFused};
+  test::Stream stream;
+  test::StepResult results[2];
+  for (bool bf16_wgrad : {false, true}) {
+    const MoeConfig& c = bf16_wgrad ? c16 : fp8;
+    MoeLayer layer(c, o);
+    test::DeviceLayer d(c, o, T);
+    d.upload(data);
+    d.poison();
+    d.forward(layer, stream);  // prepare_fp8_weights + forward
+    d.backward(layer, stream);
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    results[bf16_wgrad] = test::download(d);
+    if (!bf16_wgrad) continue;
+
+    const std::vector<float> dw1_f32 = d.d_w1.download(), dw2_f32 = d.d_w2.download();
+    test::DeviceBuffer<test::Bf16> dw1(E * fc1 * H), dw2(E * H * F);
+    dw1.poison();
+    dw2.poison();
+    MoeLayerGrads g = d.grads();
+    g.d_w1 = dw1.view(DType::kBFloat16, {E, fc1, H});
+    g.d_w2 = dw2.view(DType::kBFloat16, {E, H, F});
+    layer.backward(d.x_view(), d.dy_view(), d.weights(), g, d.cache_region(),
+                   d.workspace_region(), stream);
+    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(test::same_bits(test::from_bf16(dw1.download()),
+                                test::from_bf16(test::to_bf16(dw1_f32)),
+                                "bf16 d_w1 vs the fp32 one rounded"));
+    EXPECT_TRUE(test::same_bits(test::from_bf16(dw2.download()),
+                                test::from_bf16(test::to_bf16(dw2_f32)),
+                                "bf16 d_w2 vs the fp32 one rounded"));
+  }
+  for (auto& [tensor, v] : results[1].tensors)
+    if (tensor != "d_w1" && tensor != "d_w2")
+      EXPECT_TRUE(test::same_bits(v, results[0].at(tensor), "bf16 vs FP8 wgrads: " + tensor));
 }
 
 // prepare + forward + backward as ONE CUDA graph, replayed on new inputs in the same buffers:

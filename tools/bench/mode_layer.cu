@@ -52,8 +52,11 @@ struct Options {
   std::vector<LayerMode> modes;
   bool graph = true, recompute = false, torch = true;
   bool fp8 = false;  // --precision fp8: also the FP8 layer (fused, fwd + bwd), next to bf16
-  // --expert-grads: d_w1 and d_w2 of the bf16 layer in fp32 (the default) or bf16; the FP8
-  // layer's are fp32.
+  // --fp8-wgrad fp8|bf16|both: the FP8 layer's wgrads (config.bf16_wgrad false, true, or a
+  // variant of each)
+  std::vector<bool> fp8_bf16_wgrad = {false};
+  // --expert-grads: d_w1 and d_w2 of the layers with bf16 wgrads in fp32 (the default) or bf16;
+  // the FP8 wgrads' are fp32.
   DType expert_grads = DType::kFloat32;
   int warmup = 5, iters = 30;
 };
@@ -87,10 +90,12 @@ std::string load_summary(const LayerTensors& t, const LayerOptions& o, const Wor
   return buf;
 }
 
-// The name of a (mode, precision) variant in the reports: "fused", "unfused", "fused fp8".
+// The name of a (mode, precision) variant in the reports: "fused", "unfused", "fused fp8",
+// "fused fp8 bf16-wgrad".
 std::string variant_name(const MoeConfig& c, LayerMode mode) {
   std::string n(layer_mode_name(mode));
   if (c.precision == PrecisionRecipe::kFP8Blockwise) n += " fp8";
+  if (c.bf16_wgrad) n += " bf16-wgrad";
   return n;
 }
 
@@ -121,7 +126,8 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
                 plan.fp8_weight_bytes / 1048576.0);
   }
   const MoeLayerGrads g =
-      t.grads(c.precision == PrecisionRecipe::kBF16 ? o.expert_grads : DType::kFloat32);
+      t.grads(c.precision == PrecisionRecipe::kBF16 || c.bf16_wgrad ? o.expert_grads
+                                                                    : DType::kFloat32);
   const MoeLayerOutputs out = t.outputs();
   auto forward = [&](cudaStream_t s, const LayerRun& run) {
     layer.forward(t.xv(), w, out, cache, ws, s, run);
@@ -244,7 +250,7 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
   progress("layer " + name + ": random weights");
   LayerTensors t(c, T, o.routing, seed);
   std::map<LayerMode, Totals> ours;
-  std::optional<Totals> fp8;
+  std::map<bool, Totals> fp8;  // by config.bf16_wgrad
   std::string load, fp8_skipped;
   for (LayerMode m : o.modes)
     ours[m] = bench_mode(name, t, c, m, o, r, stream, load.empty() ? &load : nullptr);
@@ -252,8 +258,11 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
     MoeConfig c8 = c;
     c8.precision = PrecisionRecipe::kFP8Blockwise;
     try {
-      layer_memory_plan(c8, {}, 1);  // validates: FP8 needs no expert bias, H, F % 16
-      fp8 = bench_mode(name, t, c8, LayerMode::kFused, o, r, stream, nullptr);
+      layer_memory_plan(c8, {}, 1);  // validates: H, F % 16
+      for (bool bf16_wgrad : o.fp8_bf16_wgrad) {
+        c8.bf16_wgrad = bf16_wgrad;
+        fp8[bf16_wgrad] = bench_mode(name, t, c8, LayerMode::kFused, o, r, stream, nullptr);
+      }
     } catch (const InvalidArgument& e) {
       fp8_skipped = e.what();
     }
@@ -281,7 +290,9 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
   };
   const std::string how = o.graph ? " (graph)" : " (eager)";
   for (const auto& [m, tt] : ours) add("moefuse " + std::string(layer_mode_name(m)) + how, tt);
-  if (fp8) add("moefuse fused fp8 (fwd + bwd)" + how, *fp8);
+  for (const auto& [bf16_wgrad, tt] : fp8)
+    add(std::string("moefuse fused fp8 (fwd + bwd") + (bf16_wgrad ? ", bf16 wgrads)" : ")") + how,
+        tt);
   if (torch) add("torch unfused", *torch);
   add("dense cuBLAS bound", dense);
   std::printf("   %s: routing %s (%s); torch: %s\n", name.c_str(), o.routing_name.c_str(),
@@ -290,11 +301,13 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
     std::printf("   %s: fused / unfused speedup: fwd %.2fx, fwd+bwd %.2fx\n", name.c_str(),
                 ours[LayerMode::kUnfused].forward_ms / ours[LayerMode::kFused].forward_ms,
                 ours[LayerMode::kUnfused].step_ms / ours[LayerMode::kFused].step_ms);
-  if (fp8 && ours.count(LayerMode::kFused))
-    std::printf("   %s: fp8 / bf16 (fused) speedup: fwd %.2fx, fwd+bwd %.2fx (all FP8)\n",
-                name.c_str(), ours[LayerMode::kFused].forward_ms / fp8->forward_ms,
-                ours[LayerMode::kFused].step_ms / fp8->step_ms);
-  if (o.fp8 && !fp8) std::printf("   %s: fp8 skipped: %s\n", name.c_str(), fp8_skipped.c_str());
+  for (const auto& [bf16_wgrad, tt] : fp8)
+    if (ours.count(LayerMode::kFused))
+      std::printf("   %s: fp8 / bf16 (fused) speedup: fwd %.2fx, fwd+bwd %.2fx (%s)\n",
+                  name.c_str(), ours[LayerMode::kFused].forward_ms / tt.forward_ms,
+                  ours[LayerMode::kFused].step_ms / tt.step_ms,
+                  bf16_wgrad ? "bf16 wgrads" : "all FP8");
+  if (o.fp8 && fp8.empty()) std::printf("   %s: fp8 skipped: %s\n", name.c_str(), fp8_skipped.c_str());
 }
 
 // --preset NAME|all, or custom sizes on top of a preset (--hidden, --ffn, --experts, --topk).
@@ -344,6 +357,11 @@ int run(Args& args) {
   MOEFUSE_EXPECT(expert_grads == "fp32" || expert_grads == "bf16", "--expert-grads",
                  "fp32 or bf16 (d_w1 and d_w2 of the bf16 layer)", expert_grads);
   o.expert_grads = expert_grads == "bf16" ? DType::kBFloat16 : DType::kFloat32;
+  const std::string fp8_wgrad = args.get("fp8-wgrad", "fp8");
+  MOEFUSE_EXPECT(fp8_wgrad == "fp8" || fp8_wgrad == "bf16" || fp8_wgrad == "both",
+                 "--fp8-wgrad", "fp8, bf16 or both (the FP8 layer's wgrads)", fp8_wgrad);
+  if (fp8_wgrad == "bf16") o.fp8_bf16_wgrad = {true};
+  if (fp8_wgrad == "both") o.fp8_bf16_wgrad = {false, true};
   o.warmup = static_cast<int>(args.get_int("warmup", 5, 0, 10000));
   o.iters = static_cast<int>(args.get_int("iters", 30, 1, 100000));
   const std::string json = args.get("json", "");
@@ -381,8 +399,8 @@ MOEFUSE_BENCH_MODE(layer, "layer",
                    "cuBLAS",
                    "[--preset NAME|all] [--hidden H --ffn F --experts E --topk k] "
                    "[--tokens 16384] [--routing uniform|zipf] [--precision bf16|fp8] "
-                   "[--mode both|fused|unfused] [--eager] [--recompute] "
-                   "[--expert-grads fp32|bf16] [--no-torch] [--warmup 5] [--iters 30] "
+                   "[--fp8-wgrad fp8|bf16|both] [--mode both|fused|unfused] [--eager] "
+                   "[--recompute] [--expert-grads fp32|bf16] [--no-torch] [--warmup 5] [--iters 30] "
                    "[--json FILE]",
                    run);
 

@@ -14,8 +14,9 @@
 // recompute_pre: recomputed in FP8 from x), dys and d_pre quantised row-wise for the dgrads (on
 // W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for the wgrads; dys's copies (and dW1's x)
 // gathered from the tokens by their quantisers, so combine_bwd writes no bf16 dys unless the
-// bias terms read it. Bias gradients, the router and the shared expert are the bf16
-// path's.
+// bias terms or bf16 wgrads read it. With config.bf16_wgrad the wgrads are the bf16 layer's (dW1
+// on x permuted by its own gather). Bias gradients, the router and the shared expert are the
+// bf16 path's.
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -51,6 +52,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
       layer::make_views(config_, p, {.cache = cache, .workspace = workspace, .fp8 = w.fp8});
   const bool recompute = layer::recomputes_pre(config_, options_);
   const bool fp8 = config_.precision == PrecisionRecipe::kFP8Blockwise;
+  const bool fp8_wgrad = fp8 && !config_.bf16_wgrad;
   const bool fused = options_.mode == LayerMode::kFused;
   const bool shared = config_.shared_expert_ffn > 0;
   const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
@@ -109,7 +111,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   // dys, p·act and d_pre exist: the weight gradients go to the second stream.
   h.fork(h.fork_event, stream, h.side);
   layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
-    if (fp8)
+    if (fp8_wgrad)
       layer::fc2_wgrad_fp8(dy, g, v, h.side);
     else
       grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, h.side);
@@ -120,9 +122,9 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
     const GroupedGemmWgradArgs args{
         .a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1, .gather_index = v.token_of_row};
-    if (fp8)
+    if (fp8_wgrad)
       layer::fc1_wgrad_fp8(x, g, v, h.side);
-    else if (recompute)
+    else if (recompute && !fp8)  // the bf16 recompute permuted x into xs_bwd
       grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1}, h.side);
     else
       grouped_gemm_wgrad_unfused(args, {.gathered_b = v.xs_bwd}, h.side);

@@ -28,7 +28,7 @@ void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const View
 void combine_backward_fp8(const MoeConfig& c, const TensorView& dy, const Views& v,
                           const TensorView& health, cudaStream_t stream) {
   permute_quantize_fp8(dy, v.row_of, v.token_of_row, v.dys_fp8, v.dys_scales, health, stream);
-  if (c.expert_bias)
+  if (c.expert_bias || c.bf16_wgrad)
     combine_backward(dy, {}, {}, v.row_of, v.token_of_row, v.dys, {}, health, stream);
 }
 

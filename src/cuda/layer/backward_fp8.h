@@ -8,9 +8,11 @@
 // x, re-quantised exactly as the forward did: the same codes, so the same pre as the cached one
 // the forward's FC1 writes by default), both dgrads (1x128 row-wise activations × the
 // 128x128 transposed weights of prepare_fp8_weights) and both wgrads (128x1 column-wise
-// groups of one expert's rows on both operands). The tensors between them (pre, dys, d_pre,
-// p·act, dxs) stay bf16 (dys only for the bias terms: the GEMMs' copies are quantised from dy),
-// as do the bias gradients' sums and everything of the router and the shared expert.
+// groups of one expert's rows on both operands) — but with config.bf16_wgrad, where the wgrads
+// are the bf16 layer's (on bf16 dys, p·act, d_pre and permuted x) and this file's wgrad stages
+// do not run. The tensors between them (pre, dys, d_pre, p·act, dxs) stay bf16 (dys only where
+// the bias terms or a bf16 dW2 read it: the GEMMs' copies are quantised from dy), as do the bias
+// gradients' sums and everything of the router and the shared expert.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,8 +33,8 @@ void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const View
 // readers take: e4m3 row-wise codes and K-major scales for the FC2 dgrad, quantised from dy by
 // the forward's permute + quantise (each dy row read once and quantised once for its k rows;
 // the codes are those of quantising the permuted bf16 copy), and that bf16 copy itself only with
-// expert bias (the dp and d_b2 bias terms read it). dW2's column-wise copy gathers dy too
-// (fc2_wgrad_fp8).
+// expert bias (the dp and d_b2 bias terms read it) or config.bf16_wgrad (dW2 reads it). dW2's
+// column-wise copy gathers dy too (fc2_wgrad_fp8).
 void combine_backward_fp8(const MoeConfig& config, const TensorView& dy, const Views& v,
                           const TensorView& health, cudaStream_t stream);
 

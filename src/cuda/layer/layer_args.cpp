@@ -28,9 +28,10 @@ void expect_device_aligned(const TensorView& t, std::string_view name, DType dty
 // writes fp32 only.
 void expect_expert_grad(const TensorView& t, std::string_view name, const MoeConfig& c,
                         std::initializer_list<int64_t> shape) {
-  const bool bf16_ok = c.precision == PrecisionRecipe::kBF16;
+  // The BF16 wgrad kernel writes either; the FP8 one fp32 only.
+  const bool bf16_ok = c.precision == PrecisionRecipe::kBF16 || c.bf16_wgrad;
   MOEFUSE_EXPECT(t.dtype == DType::kFloat32 || (bf16_ok && t.dtype == DType::kBFloat16), name,
-                 bf16_ok ? "fp32 or bf16" : "fp32 (config.precision is FP8)",
+                 bf16_ok ? "fp32 or bf16" : "fp32 (FP8 wgrads: config.bf16_wgrad is false)",
                  std::string(dtype_name(t.dtype)));
   expect_device_aligned(t, name, t.dtype, shape);
 }

@@ -77,8 +77,9 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   Carver bwd(LayerRegion::kWorkspaceBackward, common.end(), &p.buffers);
   p.pre_bwd = cache_pre ? p.pre : bwd.add("pre [R,fc1] bf16 (recomputed)", R * fc1 * bf);
   // FP8: the GEMMs' copies of dys are quantised from dy (backward_fp8.h); bf16 dys only for the
-  // bias terms.
-  if (!fp8 || c.expert_bias) p.dys = bwd.add("dys [R,H] bf16", R * H * bf);
+  // bias terms and the bf16 dW2.
+  const bool fp8_wgrad = fp8 && !c.bf16_wgrad;
+  if (!fp8 || c.expert_bias || c.bf16_wgrad) p.dys = bwd.add("dys [R,H] bf16", R * H * bf);
   p.dpre = bwd.add("d_pre [R,fc1] bf16", R * fc1 * bf);
   p.act_bwd = bwd.add("scaled_act [R,F] bf16", R * F * bf);
   p.d_row_prob = bwd.add("d_row_prob [R] fp32", R * f32);
@@ -90,9 +91,9 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   p.d_probs = bwd.add("d_probs [T,k] fp32", R * f32);
   p.dxs = bwd.add("dxs [R,H] bf16", R * H * bf);
   p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);
-  // bf16, both modes: dW1 reads a permuted copy of x, made by the recompute's permute or by the
-  // wgrad's own gather (faster than the gather-fused wgrad on every preset, run 9).
-  if (!fp8) p.xs_bwd = bwd.add("xs [R,H] bf16 (dW1's x rows, and the recompute's)", R * H * bf);
+  // bf16 wgrads, both modes: dW1 reads a permuted copy of x, made by the recompute's permute or
+  // by the wgrad's own gather (faster than the gather-fused wgrad on every preset, run 9).
+  if (!fp8_wgrad) p.xs_bwd = bwd.add("xs [R,H] bf16 (dW1's x rows, and the recompute's)", R * H * bf);
   if (fp8 && !cache_pre) {
     // The recompute's xs codes and K-major scales (dW1's column-wise copy gathers x itself).
     p.xs_fp8_bwd = bwd.add("xs [R,H] e4m3 (fp8 recompute)", R * H * e4m3);
@@ -108,6 +109,8 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
         bwd.add("d_pre_scales [R,fc1/128] fp32 (row-major)", R * groups(fc1) * f32);
     p.dpre_scales =
         bwd.add("d_pre_scales [fc1/128,R] fp32 (K-major)", groups(fc1) * scale_cols * f32);
+  }
+  if (fp8_wgrad) {
     // Column-wise grouped operands of the wgrads (K = an expert's rows, 128-row groups).
     const size_t G = static_cast<size_t>(
         fp8_colwise_groups(static_cast<int64_t>(R), static_cast<int64_t>(E)));

@@ -80,7 +80,8 @@ struct Plan {
   // scales; d_pre's also the quantiser's row-major ones, dys's come from dy's permute +
   // quantise); column-wise grouped operands of the wgrads ([N, 128·G] codes, [G, N] scales, G =
   // fp8_colwise_groups(R, E); dys and dW1's x gathered from the tokens by their quantiser, so no
-  // permuted bf16 xs, and bf16 dys only with expert bias); with recompute_pre, the recompute's
+  // permuted bf16 xs, and bf16 dys only with expert bias; with config.bf16_wgrad none of these,
+  // but bf16 dys and xs_bwd as the bf16 layer has them); with recompute_pre, the recompute's
   // xs codes and scales (absent when pre is cached).
   Slice dys_fp8, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
   Slice dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
