@@ -66,11 +66,6 @@ using cutlass::arch::ClusterTransactionBarrier;
 
 constexpr int kStages = 2;
 constexpr int kMaxGroupTokens = 8;
-// Bytes of x rows a stage aims to hold. Copy (PermuteTuning's default): enough in flight per
-// block that 3–4 blocks an SM cover HBM latency, small enough that they fit. Quantising: a
-// quarter of that, so that ~8 blocks (warps) an SM share the quantisation arithmetic (~5
-// instructions an element) while still holding ~64 KB of loads in flight an SM.
-constexpr int64_t kQuantStageBytesTarget = 8 * 1024;
 // The opt-in limit (227 KiB on Hopper) bounds static + dynamic shared memory together: leave
 // 1 KiB for the static part (mbarriers, row indices: ~0.5 KiB), or cudaFuncSetAttribute fails
 // instead of the hidden-size check below.
@@ -334,23 +329,29 @@ void permute(const TensorView& x, const TensorView& row_of, const TensorView& to
   cuda::permute_tuned(x, row_of, token_of_row, xs, health, {}, stream);
 }
 
-void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
-                          const TensorView& token_of_row, const TensorView& xs_fp8,
-                          const TensorView& xs_scales, const TensorView& health,
-                          cudaStream_t stream) {
-  const cuda::RowsShape s =
-      cuda::check_permute_quantize_fp8(x, row_of, token_of_row, xs_fp8, xs_scales);
-  int32_t* flag = cuda::expect_health(health);
-  const cuda::StagePlan plan =
-      cuda::plan_stages(s.hidden, /*code_row_bytes=*/s.hidden, cuda::kQuantStageBytesTarget);
-  cuda::expect_launchable(stream);
-  cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
-                                           xs_fp8.as<uint8_t>(), s.hidden, flag);
+void cuda::permute_quantize_fp8_tuned(const TensorView& x, const TensorView& row_of,
+                                      const TensorView& token_of_row, const TensorView& xs_fp8,
+                                      const TensorView& xs_scales, const TensorView& health,
+                                      const PermuteTuning& tuning, cudaStream_t stream) {
+  const RowsShape s = check_permute_quantize_fp8(x, row_of, token_of_row, xs_fp8, xs_scales);
+  int32_t* flag = expect_health(health);
+  const StagePlan plan = plan_stages(s.hidden, /*code_row_bytes=*/s.hidden, tuning.stage_bytes);
+  expect_launchable(stream);
+  PermuteParams p =
+      row_params(s, plan, x, row_of, token_of_row, xs_fp8.as<uint8_t>(), s.hidden, flag);
   p.scales = xs_scales.as<float>();
   p.scale_groups = static_cast<int>(fp8_scale_groups(s.hidden));
   p.scale_pitch = static_cast<int>(fp8_scale_rows(s.rows));
   p.zero_chunks = static_cast<int>((p.scale_pitch + 31) / 32);
-  cuda::launch_permute<true>(p, plan.smem, /*ctas_per_sm=*/0, stream);
+  launch_permute<true>(p, plan.smem, tuning.ctas_per_sm, stream);
+}
+
+void permute_quantize_fp8(const TensorView& x, const TensorView& row_of,
+                          const TensorView& token_of_row, const TensorView& xs_fp8,
+                          const TensorView& xs_scales, const TensorView& health,
+                          cudaStream_t stream) {
+  cuda::permute_quantize_fp8_tuned(x, row_of, token_of_row, xs_fp8, xs_scales, health, {},
+                                   stream);
 }
 
 void permute_quantize_fp8_records(const TensorView& x, const TensorView& row_of,
@@ -361,7 +362,7 @@ void permute_quantize_fp8_records(const TensorView& x, const TensorView& row_of,
   int32_t* flag = cuda::expect_health(health);
   const int64_t record_bytes = formats::fp8_record_bytes(s.hidden);
   const cuda::StagePlan plan =
-      cuda::plan_stages(s.hidden, record_bytes, cuda::kQuantStageBytesTarget);
+      cuda::plan_stages(s.hidden, record_bytes, cuda::PermuteTuning{}.stage_bytes);
   cuda::expect_launchable(stream);
   cuda::PermuteParams p = cuda::row_params(s, plan, x, row_of, token_of_row,
                                            records.as<uint8_t>(), record_bytes, flag);

@@ -1,9 +1,10 @@
 // The permute kernel's launch shape (permute.cu), for the benchmark's sweep: `moefuse-bench
-// dispatch` times `permute` as the library runs it and a few other shapes next to it, so one GPU
-// run shows whether another shape reaches the copy-bandwidth target (issue 4: 0.85). The defaults
-// are the library's choice: in run 11's sweep (bench/results/2026-11-29_h200_run11_dispatch.json)
-// 8 KiB stages at as many CTAs as fit were the best or within 1% of it on every preset (qwen3
-// 0.88 of copy with 2 rows a stage, where 32 KiB stages of 8 rows gave 0.83).
+// dispatch` times `permute` and `permute_quantize_fp8` as the library runs them and a few other
+// shapes next to them, so one GPU run shows whether another shape reaches the copy-bandwidth
+// target (issue 4: 0.85). The defaults are the library's choice: in run 11's sweep
+// (bench/results/2026-11-29_h200_run11_dispatch.json) 8 KiB stages at as many CTAs as fit were
+// the best or within 1% of it on every preset for the copy (qwen3 0.88 of copy with 2 rows a
+// stage, where 32 KiB stages of 8 rows gave 0.83).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,5 +28,12 @@ int64_t permute_stage_rows(int64_t hidden, int64_t stage_bytes);
 void permute_tuned(const TensorView& x, const TensorView& row_of, const TensorView& token_of_row,
                    const TensorView& xs, const TensorView& health, const PermuteTuning& tuning,
                    cudaStream_t stream);
+
+// permute_quantize_fp8 (moefuse/dispatch.h) likewise: stage_bytes of x rows a stage (each token
+// also has its code row in each of the two code buffers), ctas_per_sm one-warp CTAs an SM.
+void permute_quantize_fp8_tuned(const TensorView& x, const TensorView& row_of,
+                                const TensorView& token_of_row, const TensorView& xs_fp8,
+                                const TensorView& xs_scales, const TensorView& health,
+                                const PermuteTuning& tuning, cudaStream_t stream);
 
 }  // namespace moefuse::cuda
