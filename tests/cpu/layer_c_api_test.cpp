@@ -64,6 +64,26 @@ TEST(LayerCApi, BadArgumentsReturnInvalidArgumentNamingThem) {
   EXPECT_EQ(moefuse_layer_destroy(nullptr), MOEFUSE_STATUS_OK);
 }
 
+// bf16_wgrad crosses the C struct: refused by name with bf16 precision, and with FP8 the sizes
+// are the plan with bf16 wgrads (bf16 dys and xs instead of the column-wise FP8 operands).
+TEST(LayerCApi, Bf16WgradReachesTheConfig) {
+  moefuse_config_t c = qwen3();
+  c.bf16_wgrad = 1;
+  expect_invalid(moefuse_config_validate(&c), "config.bf16_wgrad");
+  c.precision = MOEFUSE_PRECISION_FP8_BLOCKWISE;
+  EXPECT_EQ(moefuse_config_validate(&c), MOEFUSE_STATUS_OK) << moefuse_last_error();
+  size_t cache = 0, workspace = 0;
+  ASSERT_EQ(moefuse_layer_sizes(&c, MOEFUSE_LAYER_FUSED, 0, 4096, &cache, &workspace),
+            MOEFUSE_STATUS_OK)
+      << moefuse_last_error();
+  moefuse::MoeConfig m = moefuse::preset("qwen3-30b-a3b");
+  m.precision = moefuse::PrecisionRecipe::kFP8Blockwise;
+  m.bf16_wgrad = true;
+  EXPECT_EQ(workspace, moefuse::layer_memory_plan(m, {}, 4096).workspace_bytes);
+  m.bf16_wgrad = false;
+  EXPECT_NE(workspace, moefuse::layer_memory_plan(m, {}, 4096).workspace_bytes);
+}
+
 // The gradients struct's dtype field becomes the expert gradients' dtype; a value outside the
 // enum is named (moefuse_layer_backward reaches this check only with a layer, which needs a GPU).
 TEST(LayerCApi, ExpertGradsDtypeIsCheckedByName) {
