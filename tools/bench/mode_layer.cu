@@ -307,7 +307,8 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
                   name.c_str(), ours[LayerMode::kFused].forward_ms / tt.forward_ms,
                   ours[LayerMode::kFused].step_ms / tt.step_ms,
                   bf16_wgrad ? "bf16 wgrads" : "all FP8");
-  if (o.fp8 && fp8.empty()) std::printf("   %s: fp8 skipped: %s\n", name.c_str(), fp8_skipped.c_str());
+  if (o.fp8 && fp8.empty())
+    std::printf("   %s: fp8 skipped: %s\n", name.c_str(), fp8_skipped.c_str());
 }
 
 // --preset NAME|all, or custom sizes on top of a preset (--hidden, --ffn, --experts, --topk).
@@ -400,8 +401,8 @@ MOEFUSE_BENCH_MODE(layer, "layer",
                    "[--preset NAME|all] [--hidden H --ffn F --experts E --topk k] "
                    "[--tokens 16384] [--routing uniform|zipf] [--precision bf16|fp8] "
                    "[--fp8-wgrad fp8|bf16|both] [--mode both|fused|unfused] [--eager] "
-                   "[--recompute] [--expert-grads fp32|bf16] [--no-torch] [--warmup 5] [--iters 30] "
-                   "[--json FILE]",
+                   "[--recompute] [--expert-grads fp32|bf16] [--no-torch] [--warmup 5] "
+                   "[--iters 30] [--json FILE]",
                    run);
 
 }  // namespace moefuse::bench

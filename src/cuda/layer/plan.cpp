@@ -93,7 +93,8 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);
   // bf16 wgrads, both modes: dW1 reads a permuted copy of x, made by the recompute's permute or
   // by the wgrad's own gather (faster than the gather-fused wgrad on every preset, run 9).
-  if (!fp8_wgrad) p.xs_bwd = bwd.add("xs [R,H] bf16 (dW1's x rows, and the recompute's)", R * H * bf);
+  if (!fp8_wgrad)
+    p.xs_bwd = bwd.add("xs [R,H] bf16 (dW1's x rows, and the recompute's)", R * H * bf);
   if (fp8 && !cache_pre) {
     // The recompute's xs codes and K-major scales (dW1's column-wise copy gathers x itself).
     p.xs_fp8_bwd = bwd.add("xs [R,H] e4m3 (fp8 recompute)", R * H * e4m3);
