@@ -356,7 +356,7 @@ int run(Args& args) {
   o.torch = !args.flag("no-torch");
   const std::string expert_grads = args.get("expert-grads", "fp32");
   MOEFUSE_EXPECT(expert_grads == "fp32" || expert_grads == "bf16", "--expert-grads",
-                 "fp32 or bf16 (d_w1 and d_w2 of the bf16 layer)", expert_grads);
+                 "fp32 or bf16 (d_w1 and d_w2 where the wgrads are bf16)", expert_grads);
   o.expert_grads = expert_grads == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   const std::string fp8_wgrad = args.get("fp8-wgrad", "fp8");
   MOEFUSE_EXPECT(fp8_wgrad == "fp8" || fp8_wgrad == "bf16" || fp8_wgrad == "both",
