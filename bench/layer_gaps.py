@@ -44,8 +44,8 @@ def step(moe, x, dy):
     weights = moe._tensors()
     args = [weights[n] for n in WEIGHT_NAMES]
     handle = moe._handle(x.device)
-    y, losses, cache = layer_forward(handle, x, *args)
-    return (y, losses, *layer_backward(handle, x, dy, *args, cache))
+    y, losses, cache, fp8 = layer_forward(handle, x, *args)
+    return (y, losses, *layer_backward(handle, x, dy, *args, cache, fp8))
 
 
 def kernel_intervals(trace_path) -> list:

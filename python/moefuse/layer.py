@@ -157,19 +157,24 @@ def _bytes_tensor(n: int, device: torch.device) -> Tensor:
 
 
 def _prepare_fp8_weights(handle: int, weights: _capi.LayerWeightsStruct, device: torch.device,
-                         stream: int) -> Optional[Tensor]:
+                         stream: int) -> Tensor:
     """FP8 precision: points `weights` at a fresh FP8 weight region and enqueues its quantisation
-    from w1, w2 on `stream`; returns the region (None with bf16). Forward and backward both read
-    it (the recompute, the dgrads' transposed copies), and an op cannot know whether the weights
-    changed since the last call, so each op quantises again (deterministic: the same bytes); the
-    C++/C API lets a training loop do it once per step."""
+    from w1, w2 on `stream`; returns the region (one unused byte with bf16). The forward makes it
+    and returns it for its backward (layer_backward reads it through _point_at_fp8): autograd
+    saves w1 and w2 for the backward and refuses it if they were changed in place since, so the
+    region still holds their codes. An op cannot know whether the weights changed since the last
+    forward, so each forward quantises again (deterministic: the same bytes); the C++/C API lets
+    a training loop do it once per optimiser step."""
     fp8_bytes = _fp8_weight_bytes(handle)
-    if not fp8_bytes:
-        return None
     fp8 = _bytes_tensor(fp8_bytes, device)
-    weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8_bytes
-    _capi.layer_prepare_fp8_weights(handle, weights, stream)
+    if fp8_bytes:
+        _point_at_fp8(weights, fp8, fp8_bytes)
+        _capi.layer_prepare_fp8_weights(handle, weights, stream)
     return fp8
+
+
+def _point_at_fp8(weights: _capi.LayerWeightsStruct, fp8: Tensor, fp8_bytes: int) -> None:
+    weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8_bytes
 
 
 def _cache_fake_size(handle: int, tokens) -> object:
@@ -185,8 +190,9 @@ def _cache_fake_size(handle: int, tokens) -> object:
 def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional[Tensor],
                   w1: Tensor, b1: Optional[Tensor], w2: Tensor, b2: Optional[Tensor],
                   shared_w1: Optional[Tensor],
-                  shared_w2: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """(y [T, H] bf16, losses [2] fp32 {aux, z}, cache [bytes] uint8 for layer_backward)."""
+                  shared_w2: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(y [T, H] bf16, losses [2] fp32 {aux, z}, cache [bytes] uint8 and the FP8 weight region
+    [bytes] uint8 (one byte with bf16) for layer_backward)."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
     with torch.cuda.device(x.device):
@@ -196,18 +202,19 @@ def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional
         workspace = _bytes_tensor(workspace_bytes, x.device)
         weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
         stream = torch.cuda.current_stream().cuda_stream
-        fp8 = _prepare_fp8_weights(handle, weights, x.device, stream)  # noqa: F841 (kept alive)
+        fp8 = _prepare_fp8_weights(handle, weights, x.device, stream)
         _capi.layer_forward(
             handle, tokens, x.data_ptr(), weights,
             y.data_ptr(), losses.data_ptr(), cache.data_ptr(), cache_bytes,
             workspace.data_ptr(), workspace_bytes, stream)
-    return y, losses, cache
+    return y, losses, cache, fp8
 
 
 @layer_forward.register_fake
 def _(handle, x, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2):
     cache = x.new_empty((_cache_fake_size(handle, x.shape[0]),), dtype=torch.uint8)
-    return torch.empty_like(x), x.new_empty((2,), dtype=torch.float32), cache
+    fp8 = x.new_empty((max(_fp8_weight_bytes(handle), 1),), dtype=torch.uint8)
+    return torch.empty_like(x), x.new_empty((2,), dtype=torch.float32), cache, fp8
 
 
 def _grad_like(t: Optional[Tensor], like: Tensor, dtype: torch.dtype) -> Tensor:
@@ -245,11 +252,11 @@ def _grads_struct(config: MoeConfig, grads: list[Tensor]) -> _capi.LayerGradsStr
 def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
                    score_bias: Optional[Tensor], w1: Tensor, b1: Optional[Tensor], w2: Tensor,
                    b2: Optional[Tensor], shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
-                   cache: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
-                                           Tensor]:
+                   cache: Tensor, fp8: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor,
+                                                        Tensor, Tensor, Tensor]:
     """(dx bf16, then d_w_router, d_w1, d_b1, d_w2, d_b2, d_shared_w1, d_shared_w2: fp32 but d_w1
-    and d_w2 bf16 with bf16 precision), an absent weight's gradient being an empty tensor. GLU
-    gradients come back interleaved."""
+    and d_w2 bf16 with bf16 wgrads), an absent weight's gradient being an empty tensor. GLU
+    gradients come back interleaved. cache and fp8: layer_forward's."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
     config = _LAYERS[handle].config
@@ -258,8 +265,10 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
             w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2))))
         workspace = _bytes_tensor(workspace_bytes, x.device)
         weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
+        fp8_bytes = _fp8_weight_bytes(handle)
+        if fp8_bytes:
+            _point_at_fp8(weights, fp8, fp8_bytes)
         stream = torch.cuda.current_stream().cuda_stream
-        fp8 = _prepare_fp8_weights(handle, weights, x.device, stream)  # noqa: F841 (kept alive)
         _capi.layer_backward(
             handle, tokens, x.data_ptr(), dy.data_ptr(), weights,
             _grads_struct(config, grads), cache.data_ptr(), cache_bytes,
@@ -268,7 +277,7 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
 
 
 @layer_backward.register_fake
-def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, cache):
+def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, cache, fp8):
     return tuple(_grad_buffers(_LAYERS[handle].config, x, dict(zip(WEIGHT_NAMES, (
         w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)))))
 
@@ -276,16 +285,16 @@ def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2,
 def _setup_context(ctx, inputs, output):
     handle, x, *weights = inputs
     ctx.handle = handle
-    ctx.save_for_backward(x, *weights, output[2])
+    ctx.save_for_backward(x, *weights, output[2], output[3])
 
 
-def _backward(ctx, dy, d_losses, d_cache):
+def _backward(ctx, dy, d_losses, d_cache, d_fp8):
     # d_losses is not read: the layer wires the router losses in with weight 1 (module docs).
-    x, *weights, cache = ctx.saved_tensors
+    x, *weights, cache, fp8 = ctx.saved_tensors
     if dy is None:
         dy = torch.zeros_like(x)
     dx, *d_weights = layer_backward(ctx.handle, x, dy.to(torch.bfloat16).contiguous(), *weights,
-                                    cache)
+                                    cache, fp8)
     # d_weights follows WEIGHT_NAMES minus score_bias (a selection-only buffer, no gradient).
     d_by_name = dict(zip([n for n in WEIGHT_NAMES if n != "score_bias"], d_weights))
     out = [None, dx]
@@ -457,8 +466,8 @@ class MoE(_Weights):
         flat = self._flat_input(x)
         weights = self._tensors()
         validate_inputs(self.config, flat, weights)
-        y, losses, _ = layer_forward(self._handle(flat.device), flat,
-                                     *(weights[n] for n in WEIGHT_NAMES))
+        y, losses, _, _ = layer_forward(self._handle(flat.device), flat,
+                                        *(weights[n] for n in WEIGHT_NAMES))
         return y.view(x.shape), losses
 
     def extra_repr(self) -> str:
