@@ -44,7 +44,8 @@ def step(moe, x, dy):
     weights = moe._tensors()
     args = [weights[n] for n in WEIGHT_NAMES]
     handle = moe._handle(x.device)
-    y, losses, cache, fp8 = layer_forward(handle, x, *args)
+    fp8 = moe._fp8_weights(handle, weights, is_first_microbatch=None)
+    y, losses, cache = layer_forward(handle, x, *args, fp8)
     return (y, losses, *layer_backward(handle, x, dy, *args, cache, fp8))
 
 

@@ -156,25 +156,12 @@ def _bytes_tensor(n: int, device: torch.device) -> Tensor:
     return torch.empty(max(n, 1), dtype=torch.uint8, device=device)
 
 
-def _prepare_fp8_weights(handle: int, weights: _capi.LayerWeightsStruct, device: torch.device,
-                         stream: int) -> Tensor:
-    """FP8 precision: points `weights` at a fresh FP8 weight region and enqueues its quantisation
-    from w1, w2 on `stream`; returns the region (one unused byte with bf16). The forward makes it
-    and returns it for its backward (layer_backward reads it through _point_at_fp8): autograd
-    saves w1 and w2 for the backward and refuses it if they were changed in place since, so the
-    region still holds their codes. An op cannot know whether the weights changed since the last
-    forward, so each forward quantises again (deterministic: the same bytes); the C++/C API lets
-    a training loop do it once per optimiser step."""
+def _point_at_fp8(weights: _capi.LayerWeightsStruct, handle: int, fp8: Optional[Tensor]) -> None:
+    """Points `weights` at the FP8 weight region (prepare_fp8_weights') where the layer has one.
+    A missing region is left for the C layer to name (weights.fp8)."""
     fp8_bytes = _fp8_weight_bytes(handle)
-    fp8 = _bytes_tensor(fp8_bytes, device)
-    if fp8_bytes:
-        _point_at_fp8(weights, fp8, fp8_bytes)
-        _capi.layer_prepare_fp8_weights(handle, weights, stream)
-    return fp8
-
-
-def _point_at_fp8(weights: _capi.LayerWeightsStruct, fp8: Tensor, fp8_bytes: int) -> None:
-    weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8_bytes
+    if fp8_bytes and fp8 is not None:
+        weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8.numel()
 
 
 def _cache_fake_size(handle: int, tokens) -> object:
@@ -186,13 +173,36 @@ def _cache_fake_size(handle: int, tokens) -> object:
 
 # ---- Custom ops --------------------------------------------------------------------------------
 
+@torch.library.custom_op("moefuse::prepare_fp8_weights", mutates_args=())
+def prepare_fp8_weights(handle: int, w1: Tensor, w2: Tensor) -> Tensor:
+    """The FP8 layer's copy of w1 and w2 (E4M3 in 128x128 blocks with fp32 scales, and the
+    transposed copies the dgrads read) as one fresh region [bytes] uint8, quantised on the current
+    stream (deterministic: the same weights give the same bytes). layer_forward and layer_backward
+    read it; a layer without FP8 has none to make (an error)."""
+    fp8_bytes = _fp8_weight_bytes(handle)
+    if not fp8_bytes:
+        raise ValueError("moefuse: prepare_fp8_weights needs a layer with "
+                         "precision=Precision.FP8_BLOCKWISE")
+    with torch.cuda.device(w1.device):
+        fp8 = _bytes_tensor(fp8_bytes, w1.device)
+        weights = _weights_struct(None, None, w1, None, w2, None, None, None)
+        _point_at_fp8(weights, handle, fp8)
+        _capi.layer_prepare_fp8_weights(handle, weights, torch.cuda.current_stream().cuda_stream)
+    return fp8
+
+
+@prepare_fp8_weights.register_fake
+def _(handle, w1, w2):
+    return w1.new_empty((_fp8_weight_bytes(handle),), dtype=torch.uint8)
+
+
 @torch.library.custom_op("moefuse::layer_forward", mutates_args=())
 def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional[Tensor],
                   w1: Tensor, b1: Optional[Tensor], w2: Tensor, b2: Optional[Tensor],
-                  shared_w1: Optional[Tensor],
-                  shared_w2: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(y [T, H] bf16, losses [2] fp32 {aux, z}, cache [bytes] uint8 and the FP8 weight region
-    [bytes] uint8 (one byte with bf16) for layer_backward)."""
+                  shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
+                  fp8: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """(y [T, H] bf16, losses [2] fp32 {aux, z}, cache [bytes] uint8 for layer_backward). fp8:
+    prepare_fp8_weights(w1, w2) with FP8 precision, else None."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
     with torch.cuda.device(x.device):
@@ -201,20 +211,18 @@ def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional
         cache = _bytes_tensor(cache_bytes, x.device)
         workspace = _bytes_tensor(workspace_bytes, x.device)
         weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
-        stream = torch.cuda.current_stream().cuda_stream
-        fp8 = _prepare_fp8_weights(handle, weights, x.device, stream)
+        _point_at_fp8(weights, handle, fp8)
         _capi.layer_forward(
             handle, tokens, x.data_ptr(), weights,
             y.data_ptr(), losses.data_ptr(), cache.data_ptr(), cache_bytes,
-            workspace.data_ptr(), workspace_bytes, stream)
-    return y, losses, cache, fp8
+            workspace.data_ptr(), workspace_bytes, torch.cuda.current_stream().cuda_stream)
+    return y, losses, cache
 
 
 @layer_forward.register_fake
-def _(handle, x, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2):
+def _(handle, x, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, fp8):
     cache = x.new_empty((_cache_fake_size(handle, x.shape[0]),), dtype=torch.uint8)
-    fp8 = x.new_empty((max(_fp8_weight_bytes(handle), 1),), dtype=torch.uint8)
-    return torch.empty_like(x), x.new_empty((2,), dtype=torch.float32), cache, fp8
+    return torch.empty_like(x), x.new_empty((2,), dtype=torch.float32), cache
 
 
 def _grad_like(t: Optional[Tensor], like: Tensor, dtype: torch.dtype) -> Tensor:
@@ -252,8 +260,8 @@ def _grads_struct(config: MoeConfig, grads: list[Tensor]) -> _capi.LayerGradsStr
 def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
                    score_bias: Optional[Tensor], w1: Tensor, b1: Optional[Tensor], w2: Tensor,
                    b2: Optional[Tensor], shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
-                   cache: Tensor, fp8: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor,
-                                                        Tensor, Tensor, Tensor]:
+                   cache: Tensor, fp8: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor,
+                                                                  Tensor, Tensor, Tensor, Tensor]:
     """(dx bf16, then d_w_router, d_w1, d_b1, d_w2, d_b2, d_shared_w1, d_shared_w2: fp32 but d_w1
     and d_w2 bf16 with bf16 wgrads), an absent weight's gradient being an empty tensor. GLU
     gradients come back interleaved. cache and fp8: layer_forward's."""
@@ -265,9 +273,7 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
             w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2))))
         workspace = _bytes_tensor(workspace_bytes, x.device)
         weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
-        fp8_bytes = _fp8_weight_bytes(handle)
-        if fp8_bytes:
-            _point_at_fp8(weights, fp8, fp8_bytes)
+        _point_at_fp8(weights, handle, fp8)
         stream = torch.cuda.current_stream().cuda_stream
         _capi.layer_backward(
             handle, tokens, x.data_ptr(), dy.data_ptr(), weights,
@@ -283,12 +289,14 @@ def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2,
 
 
 def _setup_context(ctx, inputs, output):
-    handle, x, *weights = inputs
+    handle, x, *weights, fp8 = inputs
     ctx.handle = handle
-    ctx.save_for_backward(x, *weights, output[2], output[3])
+    # Autograd refuses this backward if w1 or w2 was changed in place since (both are saved), so
+    # fp8 still holds their codes when it runs.
+    ctx.save_for_backward(x, *weights, output[2], fp8)
 
 
-def _backward(ctx, dy, d_losses, d_cache, d_fp8):
+def _backward(ctx, dy, d_losses, d_cache):
     # d_losses is not read: the layer wires the router losses in with weight 1 (module docs).
     x, *weights, cache, fp8 = ctx.saved_tensors
     if dy is None:
@@ -301,7 +309,7 @@ def _backward(ctx, dy, d_losses, d_cache, d_fp8):
     for name, w in zip(WEIGHT_NAMES, weights):
         g = d_by_name.get(name)
         out.append(None if w is None or g is None else g.to(w.dtype))
-    return tuple(out)
+    return (*out, None)  # fp8: a copy of w1, w2, whose gradients carry it
 
 
 torch.library.register_autograd("moefuse::layer_forward", _backward, setup_context=_setup_context)
@@ -332,6 +340,49 @@ class _Handles:
         if self.by_device:
             _sizes.cache_clear()  # a later layer may get the same handle value
             _fp8_weight_bytes.cache_clear()
+
+
+class _KeptFp8Weights:
+    """The FP8 copy of w1, w2 that MoE.forward(is_first_microbatch=True) made, for the
+    micro-batches after it, with what it was made from: each weight's storage and version
+    counter (bumped by every in-place write through the tensor: an optimiser step, load_state_dict,
+    copy_). Copies of a module start without one, as after .to()."""
+
+    def __init__(self):
+        self.region: Optional[Tensor] = None
+        self.sources: dict[str, tuple[int, int]] = {}
+
+    def __deepcopy__(self, memo):
+        return _KeptFp8Weights()
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+    def keep(self, region: Tensor, weights: dict[str, Tensor]) -> None:
+        self.region = region
+        self.sources = {name: _source_of(t) for name, t in weights.items()}
+
+    def reuse(self, weights: dict[str, Tensor]) -> Tensor:
+        """The kept region, after checking that `weights` are what it was made from."""
+        if self.region is None:
+            raise RuntimeError("moefuse: is_first_microbatch=False reuses the FP8 weights of an "
+                               "earlier forward with is_first_microbatch=True; there was none "
+                               "(or the module was moved or copied since)")
+        for name, t in weights.items():
+            if _source_of(t) != self.sources[name]:
+                raise RuntimeError(
+                    f"moefuse: is_first_microbatch=False, but {name} was replaced or written in "
+                    f"place since the is_first_microbatch=True forward quantised it (an "
+                    f"optimiser step?); pass is_first_microbatch=True on the first micro-batch "
+                    f"after each step")
+        return self.region
+
+
+def _source_of(t: Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t._version
 
 
 class _Weights(nn.Module):
@@ -430,7 +481,13 @@ class MoE(_Weights):
     config.shared_expert_ffn > 0. Buffer score_bias [E] fp32 when config.router_use_score_bias
     (a selection-only bias, updated outside autograd).
 
-    forward(x [..., H] bf16, contiguous, on CUDA) -> (y shaped as x, losses [2] fp32 {aux, z}).
+    forward(x [..., H] bf16, contiguous, on CUDA, *, is_first_microbatch=None) -> (y shaped as
+    x, losses [2] fp32 {aux, z}). With FP8 precision each forward quantises w1 and w2 (and hands
+    the copy to its backward) unless told the weights are unchanged, Transformer Engine's way:
+    is_first_microbatch=True quantises and keeps the copy, False reuses the kept one (checked
+    against the weights' version counters: an in-place write through the parameters, such as
+    an optimiser step, is an error, not a stale copy; one through .data is not seen), None
+    quantises and keeps nothing. Eager only; no effect with bf16 precision.
     """
 
     def __init__(self, config: MoeConfig, *, mode: LayerMode = LayerMode.FUSED,
@@ -439,11 +496,13 @@ class MoE(_Weights):
         self.mode = LayerMode(mode)
         self.recompute_pre = bool(recompute_pre)
         self._handles = _Handles()
+        self._kept_fp8 = _KeptFp8Weights()
         self._ensure_handle()
 
     def _apply(self, fn, recurse=True):
         out = super()._apply(fn, recurse)
         self._ensure_handle()
+        self._kept_fp8 = _KeptFp8Weights()
         return out
 
     def _ensure_handle(self) -> None:
@@ -462,13 +521,32 @@ class MoE(_Weights):
             self._handles.by_device[index] = handle
         return handle
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, *,
+                is_first_microbatch: Optional[bool] = None) -> tuple[Tensor, Tensor]:
         flat = self._flat_input(x)
         weights = self._tensors()
         validate_inputs(self.config, flat, weights)
-        y, losses, _, _ = layer_forward(self._handle(flat.device), flat,
-                                        *(weights[n] for n in WEIGHT_NAMES))
+        handle = self._handle(flat.device)
+        fp8 = self._fp8_weights(handle, weights, is_first_microbatch)
+        y, losses, _ = layer_forward(handle, flat, *(weights[n] for n in WEIGHT_NAMES), fp8)
         return y.view(x.shape), losses
+
+    def _fp8_weights(self, handle: int, weights: dict[str, Optional[Tensor]],
+                     is_first_microbatch: Optional[bool]) -> Optional[Tensor]:
+        """This forward's FP8 weight region (None with bf16 precision)."""
+        if is_first_microbatch is not None and torch.compiler.is_compiling():
+            raise RuntimeError("moefuse: is_first_microbatch is for eager mode (torch.compile "
+                               "does not see the weights' version counters); leave it None")
+        if self.config.precision != _capi.Precision.FP8_BLOCKWISE:
+            return None
+        experts = {name: weights[name] for name in ("w1", "w2")}
+        if is_first_microbatch is False:
+            return self._kept_fp8.reuse(experts)
+        self._kept_fp8 = _KeptFp8Weights()  # release the old copy before making the new one
+        region = prepare_fp8_weights(handle, experts["w1"], experts["w2"])
+        if is_first_microbatch:
+            self._kept_fp8.keep(region, experts)
+        return region
 
     def extra_repr(self) -> str:
         return f"{self.config}, mode={self.mode.name}, recompute_pre={self.recompute_pre}"

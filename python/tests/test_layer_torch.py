@@ -5,6 +5,7 @@ down (H 256, F 128, E <= 16, k <= 4, aux and z losses on) and the other activati
 unfused. As in the C++ tests (tests/gpu/layer_test_fixture.h), x and w_router sit on dyadic grids
 so both sides compute the same logits exactly and choose the same experts."""
 
+import copy
 import dataclasses
 
 import pytest
@@ -13,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 from moefuse import (PRESETS, Activation, LayerMode, MoE, MoeConfig, Precision,  # noqa: E402
                      RouterKind)
-from moefuse.layer import deinterleave_glu, interleave_glu  # noqa: E402
+from moefuse.layer import _KeptFp8Weights, deinterleave_glu, interleave_glu  # noqa: E402
 from moefuse.reference import moe_forward  # noqa: E402
 
 
@@ -160,6 +161,32 @@ def test_bad_x_raises_before_any_gpu_work():
         moe(torch.randn(4, H).bfloat16())
 
 
+def test_kept_fp8_weights_are_reused_only_while_the_weights_are_unchanged():
+    w = {"w1": torch.randn(2, 8, 4).bfloat16(), "w2": torch.randn(2, 4, 4).bfloat16()}
+    kept = _KeptFp8Weights()
+    with pytest.raises(RuntimeError, match="there was none"):
+        kept.reuse(w)
+    region = torch.empty(16, dtype=torch.uint8)
+    kept.keep(region, w)
+    assert kept.reuse(w) is region
+    assert copy.deepcopy(kept).region is None  # a copy's weights are other tensors
+    with torch.no_grad():
+        w["w2"].add_(1)  # what an optimiser step does
+    with pytest.raises(RuntimeError, match="w2 was replaced or written in place"):
+        kept.reuse(w)
+    kept.keep(region, w)
+    w["w1"] = w["w1"].clone()
+    with pytest.raises(RuntimeError, match="w1 was replaced"):
+        kept.reuse(w)
+
+
+def test_reusing_fp8_weights_needs_a_first_microbatch():
+    moe = MoE(scaled("qwen3-30b-a3b", precision=Precision.FP8_BLOCKWISE))
+    with pytest.raises(RuntimeError, match="is_first_microbatch=True; there was none"):
+        moe._fp8_weights(0, moe._tensors(), is_first_microbatch=False)
+    assert MoE(scaled("qwen3-30b-a3b"))._fp8_weights(0, {}, is_first_microbatch=False) is None
+
+
 # ---- On the GPU --------------------------------------------------------------------------------
 
 def step_against_torch(c: MoeConfig, mode, x, tol, router_tol):
@@ -210,8 +237,27 @@ def test_fp8_layer_tracks_torch_within_the_recipe_error(bf16_wgrad):
         assert p.grad is not None and p.grad.dtype == p.dtype
 
 
-def _step(moe, x, dy):
-    y, losses = moe(x)
+@needs_hopper
+def test_fp8_microbatches_reuse_the_weights_quantised_by_the_first():
+    """is_first_microbatch: True quantises and keeps, False reuses; both give what quantising
+    each forward gives (the same codes), and a weight update between them is an error."""
+    c = scaled("qwen3-30b-a3b", precision=Precision.FP8_BLOCKWISE)
+    moe = MoE(c, device="cuda").load_from_gate_up(**gate_up_weights(c))
+    dy = torch.randn(T, c.hidden, device="cuda").bfloat16()
+    for micro in range(2):
+        x = torch.randn(T, c.hidden, device="cuda").bfloat16().requires_grad_()
+        want = _step(moe, x, dy)
+        got = _step(moe, x, dy, is_first_microbatch=micro == 0)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert torch.equal(g, w), f"micro-batch {micro}: output {i} differs"
+    with torch.no_grad():
+        moe.w1.mul_(0.5)
+    with pytest.raises(RuntimeError, match="w1 was replaced or written in place"):
+        moe(x, is_first_microbatch=False)
+
+
+def _step(moe, x, dy, **forward_args):
+    y, losses = moe(x, **forward_args)
     params = [p for p in moe.parameters()]
     grads = torch.autograd.grad((y.float() * dy.float()).sum() + losses.sum(), [x, *params])
     return (y, losses, *grads)
@@ -256,8 +302,10 @@ class Block(torch.nn.Module):
 
 
 @needs_hopper
-def test_torch_compile_of_a_model_using_the_module():
-    c = scaled("gpt-oss-120b")
+@pytest.mark.parametrize("precision", [Precision.BF16, Precision.FP8_BLOCKWISE],
+                         ids=lambda p: p.name.lower())
+def test_torch_compile_of_a_model_using_the_module(precision):
+    c = scaled("gpt-oss-120b", precision=precision)
     model = Block(MoE(c, device="cuda").load_from_gate_up(**gate_up_weights(c)))
 
     def loss_fn(x):
@@ -274,6 +322,9 @@ def test_torch_compile_of_a_model_using_the_module():
     torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-6)
     for i, (g, w) in enumerate(zip(got_grads, want_grads)):
         expect_close(f"grad {i}", g, w, 1e-2)
+    first = torch.compile(lambda x: model.moe(x, is_first_microbatch=True), fullgraph=True)
+    with pytest.raises(Exception, match="is_first_microbatch is for eager mode"):
+        first(x)
 
 
 @needs_hopper
