@@ -487,7 +487,8 @@ class MoE(_Weights):
     is_first_microbatch=True quantises and keeps the copy, False reuses the kept one (checked
     against the weights' version counters: an in-place write through the parameters, such as
     an optimiser step, is an error, not a stale copy; one through .data is not seen), None
-    quantises and keeps nothing. Eager only; no effect with bf16 precision.
+    quantises without reading or replacing the kept copy. Eager only; no effect with bf16
+    precision.
     """
 
     def __init__(self, config: MoeConfig, *, mode: LayerMode = LayerMode.FUSED,
@@ -542,7 +543,8 @@ class MoE(_Weights):
         experts = {name: weights[name] for name in ("w1", "w2")}
         if is_first_microbatch is False:
             return self._kept_fp8.reuse(experts)
-        self._kept_fp8 = _KeptFp8Weights()  # release the old copy before making the new one
+        if is_first_microbatch:
+            self._kept_fp8 = _KeptFp8Weights()  # release the old copy before making the new one
         region = prepare_fp8_weights(handle, experts["w1"], experts["w2"])
         if is_first_microbatch:
             self._kept_fp8.keep(region, experts)
