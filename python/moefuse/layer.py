@@ -157,8 +157,8 @@ def _bytes_tensor(n: int, device: torch.device) -> Tensor:
 
 
 def _point_at_fp8(weights: _capi.LayerWeightsStruct, handle: int, fp8: Optional[Tensor]) -> None:
-    """Points `weights` at the FP8 weight region (prepare_fp8_weights') where the layer has one.
-    A missing region is left for the C layer to name (weights.fp8)."""
+    """Points `weights` at `fp8`, the region prepare_fp8_weights made, where the layer has FP8
+    weights; a missing region is left for the C layer to name (weights.fp8)."""
     fp8_bytes = _fp8_weight_bytes(handle)
     if fp8_bytes and fp8 is not None:
         weights.fp8_weights, weights.fp8_weights_bytes = fp8.data_ptr(), fp8.numel()
