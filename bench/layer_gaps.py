@@ -13,7 +13,6 @@ first replay is a warm-up and not counted.
 Prints one line per preset and mode; --json writes every gap above --threshold-us with the kernels
 on either side. Exit code 3: torch or a GPU is unavailable.
 """
-import argparse
 import json
 import pathlib
 import statistics
@@ -21,9 +20,8 @@ import sys
 import tempfile
 import time
 
+from module_cli import preset_parser, presets, write_results
 from torch_timing import UNAVAILABLE, torch_or_none
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "python"))
 
 # Kernels further apart than this belong to different replays (each replay is followed by a
 # synchronisation and a sleep much longer than this).
@@ -123,23 +121,19 @@ def measure(torch, moe, x, dy, replays: int, threshold_us: float) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="qwen3-30b-a3b", help="a preset name or 'all'")
+    ap = preset_parser(__doc__)
     ap.add_argument("--mode", choices=["fused", "unfused", "both"], default="both")
-    ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--threshold-us", type=float, default=5.0)
-    ap.add_argument("--json", default="")
     a = ap.parse_args()
     torch = torch_or_none()
     if torch is None:
         return UNAVAILABLE
     import moefuse
 
-    presets = moefuse.PRESETS if a.preset == "all" else (a.preset,)
     modes = ("fused", "unfused") if a.mode == "both" else (a.mode,)
     results = []
-    for preset in presets:
+    for preset in presets(moefuse, a.preset):
         for mode in modes:
             moe, x, dy = make_layer(torch, moefuse, preset, mode, a.tokens)
             r = measure(torch, moe, x, dy, a.replays, a.threshold_us)
@@ -151,9 +145,7 @@ def main() -> int:
             del moe, x, dy
             torch.cuda.empty_cache()
     if a.json:
-        meta = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
-                "moefuse": moefuse.version()}
-        pathlib.Path(a.json).write_text(json.dumps({**meta, "results": results}, indent=1))
+        write_results(a.json, torch, moefuse, results)
     return 0
 
 

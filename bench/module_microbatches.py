@@ -14,16 +14,11 @@ timed with CUDA events, warmed up, median of `--steps`.
 Prints a line per preset and variant; --json writes them with the date, GPU and moefuse build.
 Exit code 3: torch or a GPU is unavailable.
 """
-import argparse
 import dataclasses
-import json
-import pathlib
 import sys
-import time
 
+from module_cli import preset_parser, presets, write_results
 from torch_timing import UNAVAILABLE, median_ms, torch_or_none
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "python"))
 
 # (name, precision, bf16_wgrad, is_first_microbatch of the first micro-batch / of the others)
 VARIANTS = (
@@ -56,22 +51,18 @@ def make_step(torch, moe, micro_batches: int, tokens: int, flags):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="qwen3-30b-a3b", help="a preset name or 'all'")
-    ap.add_argument("--tokens", type=int, default=16384, help="tokens a micro-batch")
+    ap = preset_parser(__doc__, tokens_help="tokens a micro-batch")
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--json", default="")
     a = ap.parse_args()
     torch = torch_or_none()
     if torch is None:
         return UNAVAILABLE
     import moefuse
 
-    presets = moefuse.PRESETS if a.preset == "all" else (a.preset,)
     results = []
-    for preset in presets:
+    for preset in presets(moefuse, a.preset):
         base = None
         for name, precision, bf16_wgrad, flags in VARIANTS:
             config = dataclasses.replace(moefuse.MoeConfig.preset(preset),
@@ -90,9 +81,7 @@ def main() -> int:
             del moe, step
             torch.cuda.empty_cache()
     if a.json:
-        meta = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
-                "moefuse": moefuse.version(), "build_commit": moefuse.build_commit()}
-        pathlib.Path(a.json).write_text(json.dumps({**meta, "results": results}, indent=1))
+        write_results(a.json, torch, moefuse, results)
     return 0
 
 
