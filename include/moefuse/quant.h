@@ -4,7 +4,8 @@
 // (src/ref/quant.h) bit for bit: both use the scalar codecs of src/formats/.
 //
 // All views are device tensors (Device::kCuda), contiguous, with 16-byte-aligned data, and K (the
-// last extent) a multiple of 16. Inputs x / w are bf16 or fp32; dequantised outputs are fp32.
+// last extent) a multiple of 16. Inputs x / w are bf16 or fp32; dequantised outputs are fp32
+// (the MXFP8 quantise-dequantise passes at the end, bf16 only, say their own shapes).
 // Scale layouts are row-major, one entry per group (the last group of a row may be short):
 //   1x128:   q [M, K] e4m3,  scales [M, ceil(K/128)] fp32
 //   128x128: q [N, K] or [E, N, K] e4m3, scales [ceil(N/128), ceil(K/128)] (or [E, ...]) fp32
@@ -58,5 +59,26 @@ void dequantize_mxfp8(const TensorView& q, const TensorView& scales, const Tenso
                       cudaStream_t stream);
 void dequantize_nvfp4(const TensorView& q, const TensorView& block_scales,
                       const TensorView& tensor_scale, const TensorView& x, cudaStream_t stream);
+
+// MXFP8 quantise-dequantise: out = bf16(dequantize_mxfp8(quantize_mxfp8(x))) in one pass, with
+// no codes or scales stored: the operands of a BF16 GEMM that emulates an MXFP8 one, quantised
+// along that GEMM's K. The values equal ref::qdq_mxfp8_* (src/ref/quant.h) rounded to bf16 (to
+// nearest even), bit for bit, NaN as NaN: each is an E4M3 value (4 significant bits) times a power
+// of two, so the rounding is exact but for bf16 subnormals (below 2^-130). A block holding an Inf
+// keeps it and gets the largest scale, 2^127 (its finite elements below 2^117 become zeros), as
+// in the reference. x and out bf16, contiguous, 16-byte aligned; out may be x (in place, the
+// same data pointer) and must not otherwise overlap it. M = 0 is a no-op. Capturable like the
+// calls above.
+// Rows: x, out [M, K], K % 32 == 0; blocks of 32 consecutive elements of a row, as quantize_mxfp8.
+void qdq_mxfp8_rows(const TensorView& x, const TensorView& out, cudaStream_t stream);
+// Columns: x, out [M, N], N % 8 == 0, M below 2^31; blocks of 32 consecutive rows of one column.
+// offsets int32 [E+1], 1 <= E <= kGroupedGemmMaxExperts (moefuse/grouped_gemm.h), is read on the
+// device only; the caller keeps offsets[0] >= 0, non-decreasing and offsets[E] <= M (values that
+// break this never make the pass touch memory outside x and out). Expert e's blocks start at its
+// first row: block b covers rows offsets[e] + 32b .. min(+32, offsets[e+1]), so its last may be
+// short; rows outside [offsets[0], offsets[E]) are not written. Or offsets absent (TensorView{}):
+// blocks of 32 rows from row 0, M % 32 == 0 (stacked weights [E * N_rows, K], N_rows % 32 == 0).
+void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& out,
+                    cudaStream_t stream);
 
 }  // namespace moefuse

@@ -98,7 +98,7 @@ class ConfigStruct(ctypes.Structure):
 
 class LayerWeightsStruct(ctypes.Structure):
     """moefuse_layer_weights_t: device pointers (None for an absent tensor), then the FP8 weight
-    region (pointer and bytes; FP8 precision only)."""
+    region (pointer and bytes; low-precision recipes only)."""
 
     _fields_ = [
         (name, ctypes.c_void_p)
@@ -265,7 +265,8 @@ def layer_fp8_weight_bytes(config: ConfigStruct) -> int:
 
 
 def layer_prepare_fp8_weights(handle: int, weights: LayerWeightsStruct, stream: int) -> None:
-    """FP8 precision: enqueues the quantisation of w1, w2 into weights.fp8_weights on `stream`."""
+    """FP8 or MXFP8 precision: enqueues the quantisation of w1, w2 into weights.fp8_weights on
+    `stream`."""
     check(lib().moefuse_layer_prepare_fp8_weights(handle, ctypes.byref(weights), stream))
 
 

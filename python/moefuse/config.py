@@ -92,5 +92,5 @@ class MoeConfig:
         return _capi.layer_sizes(self.to_c(), mode, recompute_pre, tokens)
 
     def fp8_weight_bytes(self) -> int:
-        """Bytes of the GPU layer's FP8 weight copy (0 unless precision is FP8_BLOCKWISE)."""
+        """Bytes of the GPU layer's quantised weight copy (0 with bf16 precision)."""
         return _capi.layer_fp8_weight_bytes(self.to_c())

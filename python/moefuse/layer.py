@@ -175,14 +175,15 @@ def _cache_fake_size(handle: int, tokens) -> object:
 
 @torch.library.custom_op("moefuse::prepare_fp8_weights", mutates_args=())
 def prepare_fp8_weights(handle: int, w1: Tensor, w2: Tensor) -> Tensor:
-    """The FP8 layer's copy of w1 and w2 (E4M3 in 128x128 blocks with fp32 scales, and the
-    transposed copies the dgrads read) as one fresh region [bytes] uint8, quantised on the current
-    stream (deterministic: the same weights give the same bytes). layer_forward and layer_backward
-    read it; a layer without FP8 has none to make (an error)."""
+    """The low-precision layer's copy of w1 and w2 as one fresh region [bytes] uint8, made on the
+    current stream (deterministic: the same weights give the same bytes): FP8_BLOCKWISE, E4M3 in
+    128x128 blocks with fp32 scales and the transposed copies the dgrads read; MXFP8, the weights
+    quantise-dequantised along each GEMM's K (four bf16 copies). layer_forward and layer_backward
+    read it; a bf16 layer has none to make (an error)."""
     fp8_bytes = _fp8_weight_bytes(handle)
     if not fp8_bytes:
         raise ValueError("moefuse: prepare_fp8_weights needs a layer with "
-                         "precision=Precision.FP8_BLOCKWISE")
+                         "precision=Precision.FP8_BLOCKWISE or Precision.MXFP8")
     with torch.cuda.device(w1.device):
         fp8 = _bytes_tensor(fp8_bytes, w1.device)
         weights = _weights_struct(None, None, w1, None, w2, None, None, None)
@@ -202,7 +203,7 @@ def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional
                   shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
                   fp8: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
     """(y [T, H] bf16, losses [2] fp32 {aux, z}, cache [bytes] uint8 for layer_backward). fp8:
-    prepare_fp8_weights(w1, w2) with FP8 precision, else None."""
+    prepare_fp8_weights(w1, w2) with a low-precision recipe, else None."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
     with torch.cuda.device(x.device):
@@ -233,10 +234,10 @@ def _grad_like(t: Optional[Tensor], like: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def _expert_grad_dtype(config: MoeConfig) -> torch.dtype:
-    """d_w1 and d_w2 come in bf16 where the layer can write them (bf16 wgrads: bf16 precision,
-    or an FP8 one with bf16_wgrad): the gradient torch gives the bf16 weights, the fp32 sum
-    rounded once, with no fp32 copy to convert; the FP8 wgrad writes fp32."""
-    bf16 = config.precision == _capi.Precision.BF16 or config.bf16_wgrad
+    """d_w1 and d_w2 come in bf16 where the layer can write them (the bf16 wgrad kernel: bf16 and
+    MXFP8 precision, or FP8 with bf16_wgrad): the gradient torch gives the bf16 weights, the
+    fp32 sum rounded once, with no fp32 copy to convert; the FP8 wgrad writes fp32."""
+    bf16 = config.precision != _capi.Precision.FP8_BLOCKWISE or config.bf16_wgrad
     return torch.bfloat16 if bf16 else torch.float32
 
 
@@ -482,7 +483,8 @@ class MoE(_Weights):
     (a selection-only bias, updated outside autograd).
 
     forward(x [..., H] bf16, contiguous, on CUDA, *, is_first_microbatch=None) -> (y shaped as
-    x, losses [2] fp32 {aux, z}). With FP8 precision each forward quantises w1 and w2 (and hands
+    x, losses [2] fp32 {aux, z}). With FP8_BLOCKWISE or MXFP8 precision (MXFP8: an emulation,
+    the bf16 kernels on quantise-dequantised operands) each forward quantises w1 and w2 (and hands
     the copy to its backward) unless told the weights are unchanged, Transformer Engine's way:
     is_first_microbatch=True quantises and keeps the copy, False reuses the kept one (checked
     against the weights' version counters: an in-place write through the parameters, such as
@@ -534,11 +536,11 @@ class MoE(_Weights):
 
     def _fp8_weights(self, handle: int, weights: dict[str, Optional[Tensor]],
                      is_first_microbatch: Optional[bool]) -> Optional[Tensor]:
-        """This forward's FP8 weight region (None with bf16 precision)."""
+        """This forward's quantised weight region (None with bf16 precision)."""
         if is_first_microbatch is not None and torch.compiler.is_compiling():
             raise RuntimeError("moefuse: is_first_microbatch is for eager mode (torch.compile "
                                "does not see the weights' version counters); leave it None")
-        if self.config.precision != _capi.Precision.FP8_BLOCKWISE:
+        if self.config.precision == _capi.Precision.BF16:
             return None
         experts = {name: weights[name] for name in ("w1", "w2")}
         if is_first_microbatch is False:

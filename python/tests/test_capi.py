@@ -65,13 +65,16 @@ def test_weights_struct_ends_with_the_fp8_region():
     assert names[-2:] == ["fp8_weights", "fp8_weights_bytes"]
 
 
-def test_fp8_weight_bytes_only_for_fp8():
+def test_weight_copy_bytes_only_for_low_precision():
     c = _capi.config_preset("qwen3-30b-a3b")
     assert _capi.layer_fp8_weight_bytes(c) == 0
     c.precision = _capi.Precision.FP8_BLOCKWISE
     E, H, F = c.num_experts, c.hidden, c.ffn
     # e4m3 w1 [E, 2F, H] and w2 [E, H, F] plus their 128x128-block scales, 256-byte aligned
     assert _capi.layer_fp8_weight_bytes(c) >= 3 * E * H * F
+    c.precision = _capi.Precision.MXFP8
+    # two bf16 copies each of w1 and w2 (qwen3's are whole multiples of 256 bytes)
+    assert _capi.layer_fp8_weight_bytes(c) == 2 * 2 * (2 * E * F * H + E * H * F)
 
 
 def test_fp8_rejects_unfused_and_takes_expert_bias():
@@ -89,10 +92,11 @@ def test_prepare_fp8_weights_without_a_layer_is_named():
         _capi.layer_prepare_fp8_weights(None, _capi.LayerWeightsStruct(), None)
 
 
-def test_mxfp8_is_refused_at_create():
+def test_mxfp8_needs_whole_32_element_blocks():
     c = _capi.config_preset("qwen3-30b-a3b")
     c.precision = _capi.Precision.MXFP8
-    with pytest.raises(_capi.MoefuseInvalidArgument, match="'config.precision'"):
+    c.hidden = 2064  # a multiple of 16, not of 32
+    with pytest.raises(_capi.MoefuseInvalidArgument, match="'config.hidden'"):
         _capi.layer_create(c, _capi.LayerMode.FUSED, False)
 
 

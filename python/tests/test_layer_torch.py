@@ -225,12 +225,15 @@ def test_forward_and_gradients_match_torch(name, overrides, mode):
 
 
 @needs_hopper
-@pytest.mark.parametrize("bf16_wgrad", [False, True], ids=["fp8_wgrad", "bf16_wgrad"])
-def test_fp8_layer_tracks_torch_within_the_recipe_error(bf16_wgrad):
-    """The FP8 layer through the module: y and every gradient within the recipe's quantisation
-    error of the bf16 torch reference (ref/layer_fp8_tolerance.h: 0.1, the router's 0.15); the
-    expert weights' gradients reach torch in the weights' dtype either way."""
-    c = scaled("gpt-oss-120b", precision=Precision.FP8_BLOCKWISE, bf16_wgrad=bf16_wgrad)
+@pytest.mark.parametrize("precision, bf16_wgrad",
+                         [(Precision.FP8_BLOCKWISE, False), (Precision.FP8_BLOCKWISE, True),
+                          (Precision.MXFP8, False)],
+                         ids=["fp8", "fp8_bf16_wgrad", "mxfp8"])
+def test_low_precision_layer_tracks_torch_within_the_recipe_error(precision, bf16_wgrad):
+    """The FP8 and MXFP8 layers through the module: y and every gradient within the recipe's
+    quantisation error of the bf16 torch reference (ref/layer_fp8_tolerance.h: 0.1, the
+    router's 0.15); the expert weights' gradients reach torch in the weights' dtype."""
+    c = scaled("gpt-oss-120b", precision=precision, bf16_wgrad=bf16_wgrad)
     x = torch.randn(T, c.hidden, device="cuda").bfloat16()
     moe = step_against_torch(c, LayerMode.FUSED, x, tol=1e-1, router_tol=1.5e-1)
     for p in moe.parameters():
@@ -238,10 +241,12 @@ def test_fp8_layer_tracks_torch_within_the_recipe_error(bf16_wgrad):
 
 
 @needs_hopper
-def test_fp8_microbatches_reuse_the_weights_quantised_by_the_first():
+@pytest.mark.parametrize("precision", [Precision.FP8_BLOCKWISE, Precision.MXFP8],
+                         ids=lambda p: p.name.lower())
+def test_fp8_microbatches_reuse_the_weights_quantised_by_the_first(precision):
     """is_first_microbatch: True quantises and keeps, False reuses; both give what quantising
     each forward gives (the same codes), and a weight update between them is an error."""
-    c = scaled("qwen3-30b-a3b", precision=Precision.FP8_BLOCKWISE)
+    c = scaled("qwen3-30b-a3b", precision=precision)
     moe = MoE(c, device="cuda").load_from_gate_up(**gate_up_weights(c))
     dy = torch.randn(T, c.hidden, device="cuda").bfloat16()
     for micro in range(2):
@@ -302,7 +307,7 @@ class Block(torch.nn.Module):
 
 
 @needs_hopper
-@pytest.mark.parametrize("precision", [Precision.BF16, Precision.FP8_BLOCKWISE],
+@pytest.mark.parametrize("precision", [Precision.BF16, Precision.FP8_BLOCKWISE, Precision.MXFP8],
                          ids=lambda p: p.name.lower())
 def test_torch_compile_of_a_model_using_the_module(precision):
     c = scaled("gpt-oss-120b", precision=precision)

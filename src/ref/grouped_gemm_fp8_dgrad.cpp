@@ -1,13 +1,12 @@
 #include "ref/grouped_gemm_fp8_dgrad.h"
 
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "moefuse/grouped_gemm.h"
 #include "ref/bf16_bits.h"
 #include "ref/check.h"
-#include "ref/expert_mlp.h"
+#include "ref/fc2_dgrad_epilogue.h"
 #include "ref/grouped_gemm_fp8.h"
 
 namespace moefuse::ref {
@@ -30,11 +29,9 @@ void transpose_fp8_blockwise_weights(const TensorView& w, const TensorView& w_sc
 
 void fc2_dgrad_fp8(const Fc2DgradFp8Args& args) {
   validate_fc2_dgrad_fp8(args, Device::kCpu);
-  const int64_t num_experts = args.w2t.size(0), f = args.w2t.size(1), h = args.w2t.size(2);
+  const int64_t num_experts = args.w2t.size(0), f = args.w2t.size(1);
   const int64_t m = args.dys.size(0);
   expect_offsets(args.offsets, "offsets", num_experts, m);
-  const bool glu = is_glu(args.activation);
-  const int64_t fc1 = glu ? 2 * f : f;
 
   // g through the FP8 GEMM reference (kLinear, fp32 out), then rounded to bf16: the kernel's
   // consumers stage g as bf16 for the epilogue warps' dGLU (cuda/gemm/fp8/dglu_handoff.cuh).
@@ -51,38 +48,18 @@ void fc2_dgrad_fp8(const Fc2DgradFp8Args& args) {
                     .pre_activation = {}});
   for (float& v : g) v = bf16_value(bf16_bits(v));
 
-  const MoeConfig config{.hidden = h, .ffn = f, .num_experts = num_experts, .top_k = 1,
-                         .activation = args.activation, .clamped_swiglu = args.clamped_swiglu};
-  const int32_t* off = args.offsets.as<const int32_t>();
-  const uint16_t* pre_bits = args.pre.as<const uint16_t>();
-  std::vector<double> pre(fc1), act(f), d_act(f), d_pre(fc1);
-  for (int64_t e = 0; e < num_experts; ++e) {
-    for (int64_t r = off[e]; r < off[e + 1]; ++r) {
-      // The kernel's interleaved columns to the reference [gate; up] order and back.
-      auto col = [&](int64_t i) { return glu ? glu_interleaved_row(i, f) : i; };
-      for (int64_t i = 0; i < fc1; ++i) pre[i] = bf16_value(pre_bits[r * fc1 + col(i)]);
-      const double p = is_absent(args.row_scale) ? 1.0 : args.row_scale.as<const float>()[r];
-      activation_forward(config, pre.data(), act.data());
-      double dp = 0;
-      for (int64_t i = 0; i < f; ++i) {
-        const double gi = g[r * f + i];
-        d_act[i] = p * gi;
-        dp += gi * act[i];
-      }
-      activation_backward(config, pre.data(), d_act.data(), d_pre.data());
-      for (int64_t i = 0; i < fc1; ++i)
-        args.d_pre.as<uint16_t>()[r * fc1 + col(i)] = bf16_bits(d_pre[i]);
-      if (!is_absent(args.scaled_act))
-        for (int64_t i = 0; i < f; ++i)
-          args.scaled_act.as<uint16_t>()[r * f + i] = bf16_bits(p * act[i]);
-      if (is_absent(args.d_row_scale)) continue;
-      if (!is_absent(args.b2))
-        for (int64_t i = 0; i < h; ++i)
-          dp += bf16_value(args.dys_bf16.as<const uint16_t>()[r * h + i]) *
-                double(args.b2.as<const float>()[e * h + i]);
-      args.d_row_scale.as<float>()[r] = static_cast<float>(dp);
-    }
-  }
+  fc2_dgrad_epilogue({.dys = args.dys_bf16,
+                      .w2 = {},
+                      .offsets = args.offsets,
+                      .pre = args.pre,
+                      .d_pre = args.d_pre,
+                      .activation = args.activation,
+                      .clamped_swiglu = args.clamped_swiglu,
+                      .row_scale = args.row_scale,
+                      .scaled_act = args.scaled_act,
+                      .d_row_scale = args.d_row_scale,
+                      .b2 = args.b2},
+                     g.data());
 }
 
 }  // namespace moefuse::ref

@@ -4,10 +4,7 @@
 // transpose_fp8_blockwise_weights: the byte transpose of codes and scales (bit-exact target).
 // fc2_dgrad_fp8: g = deq(dys)·deq(w2t)ᵀ by ref::grouped_gemm_fp8 (fp64 sums, stored fp32) and
 // rounded to bf16 as the kernel hands it to its dGLU (the recipe's stored precision, as for pre),
-// then in fp64 with the reference activation of expert_mlp.h (pre de-interleaved to [gate; up]):
-//   d_pre = activation_backward(pre, p·g) (re-interleaved), scaled_act = p·act, dp = ⟨g, act⟩ +
-//   ⟨dys_bf16, b2[e]⟩; each rounded once to its dtype. Rows outside [offsets[0], offsets[E])
-//   are not written.
+// then ref::fc2_dgrad_epilogue (d_pre, scaled_act, dp; dp's bias term from dys_bf16).
 #pragma once
 
 #include "moefuse/grouped_gemm_fp8_dgrad.h"

@@ -5,9 +5,12 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "cuda/quant/qdq_validate.h"
 #include "formats/recipes.h"
 #include "moefuse/error.h"
+#include "ref/check.h"
 
 namespace moefuse::ref {
 namespace {
@@ -61,6 +64,26 @@ void dequantize_e4m3_tiles(const uint8_t* q, float* x, const Tiling& t, GetScale
     const float sc = scale(s);
     each([&](int64_t i) { x[i] = e4m3_to_float(q[i]) * sc; });
   });
+}
+
+// MXFP8 over the tiles of `t` (1x32 along rows, 32x1 down columns): E4M3 codes, UE8M0 scales.
+void quantize_mx_tiles(const float* x, uint8_t* q, uint8_t* scales, const Tiling& t) {
+  quantize_e4m3_tiles(x, q, t, [&](int64_t s, float amax) {
+    scales[s] = mx_scale_code(amax);
+    return ue8m0_reciprocal(scales[s]);
+  });
+}
+
+void dequantize_mx_tiles(const uint8_t* q, const uint8_t* scales, float* x, const Tiling& t) {
+  dequantize_e4m3_tiles(q, x, t, [&](int64_t s) { return ue8m0_to_float(scales[s]); });
+}
+
+// x through MXFP8 and back into out (which may be x: every code is taken before any write).
+void qdq_mx_tiles(const float* x, float* out, const Tiling& t) {
+  std::vector<uint8_t> q(t.batches * t.rows * t.cols);
+  std::vector<uint8_t> scales(t.batches * t.tiles_r() * t.tiles_c());
+  quantize_mx_tiles(x, q.data(), scales.data(), t);
+  dequantize_mx_tiles(q.data(), scales.data(), out, t);
 }
 
 // [M, K] of `dtype`; returns {M, K}.
@@ -192,21 +215,38 @@ void quantize_mxfp8(const TensorView& x, const TensorView& q, const TensorView& 
   auto [m, k] = matrix_extents(x, "x", DType::kFloat32);
   expect_tensor(q, "q", DType::kFloat8E4M3, Device::kCpu, {m, k});
   expect_tensor(scales, "scales", DType::kFloat8E8M0, Device::kCpu, {m, ceil_div(k, kMxBlock)});
-  uint8_t* sc = scales.as<uint8_t>();
-  quantize_e4m3_tiles(x.as<const float>(), q.as<uint8_t>(), {1, m, k, 1, kMxBlock},
-                      [&](int64_t s, float amax) {
-                        sc[s] = mx_scale_code(amax);
-                        return ue8m0_reciprocal(sc[s]);
-                      });
+  quantize_mx_tiles(x.as<const float>(), q.as<uint8_t>(), scales.as<uint8_t>(),
+                    {1, m, k, 1, kMxBlock});
 }
 
 void dequantize_mxfp8(const TensorView& q, const TensorView& scales, const TensorView& x) {
   auto [m, k] = matrix_extents(q, "q", DType::kFloat8E4M3);
   expect_tensor(scales, "scales", DType::kFloat8E8M0, Device::kCpu, {m, ceil_div(k, kMxBlock)});
   expect_tensor(x, "x", DType::kFloat32, Device::kCpu, {m, k});
-  const uint8_t* sc = scales.as<const uint8_t>();
-  dequantize_e4m3_tiles(q.as<const uint8_t>(), x.as<float>(), {1, m, k, 1, kMxBlock},
-                        [&](int64_t s) { return ue8m0_to_float(sc[s]); });
+  dequantize_mx_tiles(q.as<const uint8_t>(), scales.as<const uint8_t>(), x.as<float>(),
+                      {1, m, k, 1, kMxBlock});
+}
+
+void qdq_mxfp8_rows(const TensorView& x, const TensorView& out) {
+  auto [m, k] = validate_qdq_mxfp8_rows(x, out, DType::kFloat32, Device::kCpu);
+  qdq_mx_tiles(x.as<const float>(), out.as<float>(), {1, m, k, 1, kMxBlock});
+}
+
+void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& out) {
+  const int64_t experts = validate_qdq_mxfp8_cols(x, offsets, out, DType::kFloat32, Device::kCpu);
+  const int64_t m = x.size(0), n = x.size(1);
+  // Expert e's rows are one contiguous [m_e, N] matrix; its 32x1 tiles are the blocks.
+  auto run = [&](int64_t first, int64_t rows) {
+    qdq_mx_tiles(x.as<const float>() + first * n, out.as<float>() + first * n,
+                 {1, rows, n, kMxBlock, 1});
+  };
+  if (experts == 0) {
+    run(0, m);  // no offsets: one matrix, blocks from row 0
+    return;
+  }
+  expect_offsets(offsets, "offsets", experts, m);
+  const int32_t* o = offsets.as<const int32_t>();
+  for (int64_t e = 0; e < experts; ++e) run(o[e], o[e + 1] - o[e]);
 }
 
 void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,

@@ -37,6 +37,18 @@ void dequantize_fp8_blockwise_128x128(const TensorView& q, const TensorView& sca
 void quantize_mxfp8(const TensorView& x, const TensorView& q, const TensorView& scales);
 void dequantize_mxfp8(const TensorView& q, const TensorView& scales, const TensorView& x);
 
+// MXFP8 quantise-dequantise (fake quantisation): out = dequantize_mxfp8(quantize_mxfp8(x)), the
+// fp32 values (moefuse::qdq_mxfp8_* returns them rounded to bf16, which is exact but below
+// 2^-130). The checks are the GPU passes' (src/cuda/quant/qdq_validate.h) for fp32 CPU tensors,
+// plus the offsets' values; out may be x.
+// Rows: x, out [M, K], K % 32 == 0; blocks of 32 consecutive elements of a row (quantize_mxfp8's).
+void qdq_mxfp8_rows(const TensorView& x, const TensorView& out);
+// Columns: x, out [M, N], N % 8 == 0; blocks of 32 consecutive rows of one column. offsets int32
+// [E+1] (checked: offsets[0] >= 0, non-decreasing, offsets[E] <= M): expert e's blocks start at
+// its first row offsets[e], its last one may be short, rows outside [offsets[0], offsets[E]) are
+// not written. Or offsets absent (TensorView{}): blocks from row 0, M % 32 == 0.
+void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& out);
+
 // NVFP4, 16-element blocks along K (K even): x [M, K] fp32 -> q [M, K] e2m1 (packed),
 // block_scales [M, ceil(K/16)] e4m3, tensor_scale [1] fp32 (the decode scale, amax / (448 * 6)
 // up to rounding; docs/formats.md).

@@ -161,7 +161,10 @@ TEST(LayerArgs, EveryBadArgumentIsNamed) {
 
 TEST(LayerArgs, ConfigTheGpuPathCannotRunIsRejectedBeforeAnyCudaCall) {
   const std::vector<std::pair<std::string, std::function<void(MoeConfig&)>>> bad = {
-      {"config.precision", [](MoeConfig& c) { c.precision = PrecisionRecipe::kMXFP8; }},
+      {"config.precision", [](MoeConfig& c) { c.precision = static_cast<PrecisionRecipe>(7); }},
+      {"config.hidden",  // a multiple of 16 but not of 32: MXFP8 blocks are 32 wide
+       [](MoeConfig& c) { c.precision = PrecisionRecipe::kMXFP8, c.hidden = 2064; }},
+      {"config.ffn", [](MoeConfig& c) { c.precision = PrecisionRecipe::kMXFP8, c.ffn = 784; }},
       {"config.hidden", [](MoeConfig& c) { c.hidden = 2044; }},
       {"config.hidden", [](MoeConfig& c) { c.hidden = 0; }},
       {"config.ffn", [](MoeConfig& c) { c.ffn = 770; }},

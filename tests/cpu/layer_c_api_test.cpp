@@ -47,8 +47,13 @@ TEST(LayerCApi, BadArgumentsReturnInvalidArgumentNamingThem) {
   expect_invalid(moefuse_layer_sizes(&c, MOEFUSE_LAYER_FUSED, 0, 0, &a, &b), "tokens");
   expect_invalid(moefuse_layer_sizes(&c, MOEFUSE_LAYER_FUSED, 0, 16, nullptr, &b), "cache_bytes");
   moefuse_layer_t* layer = reinterpret_cast<moefuse_layer_t*>(&c);  // must be reset on failure
-  c.precision = MOEFUSE_PRECISION_MXFP8;
+  c.precision = static_cast<moefuse_precision_t>(7);
   expect_invalid(moefuse_layer_create(&c, MOEFUSE_LAYER_FUSED, 0, &layer), "config.precision");
+  EXPECT_EQ(layer, nullptr);
+  c = qwen3();
+  c.precision = MOEFUSE_PRECISION_MXFP8;
+  c.hidden = 2064;  // MXFP8's 32-element blocks
+  expect_invalid(moefuse_layer_create(&c, MOEFUSE_LAYER_FUSED, 0, &layer), "config.hidden");
   EXPECT_EQ(layer, nullptr);
   c = qwen3();
   c.hidden = 2044;

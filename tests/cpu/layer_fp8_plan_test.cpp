@@ -244,8 +244,12 @@ TEST(LayerFp8Args, WhatTheFp8PathCannotRunIsNamed) {
   c = fp8(preset("qwen3-30b-a3b"));
   c.ffn = 776;
   expect_invalid([&] { layer::check_layer_config(c); }, "config.ffn");
+  c.precision = PrecisionRecipe::kMXFP8;  // 776 is not a multiple of 32 either
+  expect_invalid([&] { layer::check_layer_config(c); }, "config.ffn");
+  c = preset("qwen3-30b-a3b");
   c.precision = PrecisionRecipe::kMXFP8;
-  expect_invalid([&] { layer::check_layer_config(c); }, "config.precision");
+  layer::check_layer_config(c);
+  expect_invalid([&] { MoeLayer layer(c, {.mode = LayerMode::kUnfused}); }, "options.mode");
 }
 
 TEST(LayerFp8Args, WeightRegionIsChecked) {

@@ -151,7 +151,7 @@ TEST(LayerPlan, SizesGrowWithTokens) {
 TEST(LayerPlan, RejectsBadConfigAndTokenCount) {
   MoeConfig c = preset("qwen3-30b-a3b");
   test::expect_invalid([&] { layer_memory_plan(c, {}, 0); }, "tokens");
-  c.precision = PrecisionRecipe::kMXFP8;
+  c.precision = static_cast<PrecisionRecipe>(7);
   test::expect_invalid([&] { layer_memory_plan(c, {}, 16); }, "config.precision");
 }
 

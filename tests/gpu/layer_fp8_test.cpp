@@ -36,6 +36,7 @@
 #include "cuda/check.h"
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/plan.h"
+#include "gpu/layer_lowp_checks.h"
 #include "gpu/layer_test_fixture.h"
 #include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/health.h"
@@ -46,6 +47,12 @@
 
 namespace moefuse {
 namespace {
+
+using test::download_slice;
+using test::expect_gradients;
+using test::expect_same;
+using test::expect_y;
+using test::RefInputs;
 
 // y of the FP8 forward against the FP8 reference on the same quantised operands: the two differ
 // by bf16 roundings of act, ys and y. Where a rounding moves a 1x128 group's amax to the
@@ -66,69 +73,6 @@ MoeConfig bias_fp8_preset(const std::string& name) {
   MoeConfig c = test::scaled_preset(name);
   c.precision = PrecisionRecipe::kFP8Blockwise;
   return c;
-}
-
-// The reference layer's views over a LayerData (reference layout).
-struct RefInputs {
-  test::LayerData d;
-  ref::LayerWeights w;
-  TensorView x;
-
-  explicit RefInputs(const test::LayerData& data) : d(data) {
-    const MoeConfig& c = d.c;
-    const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-    const MoeConfig s = shared_expert_config(c);
-    auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
-      return v.empty() ? TensorView{} : TensorView::contiguous(v.data(), DType::kFloat32, shape);
-    };
-    w = {.w_router = f32(d.w_router, {E, H}),
-         .score_bias = f32(d.score_bias, {E}),
-         .experts = {.w1 = f32(d.w1, {E, fc1, H}),
-                     .b1 = f32(d.b1, {E, fc1}),
-                     .w2 = f32(d.w2, {E, H, F}),
-                     .b2 = f32(d.b2, {E, H})},
-         .shared_w1 = f32(d.sw1, {s.fc1_width(), H}),
-         .shared_w2 = f32(d.sw2, {H, s.ffn})};
-    x = f32(d.x, {d.T, H});
-  }
-};
-
-// y against `want`: rel-norm within tol, no NaN, the worst element named by token and column.
-void expect_y(const std::vector<float>& got, const std::vector<float>& want, int64_t H,
-              double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  size_t nan = 0, worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) ++nan;
-    if (!(std::fabs(got[i] - want[i]) <= std::fabs(got[worst] - want[worst]))) worst = i;
-  }
-  EXPECT_EQ(nan, 0u) << what << ": " << nan << " NaN in y (unwritten or poisoned input)";
-  const double err = test::rel_norm_error(got, want);
-  EXPECT_LE(err, tol) << what << ": y rel-norm error " << err << "; worst token "
-                      << worst / H << " column " << worst % H << ": got " << got[worst]
-                      << " want " << want[worst];
-  std::printf("[ fp8 ] %s: y rel-norm error %.4f (tolerance %.3f)\n", what.c_str(), err, tol);
-}
-
-template <class T>
-std::vector<T> download_slice(const test::DeviceLayer& d, const layer::Slice& s) {
-  std::vector<T> out(s.bytes / sizeof(T));
-  MOEFUSE_CUDA_CHECK(cudaMemcpy(out.data(), d.fp8.data() + s.offset, s.bytes,
-                                cudaMemcpyDeviceToHost));
-  return out;
-}
-
-template <class T>
-void expect_same(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0, first = got.size();
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      if (first == got.size()) first = i;
-      ++bad;
-    }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
-                     << " differ from the quantiser reference, first at [" << first << "]";
 }
 
 // The FP8 weight region after prepare_fp8_weights against ref/quant.h on the host weights.
@@ -173,57 +117,6 @@ void expect_fp8_weights(const test::DeviceLayer& d, const test::LayerData& data)
         TensorView::contiguous(st.data(), DType::kFloat32, {E, gk, gn}));
     expect_same(download_slice<uint8_t>(d, t.t_codes), qt, std::string(t.name) + " e4m3 codes");
     expect_same(download_slice<float>(d, t.t_scales), st, std::string(t.name) + " scales");
-  }
-}
-
-// A gradient's shape by name, to name the worst element by its indices.
-std::vector<int64_t> gradient_shape(const MoeConfig& c, int64_t T, const std::string& name) {
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
-  const MoeConfig s = shared_expert_config(c);
-  if (name == "dx") return {T, H};
-  if (name == "d_w_router" || name == "d_b2") return {E, H};
-  if (name == "d_w1") return {E, fc1, H};
-  if (name == "d_w2") return {E, H, F};
-  if (name == "d_b1") return {E, fc1};
-  if (name == "d_shared_w1") return {s.fc1_width(), H};
-  if (name == "d_shared_w2") return {H, s.ffn};
-  return {};
-}
-
-std::string index_string(size_t i, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    idx[d] = static_cast<int64_t>(i % shape[d]);
-    i /= shape[d];
-  }
-  std::ostringstream o;
-  o << "[";
-  for (size_t d = 0; d < idx.size(); ++d) o << (d ? ", " : "") << idx[d];
-  o << "]";
-  return o.str();
-}
-
-// Every gradient of `got` against `want` within tol(name), each error printed; the worst element
-// (d_w1 / d_b1 in the reference [gate; up] order) and any NaN (an unwritten output) named.
-void expect_gradients(const MoeConfig& c, int64_t T, const test::StepResult& got,
-                      const test::StepResult& want, double (*tol)(const std::string&),
-                      const std::string& what) {
-  for (const auto& [name, w] : want.tensors) {
-    if (name == "y" || name == "losses") continue;
-    const std::vector<float>& g = got.at(name);
-    ASSERT_EQ(g.size(), w.size()) << name;
-    size_t nan = 0, worst = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      if (std::isnan(g[i])) ++nan;
-      if (!(std::fabs(g[i] - w[i]) <= std::fabs(g[worst] - w[worst]))) worst = i;
-    }
-    const double err = test::rel_norm_error(g, w), bound = tol(name);
-    std::printf("[ fp8 ] %s: %-12s rel-norm error %.4f (tolerance %.3f)\n", what.c_str(),
-                name.c_str(), err, bound);
-    EXPECT_EQ(nan, 0u) << what << ": " << name << " has " << nan << " NaN (unwritten?)";
-    EXPECT_LE(err, bound) << what << ": " << name << " rel-norm error " << err << "; worst "
-                          << index_string(worst, gradient_shape(c, T, name)) << " got "
-                          << g[worst] << " want " << w[worst];
   }
 }
 
@@ -272,18 +165,19 @@ void check_step(const MoeConfig& c, int64_t T, const std::string& what,
   RefInputs in(data);
   const ref::LayerForward fwd = ref::layer_forward(c, in.w, in.x);
   expect_y(got.at("y"), ref::layer_forward_fp8(c, in.w, in.x, fwd), c.hidden,
-           fp8_reference_tolerance(T * c.top_k), what + " vs the FP8 reference");
+           fp8_reference_tolerance(T * c.top_k), "fp8 " + what + " vs the FP8 reference");
   expect_y(got.at("y"), bf16.at("y"), c.hidden, ref::kFp8LayerForwardTolerance,
-           what + " vs the bf16 reference");
+           "fp8 " + what + " vs the bf16 reference");
   test::StepResult losses = bf16;
   std::erase_if(losses.tensors, [](const auto& t) { return t.first != "losses"; });
   test::expect_matches(got, losses);  // the router is bf16: its losses are the reference's
   expect_gradients(c, T, got, test::reference_step(data, &ref::layer_backward_fp8),
-                   &bf16_tolerance, what + " vs the FP8 reference");
+                   &bf16_tolerance, "fp8 " + what + " vs the FP8 reference");
   test::StepResult bf16_grads = bf16;
   if (!router_vs_bf16)
     std::erase_if(bf16_grads.tensors, [](const auto& t) { return t.first == "d_w_router"; });
-  expect_gradients(c, T, got, bf16_grads, &fp8_vs_bf16_tolerance, what + " vs the bf16 reference");
+  expect_gradients(c, T, got, bf16_grads, &fp8_vs_bf16_tolerance,
+                   "fp8 " + what + " vs the bf16 reference");
 }
 
 struct Case {
@@ -442,42 +336,16 @@ TEST(LayerFp8Bf16Wgrad, OnlyTheWeightGradientsChangeAndMayBeBf16) {
 TEST(LayerFp8Graph, PrepareForwardBackwardCaptureOnceReplayOnNewInputs) {
   MOEFUSE_REQUIRE_HOPPER();
   const MoeConfig c = fp8_preset("deepseek-v3");
-  const LayerOptions o{.mode = LayerMode::kFused};
   const int64_t T = 200;
-  test::Stream stream;
-  MoeLayer layer(c, o);
-  test::DeviceLayer d(c, o, T);
-  d.upload(test::LayerData::random(c, T));
-  d.poison();
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  MOEFUSE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  d.forward(layer, stream);  // prepare_fp8_weights + forward
-  d.backward(layer, stream);
-  MOEFUSE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  MOEFUSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) {
-    SCOPED_TRACE("replay " + std::to_string(replay) + " seed=" + std::to_string(test::seed()));
-    const test::LayerData data = test::LayerData::random(c, T);
-    d.upload(data);
-    d.poison();
-    MOEFUSE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const test::StepResult graphed = test::download(d);
+  test::expect_graph_replays(c, T, [&](const test::LayerData& data,
+                                       const test::StepResult& graphed) {
     RefInputs in(data);
     const ref::LayerForward fwd = ref::layer_forward(c, in.w, in.x);
     expect_y(graphed.at("y"), ref::layer_forward_fp8(c, in.w, in.x, fwd), c.hidden,
-             fp8_reference_tolerance(T * c.top_k), "graph replay vs the FP8 reference");
+             fp8_reference_tolerance(T * c.top_k), "fp8 graph replay vs the FP8 reference");
     expect_gradients(c, T, graphed, test::reference_step(data, &ref::layer_backward_fp8),
-                     &bf16_tolerance, "graph replay vs the FP8 reference");
-    d.poison();
-    d.forward(layer, stream);
-    d.backward(layer, stream);
-    MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    test::expect_same_bits(graphed, test::download(d), "graph vs eager:");
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+                     &bf16_tolerance, "fp8 graph replay vs the FP8 reference");
+  });
 }
 
 // layer::transpose_scales against transpose_fp8_activation_scales (the layout the FP8 GEMM and

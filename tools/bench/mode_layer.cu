@@ -51,7 +51,8 @@ struct Options {
   std::string routing_name;
   std::vector<LayerMode> modes;
   bool graph = true, recompute = false, torch = true;
-  bool fp8 = false;  // --precision fp8: also the FP8 layer (fused, fwd + bwd), next to bf16
+  // --precision fp8|mxfp8: also that layer (fused, fwd + bwd), next to bf16 (kBF16: none)
+  PrecisionRecipe low = PrecisionRecipe::kBF16;
   // --fp8-wgrad fp8|bf16|both: the FP8 layer's wgrads (config.bf16_wgrad false, true, or a
   // variant of each)
   std::vector<bool> fp8_bf16_wgrad = {false};
@@ -90,11 +91,17 @@ std::string load_summary(const LayerTensors& t, const LayerOptions& o, const Wor
   return buf;
 }
 
+// The short name of a precision in the reports: "fp8", "mxfp8" ("" for bf16).
+std::string precision_tag(PrecisionRecipe p) {
+  if (p == PrecisionRecipe::kFP8Blockwise) return "fp8";
+  return p == PrecisionRecipe::kMXFP8 ? "mxfp8" : "";
+}
+
 // The name of a (mode, precision) variant in the reports: "fused", "unfused", "fused fp8",
-// "fused fp8 bf16-wgrad".
+// "fused fp8 bf16-wgrad", "fused mxfp8".
 std::string variant_name(const MoeConfig& c, LayerMode mode) {
   std::string n(layer_mode_name(mode));
-  if (c.precision == PrecisionRecipe::kFP8Blockwise) n += " fp8";
+  if (c.precision != PrecisionRecipe::kBF16) n += " " + precision_tag(c.precision);
   if (c.bf16_wgrad) n += " bf16-wgrad";
   return n;
 }
@@ -120,14 +127,15 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
     const double prep_ms =
         time_on_stream([&](cudaStream_t s) { layer.prepare_fp8_weights(w, s); }, stream,
                        o.warmup, o.iters).median_ms;
-    std::printf("   %s %s: prepare_fp8_weights (w1, w2 + transposes → e4m3, once per step) "
-                "%.3f ms, "
-                "%.1f MiB\n", name.c_str(), mode_name.c_str(), prep_ms,
-                plan.fp8_weight_bytes / 1048576.0);
+    std::printf("   %s %s: prepare_fp8_weights (%s, once per step) %.3f ms, %.1f MiB\n",
+                name.c_str(), mode_name.c_str(),
+                c.precision == PrecisionRecipe::kMXFP8 ? "w1, w2 → 4 qdq'd bf16 copies"
+                                                        : "w1, w2 + transposes → e4m3",
+                prep_ms, plan.fp8_weight_bytes / 1048576.0);
   }
   const MoeLayerGrads g =
-      t.grads(c.precision == PrecisionRecipe::kBF16 || c.bf16_wgrad ? o.expert_grads
-                                                                    : DType::kFloat32);
+      t.grads(c.precision != PrecisionRecipe::kFP8Blockwise || c.bf16_wgrad ? o.expert_grads
+                                                                            : DType::kFloat32);
   const MoeLayerOutputs out = t.outputs();
   auto forward = [&](cudaStream_t s, const LayerRun& run) {
     layer.forward(t.xv(), w, out, cache, ws, s, run);
@@ -250,21 +258,21 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
   progress("layer " + name + ": random weights");
   LayerTensors t(c, T, o.routing, seed);
   std::map<LayerMode, Totals> ours;
-  std::map<bool, Totals> fp8;  // by config.bf16_wgrad
-  std::string load, fp8_skipped;
+  std::map<bool, Totals> low;  // the low-precision layer by config.bf16_wgrad
+  std::string load, low_skipped;
   for (LayerMode m : o.modes)
     ours[m] = bench_mode(name, t, c, m, o, r, stream, load.empty() ? &load : nullptr);
-  if (o.fp8) {
-    MoeConfig c8 = c;
-    c8.precision = PrecisionRecipe::kFP8Blockwise;
+  if (o.low != PrecisionRecipe::kBF16) {
+    MoeConfig cl = c;
+    cl.precision = o.low;
     try {
-      layer_memory_plan(c8, {}, 1);  // validates: H, F % 16
+      layer_memory_plan(cl, {}, 1);  // validates: H, F % 16 (FP8) or % 32 (MXFP8)
       for (bool bf16_wgrad : o.fp8_bf16_wgrad) {
-        c8.bf16_wgrad = bf16_wgrad;
-        fp8[bf16_wgrad] = bench_mode(name, t, c8, LayerMode::kFused, o, r, stream, nullptr);
+        cl.bf16_wgrad = bf16_wgrad;
+        low[bf16_wgrad] = bench_mode(name, t, cl, LayerMode::kFused, o, r, stream, nullptr);
       }
     } catch (const InvalidArgument& e) {
-      fp8_skipped = e.what();
+      low_skipped = e.what();
     }
   }
   progress("layer " + name + ": dense cuBLAS bound");
@@ -290,9 +298,9 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
   };
   const std::string how = o.graph ? " (graph)" : " (eager)";
   for (const auto& [m, tt] : ours) add("moefuse " + std::string(layer_mode_name(m)) + how, tt);
-  for (const auto& [bf16_wgrad, tt] : fp8)
-    add(std::string("moefuse fused fp8 (fwd + bwd") + (bf16_wgrad ? ", bf16 wgrads)" : ")") + how,
-        tt);
+  const std::string tag = precision_tag(o.low);
+  for (const auto& [bf16_wgrad, tt] : low)
+    add("moefuse fused " + tag + " (fwd + bwd" + (bf16_wgrad ? ", bf16 wgrads)" : ")") + how, tt);
   if (torch) add("torch unfused", *torch);
   add("dense cuBLAS bound", dense);
   std::printf("   %s: routing %s (%s); torch: %s\n", name.c_str(), o.routing_name.c_str(),
@@ -301,19 +309,19 @@ void bench_config(const std::string& name, const MoeConfig& c, const Options& o,
     std::printf("   %s: fused / unfused speedup: fwd %.2fx, fwd+bwd %.2fx\n", name.c_str(),
                 ours[LayerMode::kUnfused].forward_ms / ours[LayerMode::kFused].forward_ms,
                 ours[LayerMode::kUnfused].step_ms / ours[LayerMode::kFused].step_ms);
-  for (const auto& [bf16_wgrad, tt] : fp8)
+  for (const auto& [bf16_wgrad, tt] : low)
     if (ours.count(LayerMode::kFused))
-      std::printf("   %s: fp8 / bf16 (fused) speedup: fwd %.2fx, fwd+bwd %.2fx (%s)\n",
-                  name.c_str(), ours[LayerMode::kFused].forward_ms / tt.forward_ms,
+      std::printf("   %s: %s / bf16 (fused) speedup: fwd %.2fx, fwd+bwd %.2fx (%s)\n",
+                  name.c_str(), tag.c_str(), ours[LayerMode::kFused].forward_ms / tt.forward_ms,
                   ours[LayerMode::kFused].step_ms / tt.step_ms,
-                  bf16_wgrad ? "bf16 wgrads" : "all FP8");
-  if (o.fp8 && fp8.empty())
-    std::printf("   %s: fp8 skipped: %s\n", name.c_str(), fp8_skipped.c_str());
+                  bf16_wgrad ? "bf16 wgrads" : ("all " + tag).c_str());
+  if (o.low != PrecisionRecipe::kBF16 && low.empty())
+    std::printf("   %s: %s skipped: %s\n", name.c_str(), tag.c_str(), low_skipped.c_str());
 }
 
 // --preset NAME|all, or custom sizes on top of a preset (--hidden, --ffn, --experts, --topk).
-// The configs stay bf16; --precision fp8 sets *fp8 (the FP8 variant runs next to them).
-std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args, bool* fp8) {
+// The configs stay bf16; --precision fp8|mxfp8 sets *low (that variant runs next to them).
+std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args, PrecisionRecipe* low) {
   const std::string which = args.get("preset", "qwen3-30b-a3b");
   const int64_t hidden = args.get_int("hidden", 0, 0, 1 << 16);
   const int64_t ffn = args.get_int("ffn", 0, 0, 1 << 17);
@@ -332,17 +340,21 @@ std::vector<std::pair<std::string, MoeConfig>> parse_configs(Args& args, bool* f
     if (ffn) c.ffn = ffn;
     if (experts) c.num_experts = experts;
     if (topk) c.top_k = topk;
-    MOEFUSE_EXPECT(precision == "bf16" || precision == "fp8", "--precision",
-                   "bf16, or fp8 (the FP8 layer, forward and backward, next to bf16)", precision);
+    MOEFUSE_EXPECT(precision == "bf16" || precision == "fp8" || precision == "mxfp8",
+                   "--precision",
+                   "bf16, fp8 or mxfp8 (that layer, forward and backward, next to bf16)",
+                   precision);
     layer_memory_plan(c, {}, 1);  // validates the config
   }
-  *fp8 = precision == "fp8";
+  *low = precision == "fp8"     ? PrecisionRecipe::kFP8Blockwise
+         : precision == "mxfp8" ? PrecisionRecipe::kMXFP8
+                                : PrecisionRecipe::kBF16;
   return out;
 }
 
 int run(Args& args) {
   Options o;
-  o.configs = parse_configs(args, &o.fp8);
+  o.configs = parse_configs(args, &o.low);
   o.tokens = args.get_int("tokens", 16384, 1, int64_t{1} << 22);
   o.routing_name = args.get("routing", "uniform");
   o.routing = parse_routing(o.routing_name);
@@ -360,7 +372,8 @@ int run(Args& args) {
   o.expert_grads = expert_grads == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   const std::string fp8_wgrad = args.get("fp8-wgrad", "fp8");
   MOEFUSE_EXPECT(fp8_wgrad == "fp8" || fp8_wgrad == "bf16" || fp8_wgrad == "both",
-                 "--fp8-wgrad", "fp8, bf16 or both (the FP8 layer's wgrads)", fp8_wgrad);
+                 "--fp8-wgrad", "fp8, bf16 or both (the low-precision layer's wgrads)",
+                 fp8_wgrad);
   if (fp8_wgrad == "bf16") o.fp8_bf16_wgrad = {true};
   if (fp8_wgrad == "both") o.fp8_bf16_wgrad = {false, true};
   o.warmup = static_cast<int>(args.get_int("warmup", 5, 0, 10000));
@@ -399,7 +412,7 @@ MOEFUSE_BENCH_MODE(layer, "layer",
                    "the whole MoE layer fwd / fwd+bwd (graph), per stage, vs torch and dense "
                    "cuBLAS",
                    "[--preset NAME|all] [--hidden H --ffn F --experts E --topk k] "
-                   "[--tokens 16384] [--routing uniform|zipf] [--precision bf16|fp8] "
+                   "[--tokens 16384] [--routing uniform|zipf] [--precision bf16|fp8|mxfp8] "
                    "[--fp8-wgrad fp8|bf16|both] [--mode both|fused|unfused] [--eager] "
                    "[--recompute] [--expert-grads fp32|bf16] [--no-torch] [--warmup 5] "
                    "[--iters 30] [--json FILE]",

@@ -3,8 +3,13 @@
 // cudaMemcpyAsync device-to-device copy moving the same number of bytes, measured in the same run.
 //
 //   moefuse-bench quant [--m 16384] [--k 7168] [--dtype bf16|fp32] [--experts 8] [--n 2048]
-//                       [--iters 50] [--warmup 10] [--json FILE]
-// Activations are x [m, k]; weights (128x128 blocks) are w [experts, n, k]. The input holds
+//                       [--topk 2] [--routing uniform|zipf] [--iters 50] [--warmup 10]
+//                       [--json FILE]
+// Activations are x [m, k]; weights (128x128 blocks) are w [experts, n, k]. The MXFP8
+// quantise-dequantise passes (bf16 only) run on x along k (rows), on x down its rows in 32-row
+// blocks per expert, the experts' rows from routing m / topk tokens (columns: the rows past
+// offsets[E] are not touched, nor counted), and on w as [experts * n, k] (columns, blocks from
+// row 0; when n % 32 == 0). The input holds
 // pseudo-random values over a wide range (fill_inputs), not a constant, so every group gets its
 // own scale and codes of every magnitude; the dequantisers read what the quantisers wrote.
 #include <cuda_bf16.h>
@@ -18,6 +23,7 @@
 
 #include "bench/mode.h"
 #include "bench/report.h"
+#include "bench/routing.h"
 #include "bench/timing.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -72,6 +78,8 @@ int run_quant(Args& args) {
   const int64_t k = args.get_int("k", 7168, 16, 1 << 20);
   const int64_t experts = args.get_int("experts", 8, 1, 1024);
   const int64_t n = args.get_int("n", 2048, 1, 1 << 20);
+  const int64_t topk = args.get_int("topk", 2, 1, 64);
+  const std::string routing_arg = args.get("routing", "uniform");
   const std::string dtype_arg = args.get("dtype", "bf16");
   const int iters = static_cast<int>(args.get_int("iters", 50, 1, 100000));
   const int warmup = static_cast<int>(args.get_int("warmup", 10, 0, 100000));
@@ -80,6 +88,9 @@ int run_quant(Args& args) {
   MOEFUSE_EXPECT(dtype_arg == "bf16" || dtype_arg == "fp32", "--dtype", "bf16 or fp32",
                  "'" + dtype_arg + "'");
   MOEFUSE_EXPECT(k % 16 == 0, "--k", "a multiple of 16", std::to_string(k));
+  MOEFUSE_EXPECT(topk <= experts, "--topk", "at most --experts (" + std::to_string(experts) + ")",
+                 std::to_string(topk));
+  const RoutingDistribution routing = parse_routing(routing_arg);
   if (gpu_missing("quant")) return 0;
   const DType in = dtype_arg == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   const double in_bytes = dtype_arg == "bf16" ? 2 : 4;
@@ -176,6 +187,29 @@ int run_quant(Args& args) {
                            dev(xt_scales, DType::kFloat32, {groups, k}), s);
                      }});
 
+  // The MXFP8 quantise-dequantise passes: bf16 only, rows with k % 32 == 0.
+  const SyntheticRouting routed = draw_routing(m / topk, experts, topk, routing, /*seed=*/1234);
+  const int64_t routed_rows = routed.offsets.back();
+  DeviceBuffer routed_offsets(routed.offsets.size() * 4);
+  MOEFUSE_CUDA_CHECK(cudaMemcpy(routed_offsets.ptr, routed.offsets.data(),
+                                routed.offsets.size() * 4, cudaMemcpyHostToDevice));
+  if (in == DType::kBFloat16) {
+    const TensorView xb = dev(x, in, {m, k}), ob = dev(out, in, {m, k});
+    if (k % 32 == 0)
+      cases.push_back({"qdq mxfp8 rows", act, mk * 4.0,
+                       [=](cudaStream_t s) { qdq_mxfp8_rows(xb, ob, s); }});
+    const TensorView offs = dev(routed_offsets, DType::kInt32, {experts + 1});
+    cases.push_back({"qdq mxfp8 cols, " + std::to_string(routed_rows) + " routed rows", act,
+                     double(routed_rows) * k * 4.0,
+                     [=](cudaStream_t s) { qdq_mxfp8_cols(xb, offs, ob, s); }});
+    if (wn % 32 == 0) {
+      const TensorView xw = dev(x, in, {wn, k}), ow = dev(out, in, {wn, k});
+      cases.push_back({"qdq mxfp8 cols, stacked weights", "[" + std::to_string(wn) + ", " +
+                       std::to_string(k) + "]", nk * 4.0,
+                       [=](cudaStream_t s) { qdq_mxfp8_cols(xw, TensorView{}, ow, s); }});
+    }
+  }
+
   cudaStream_t stream;
   MOEFUSE_CUDA_CHECK(cudaStreamCreate(&stream));
   Report report("quant kernels (" + dtype_arg + " input), vs cudaMemcpyAsync D2D of the same bytes",
@@ -199,6 +233,7 @@ int run_quant(Args& args) {
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
   MOEFUSE_CUDA_CHECK(cudaStreamDestroy(stream));
   report.set_meta("iterations", static_cast<long long>(iters));
+  report.set_meta("routing", routing_arg + ", top-" + std::to_string(topk));
   report.print();
   if (!json.empty()) write_json_file(json, args.command(), {&report});
   return 0;
@@ -207,9 +242,11 @@ int run_quant(Args& args) {
 }  // namespace
 
 MOEFUSE_BENCH_MODE(quant, "quant",
-                   "GPU quantise/dequantise kernels (blockwise FP8, MXFP8, NVFP4): TB/s vs D2D copy",
+                   "GPU quantise/dequantise kernels (blockwise FP8, MXFP8, NVFP4, MXFP8 qdq): "
+                   "TB/s vs copy",
                    "[--m 16384] [--k 7168] [--experts 8] [--n 2048] [--dtype bf16|fp32] "
-                   "[--warmup 10] [--iters 50] [--json FILE]",
+                   "[--topk 2] [--routing uniform|zipf] [--warmup 10] [--iters 50] "
+                   "[--json FILE]",
                    run_quant);
 
 }  // namespace moefuse::bench

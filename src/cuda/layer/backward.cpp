@@ -17,6 +17,10 @@
 // bias terms or bf16 wgrads read it. With config.bf16_wgrad the wgrads are the bf16 layer's (dW1
 // on x permuted by its own gather). Bias gradients, the router and the shared expert are the
 // bf16 path's.
+// MXFP8 layers (config.precision kMXFP8): the bf16 path on quantise-dequantised operands
+// (ref/layer_mxfp8.h): the recompute's x rows, dys and d_pre row-wise for the dgrads (into
+// scratch, on the main stream) with the weights' dgrad copies; for the wgrads dys, p·act, d_pre
+// and x's permuted rows column-wise, in place on the second stream after the bias sums.
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -34,6 +38,7 @@
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/layer.h"
+#include "moefuse/quant.h"
 #include "moefuse/router.h"
 
 // Designated initialisers leave the optional views (bias, row_scale, ...) empty on purpose.
@@ -53,6 +58,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   const bool recompute = layer::recomputes_pre(config_, options_);
   const bool fp8 = config_.precision == PrecisionRecipe::kFP8Blockwise;
   const bool fp8_wgrad = fp8 && !config_.bf16_wgrad;
+  const bool mx = config_.precision == PrecisionRecipe::kMXFP8;
+  const bool mx_wgrad = mx && !config_.bf16_wgrad;
   const bool fused = options_.mode == LayerMode::kFused;
   const bool shared = config_.shared_expert_ffn > 0;
   const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
@@ -84,7 +91,13 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     layer::run_stage(LayerStage::kRecomputeFc1, stream, obs, [&] {
       if (fp8) return layer::recompute_pre_fp8(x, w, v, run.health, stream);
       permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, stream);
-      run_gemm({.a = v.xs_bwd, .b = w.w1, .offsets = v.offsets, .d = v.pre_bwd, .bias = w.b1},
+      // MXFP8: xs_bwd stays unquantised for dW1's column-wise copy.
+      if (mx) qdq_mxfp8_rows(v.xs_bwd, v.xs_qdq_bwd, stream);
+      run_gemm({.a = mx ? v.xs_qdq_bwd : v.xs_bwd,
+                .b = mx ? v.w1_qdq : w.w1,
+                .offsets = v.offsets,
+                .d = v.pre_bwd,
+                .bias = w.b1},
                stream);
     });
   }
@@ -94,8 +107,9 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   });
   layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
     if (fp8) return layer::fc2_dgrad_fp8(config_, w, v, stream);
-    layer::run_fc2_dgrad({.dys = v.dys,
-                          .w2 = w.w2,
+    if (mx) qdq_mxfp8_rows(v.dys, v.dys_qdq, stream);
+    layer::run_fc2_dgrad({.dys = mx ? v.dys_qdq : v.dys,
+                          .w2 = mx ? v.w2_qdq_dgrad : w.w2,
                           .offsets = v.offsets,
                           .pre = v.pre_bwd,
                           .d_pre = v.dpre,
@@ -106,37 +120,54 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                           .d_row_scale = v.d_row_prob,
                           .b2 = w.b2},
                          fused, v.dp_partial, v.g, stream);
+    // FC1 dgrad's operand, before the second stream quantises d_pre column-wise in place.
+    if (mx) qdq_mxfp8_rows(v.dpre, v.dpre_qdq, stream);
   });
 
   // dys, p·act and d_pre exist: the weight gradients go to the second stream.
   h.fork(h.fork_event, stream, h.side);
+  // The bias sums read dys and d_pre first: MXFP8 then quantises them in place, column-wise.
   layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
-    if (fp8_wgrad)
-      layer::fc2_wgrad_fp8(dy, g, v, h.side);
-    else
-      grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, h.side);
     if (config_.expert_bias)
       layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
                                 v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, h.side);
+    if (fp8_wgrad) return layer::fc2_wgrad_fp8(dy, g, v, h.side);
+    if (mx_wgrad) {
+      qdq_mxfp8_cols(v.dys, v.offsets, v.dys, h.side);
+      qdq_mxfp8_cols(v.act_bwd, v.offsets, v.act_bwd, h.side);
+    }
+    grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, h.side);
   });
   layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
-    const GroupedGemmWgradArgs args{
-        .a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1, .gather_index = v.token_of_row};
-    if (fp8_wgrad)
-      layer::fc1_wgrad_fp8(x, g, v, h.side);
-    else if (recompute && !fp8)  // the bf16 recompute permuted x into xs_bwd
-      grouped_gemm_wgrad({.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1}, h.side);
-    else
-      grouped_gemm_wgrad_unfused(args, {.gathered_b = v.xs_bwd}, h.side);
     if (config_.expert_bias)
       layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
                                 g.d_b1.as<float>(), E, fc1, h.side);
+    if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, h.side);
+    const GroupedGemmWgradArgs args{
+        .a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1};
+    if (mx_wgrad) {
+      // x's rows, permuted unquantised by the recompute or here.
+      if (!recompute) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, h.side);
+      qdq_mxfp8_cols(v.xs_bwd, v.offsets, v.xs_bwd, h.side);
+      qdq_mxfp8_cols(v.dpre, v.offsets, v.dpre, h.side);
+      grouped_gemm_wgrad(args, h.side);
+    } else if (recompute && !fp8) {  // the bf16 recompute permuted x into xs_bwd
+      grouped_gemm_wgrad(args, h.side);
+    } else {
+      grouped_gemm_wgrad_unfused({.a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1,
+                                  .gather_index = v.token_of_row},
+                                 {.gathered_b = v.xs_bwd}, h.side);
+    }
   });
   MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
 
   layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
     if (fp8) return layer::fc1_dgrad_fp8(v, stream);
-    grouped_gemm_dgrad({.a = v.dpre, .b = w.w1, .offsets = v.offsets, .d = v.dxs}, stream);
+    grouped_gemm_dgrad({.a = mx ? v.dpre_qdq : v.dpre,
+                        .b = mx ? v.w1_qdq_dgrad : w.w1,
+                        .offsets = v.offsets,
+                        .d = v.dxs},
+                       stream);
   });
   layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
     permute_backward(v.dxs, v.row_of, g.dx, run.health, stream);

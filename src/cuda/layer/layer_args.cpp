@@ -28,8 +28,8 @@ void expect_device_aligned(const TensorView& t, std::string_view name, DType dty
 // writes fp32 only.
 void expect_expert_grad(const TensorView& t, std::string_view name, const MoeConfig& c,
                         std::initializer_list<int64_t> shape) {
-  // The BF16 wgrad kernel writes either; the FP8 one fp32 only.
-  const bool bf16_ok = c.precision == PrecisionRecipe::kBF16 || c.bf16_wgrad;
+  // The BF16 wgrad kernel (bf16 and MXFP8 layers) writes either; the FP8 one fp32 only.
+  const bool bf16_ok = c.precision != PrecisionRecipe::kFP8Blockwise || c.bf16_wgrad;
   MOEFUSE_EXPECT(t.dtype == DType::kFloat32 || (bf16_ok && t.dtype == DType::kBFloat16), name,
                  bf16_ok ? "fp32 or bf16" : "fp32 (FP8 wgrads: config.bf16_wgrad is false)",
                  std::string(dtype_name(t.dtype)));
@@ -82,6 +82,14 @@ void expect_multiple_of_16_fp8(int64_t v, std::string_view name) {
                  std::to_string(v));
 }
 
+void expect_multiple_of_32_mxfp8(int64_t v, std::string_view name) {
+  MOEFUSE_EXPECT(v % 32 == 0, name, "a multiple of 32 with mxfp8 (whole 32-element blocks)",
+                 std::to_string(v));
+}
+
+// The recipes with a quantised weight copy in MoeLayerWeights::fp8.
+bool has_weight_copy(const MoeConfig& c) { return c.precision != PrecisionRecipe::kBF16; }
+
 // x [T, H]; returns T.
 int64_t check_x(const MoeConfig& c, const TensorView& x, int64_t max_tokens) {
   MOEFUSE_EXPECT(x.rank == 2, "x", "rank 2 [T, H]", "rank " + std::to_string(x.rank));
@@ -118,8 +126,9 @@ void check_weights(const MoeConfig& c, int64_t E, const MoeLayerWeights& w) {
 void check_layer_config(const MoeConfig& c) {
   c.validate();
   MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kBF16 ||
-                     c.precision == PrecisionRecipe::kFP8Blockwise,
-                 "config.precision", "bf16 or fp8_blockwise (MXFP8 is not implemented yet)",
+                     c.precision == PrecisionRecipe::kFP8Blockwise ||
+                     c.precision == PrecisionRecipe::kMXFP8,
+                 "config.precision", "bf16, fp8_blockwise or mxfp8",
                  std::string(precision_name(c.precision)));
   expect_multiple_of_8(c.hidden, "config.hidden");
   expect_multiple_of_8(c.ffn, "config.ffn");
@@ -127,6 +136,11 @@ void check_layer_config(const MoeConfig& c) {
     // K of FC1 (H) and of FC2 (F) is the row length of e4m3 operands: 16-byte TMA rows.
     expect_multiple_of_16_fp8(c.hidden, "config.hidden");
     expect_multiple_of_16_fp8(c.ffn, "config.ffn");
+  }
+  if (c.precision == PrecisionRecipe::kMXFP8) {
+    // Every GEMM's K (H, F, fc1 = F or 2F) and the weights' rows split into whole 32-blocks.
+    expect_multiple_of_32_mxfp8(c.hidden, "config.hidden");
+    expect_multiple_of_32_mxfp8(c.ffn, "config.ffn");
   }
   expect_multiple_of_8(c.shared_expert_ffn, "config.shared_expert_ffn");
   MOEFUSE_EXPECT(c.num_experts <= kRouterMaxExperts, "config.num_experts",
@@ -142,13 +156,15 @@ void check_layer_options(const MoeConfig& c, const LayerOptions& o) {
   MOEFUSE_EXPECT(o.mode == LayerMode::kFused || o.mode == LayerMode::kUnfused, "options.mode",
                  "kFused or kUnfused", std::to_string(static_cast<int>(o.mode)));
   MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kBF16 || o.mode == LayerMode::kFused,
-                 "options.mode", "kFused with fp8_blockwise (no unfused FP8 path)",
+                 "options.mode",
+                 "kFused with " + std::string(precision_name(c.precision)) +
+                     " (no unfused low-precision path)",
                  std::string(layer_mode_name(o.mode)));
 }
 
 void check_fp8_weights(const MoeConfig& c, const MoeLayerWeights& w) {
-  MOEFUSE_EXPECT(c.precision == PrecisionRecipe::kFP8Blockwise, "config.precision",
-                 "fp8_blockwise (only FP8 layers have an FP8 weight copy)",
+  MOEFUSE_EXPECT(has_weight_copy(c), "config.precision",
+                 "fp8_blockwise or mxfp8 (only they have a quantised weight copy)",
                  std::string(precision_name(c.precision)));
   const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   expect_device_aligned(w.w1, "weights.w1", DType::kBFloat16, {E, fc1, H});
@@ -187,7 +203,7 @@ int64_t check_forward_args(const MoeConfig& c, const ArgBounds& b, const TensorV
                            const TensorView& health) {
   const int64_t T = check_x(c, x, b.max_tokens);
   check_weights(c, b.experts_held, w);
-  if (c.precision == PrecisionRecipe::kFP8Blockwise) check_fp8_weights(c, w);
+  if (has_weight_copy(c)) check_fp8_weights(c, w);
   expect_device_aligned(out.y, "out.y", DType::kBFloat16, {T, c.hidden});
   expect_tensor(out.losses, "out.losses", DType::kFloat32, Device::kCuda, {2});
   const RegionBytes needed = b.region_bytes(T);
@@ -211,8 +227,8 @@ int64_t check_backward_args(const MoeConfig& c, const ArgBounds& b, const Tensor
   const int64_t T = check_x(c, x, b.max_tokens);
   const int64_t E = b.experts_held, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   check_weights(c, E, w);
-  // The FP8 backward's GEMMs read the FP8 copy (w1 for the recompute, w1t and w2t for the dgrads).
-  if (c.precision == PrecisionRecipe::kFP8Blockwise) check_fp8_weights(c, w);
+  // The low-precision backward's GEMMs read the quantised copy (the recompute's and the dgrads').
+  if (has_weight_copy(c)) check_fp8_weights(c, w);
   expect_device_aligned(dy, "dy", DType::kBFloat16, {T, H});
   expect_device_aligned(g.dx, "grads.dx", DType::kBFloat16, {T, H});
   expect_device_aligned(g.d_w_router, "grads.d_w_router", DType::kFloat32,

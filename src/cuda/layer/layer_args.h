@@ -13,17 +13,17 @@
 
 namespace moefuse::layer {
 
-// The config's own checks plus what the GPU path needs: bf16 or blockwise-FP8 precision, H, F
-// and the shared F multiples of 8 (16-byte rows), E and k within the router's and dispatch's
-// limits; FP8 also H and F multiples of 16 (16-byte e4m3 rows; expert biases enter the FP8
-// epilogues).
+// The config's own checks plus what the GPU path needs: bf16, blockwise-FP8 or MXFP8
+// precision, H, F and the shared F multiples of 8 (16-byte rows), E and k within the router's
+// and dispatch's limits; FP8 also H and F multiples of 16 (16-byte e4m3 rows; expert biases
+// enter the FP8 epilogues), MXFP8 multiples of 32 (whole blocks).
 void check_layer_config(const MoeConfig& config);
 
-// options.mode a LayerMode; kFused with an FP8 recipe (the FP8 path is one fused pipeline).
+// options.mode a LayerMode; kFused with a low-precision recipe (one fused pipeline each).
 void check_layer_options(const MoeConfig& config, const LayerOptions& options);
 
-// kFP8Blockwise: weights.w1 and weights.w2 (bf16) and the region weights.fp8, which must not
-// overlap them. Names:
+// kFP8Blockwise, kMXFP8: weights.w1 and weights.w2 (bf16) and the region weights.fp8 (the
+// quantised copy), which must not overlap them. Names:
 // config.precision, weights.w1, weights.w2, weights.fp8.
 void check_fp8_weights(const MoeConfig& config, const MoeLayerWeights& weights);
 

@@ -12,6 +12,9 @@
 // 1x128 scales) → FC1 FP8 GEMM (GLU epilogue, bf16 act, saves pre) → act quantised 1x128, its scales
 // transposed to K-major → FC2 FP8 GEMM (row scale = routing prob) → combine. Weights from
 // weights.fp8 (prepare_fp8_weights). Router and shared expert stay bf16.
+// MXFP8 (config.precision kMXFP8, fused only; an emulation on Hopper, docs/fp8.md): the bf16
+// fused path on quantise-dequantised operands — x along H (qdq_mxfp8_rows into x_qdq, which FC1
+// gathers or the permute copies), act along F in place after FC1, w1 and w2 from weights.fp8.
 #include <string>
 
 #include "cuda/check.h"
@@ -20,6 +23,7 @@
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/layer_args.h"
 #include "cuda/layer/layer_handles.h"
+#include "cuda/layer/mxfp8_weights.h"
 #include "cuda/layer/ops.h"
 #include "cuda/layer/plan.h"
 #include "cuda/layer/routing.h"
@@ -137,6 +141,8 @@ void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream
   const layer::Plan p = layer::make_plan(config_, options_, 1);
   const layer::Views v =
       layer::make_views(config_, p, {.cache = {}, .workspace = {}, .fp8 = w.fp8});
+  if (config_.precision == PrecisionRecipe::kMXFP8)
+    return layer::prepare_mxfp8_weights(w, v, stream);
   quantize_fp8_blockwise_128x128(w.w1, v.w1_fp8, v.w1_scales, stream);
   quantize_fp8_blockwise_128x128(w.w2, v.w2_fp8, v.w2_scales, stream);
   transpose_fp8_blockwise_weights(v.w1_fp8, v.w1_scales, v.w1t_fp8, v.w1t_scales, stream);
@@ -184,14 +190,19 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
   if (fp8) {
     layer::routed_experts_fp8(config_, x, w, v, run, stream);
   } else {
+    // MXFP8: FC1 reads x and w1, FC2 act and w2, quantise-dequantised along their K.
+    const bool mx = config_.precision == PrecisionRecipe::kMXFP8;
     const bool gather = layer::fc1_gathers_x(config_, options_);
-    if (!gather) {
-      layer::run_stage(LayerStage::kPermute, stream, obs,
-                       [&] { permute(x, v.row_of, v.token_of_row, v.xs, run.health, stream); });
+    const TensorView& x_in = mx ? v.x_qdq : x;
+    if (mx || !gather) {
+      layer::run_stage(LayerStage::kPermute, stream, obs, [&] {
+        if (mx) qdq_mxfp8_rows(x, v.x_qdq, stream);
+        if (!gather) permute(x_in, v.row_of, v.token_of_row, v.xs, run.health, stream);
+      });
     }
     layer::run_stage(LayerStage::kFc1, stream, obs, [&] {
-      layer::run_grouped_gemm({.a = gather ? x : v.xs,
-                               .b = w.w1,
+      layer::run_grouped_gemm({.a = gather ? x_in : v.xs,
+                               .b = mx ? v.w1_qdq : w.w1,
                                .offsets = v.offsets,
                                .d = v.act,
                                .epilogue = GemmEpilogue::kActivation,
@@ -201,10 +212,11 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
                                .pre_activation = v.pre,
                                .gather_index = gather ? v.token_of_row : TensorView{}},
                               fused, stream);
+      if (mx) qdq_mxfp8_rows(v.act, v.act, stream);
     });
     layer::run_stage(LayerStage::kFc2, stream, obs, [&] {
       layer::run_grouped_gemm({.a = v.act,
-                               .b = w.w2,
+                               .b = mx ? v.w2_qdq : w.w2,
                                .offsets = v.offsets,
                                .d = v.ys,
                                .bias = w.b2,

@@ -33,6 +33,7 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   // FC1 GEMM's output, the activation kernel's input).
   const bool cache_pre = !recomputes_pre(c, o);
   const bool fp8 = c.precision == PrecisionRecipe::kFP8Blockwise;
+  const bool mx = c.precision == PrecisionRecipe::kMXFP8;
   constexpr size_t bf = 2, f32 = 4, i32 = 4, e4m3 = 1;
   auto groups = [](size_t extent) {
     return static_cast<size_t>(fp8_scale_groups(static_cast<int64_t>(extent)));
@@ -54,6 +55,7 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
 
   Carver fwd(LayerRegion::kWorkspaceForward, common.end(), &p.buffers);
   // bf16: FC1 reads a permuted copy of x unless it gathers the rows itself (fc1_gathers_x).
+  if (mx) p.x_qdq = fwd.add("x_qdq [T,H] bf16 (MXFP8 along H)", T * H * bf);
   if (!fp8 && !fc1_gathers_x(c, o)) p.xs = fwd.add("xs [R,H] bf16 (permute)", R * H * bf);
   if (!cache_pre && unfused) p.pre = fwd.add("pre [R,fc1] bf16 (unfused FC1)", R * fc1 * bf);
   if (fp8) {
@@ -124,6 +126,12 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
     p.xs_t = bwd.add("xs_t [H,128G] e4m3 (column-wise)", H * 128 * G * e4m3);
     p.xs_t_scales = bwd.add("xs_t_scales [G,H] fp32", G * H * f32);
   }
+  if (mx) {
+    p.dys_qdq = bwd.add("dys_qdq [R,H] bf16 (MXFP8 along H)", R * H * bf);
+    p.dpre_qdq = bwd.add("d_pre_qdq [R,fc1] bf16 (MXFP8 along fc1)", R * fc1 * bf);
+    if (!cache_pre)
+      p.xs_qdq_bwd = bwd.add("xs_qdq [R,H] bf16 (MXFP8 along H, recompute)", R * H * bf);
+  }
   if (shared) {
     p.shared_pre_bwd = cache_pre ? p.shared_pre
                                  : bwd.add("shared_pre [T,shared_fc1] bf16 (recomputed)",
@@ -148,6 +156,15 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
         weights.add("w1t_scales [E,H/128,fc1/128] fp32", E * groups(H) * groups(fc1) * f32);
     p.w2t_fp8 = weights.add("w2t [E,F,H] e4m3", E * F * H * e4m3);
     p.w2t_scales = weights.add("w2t_scales [E,F/128,H/128] fp32", E * groups(F) * groups(H) * f32);
+    p.fp8_weight_bytes = weights.end();
+  }
+  if (mx) {
+    Carver weights(LayerRegion::kFp8Weights, 0, &p.buffers);
+    p.w1_qdq = weights.add("w1_qdq [E,fc1,H] bf16 (MXFP8 along H)", E * fc1 * H * bf);
+    p.w2_qdq = weights.add("w2_qdq [E,H,F] bf16 (MXFP8 along F)", E * H * F * bf);
+    p.w1_qdq_dgrad =
+        weights.add("w1_qdq_dgrad [E,fc1,H] bf16 (MXFP8 along fc1)", E * fc1 * H * bf);
+    p.w2_qdq_dgrad = weights.add("w2_qdq_dgrad [E,H,F] bf16 (MXFP8 along H)", E * H * F * bf);
     p.fp8_weight_bytes = weights.end();
   }
   return p;

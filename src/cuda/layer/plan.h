@@ -1,9 +1,10 @@
 // The layer's memory plan: where each buffer lives in the caller's cache and workspace.
 //
-// Three byte ranges (four with an FP8 recipe), each slice 256-byte aligned:
+// Three byte ranges (four with a low-precision recipe), each slice 256-byte aligned:
 //   cache      [cache_bytes]      written by forward, read by backward (per layer)
 //   workspace  [common | forward scratch ∪ backward scratch]
-//   fp8        [fp8_weight_bytes] the quantised expert weights (MoeLayerWeights::fp8)
+//   fp8        [fp8_weight_bytes] the quantised expert weights (MoeLayerWeights::fp8): FP8
+//                                 codes and scales, or MXFP8's quantise-dequantised bf16 copies
 // The forward and backward scratch start at the same offset (after the common part): a step
 // runs them one after the other on the main stream, and each call joins its second stream before
 // it returns, so no buffer of one is live during the other. Inside one call every buffer is
@@ -65,14 +66,18 @@ struct Plan {
                           // forward with recompute_pre writes none)
   // workspace, both passes
   Slice router_gemm, router_topk, maps, aux_f, aux_P;
-  // forward scratch
-  Slice xs, act, ys, shared_act, shared_y;
+  // forward scratch (MXFP8: x_qdq, x quantise-dequantised along H, which FC1 reads instead of
+  // x; act is quantise-dequantised in place)
+  Slice xs, act, ys, shared_act, shared_y, x_qdq;
   // forward scratch, FP8: E4M3 codes and their K-major 1x128 scales (act's scales first
   // row-major, as the quantiser writes them, then transposed)
   Slice xs_fp8, xs_scales, act_fp8, act_scales_rows, act_scales;
   // the FP8 weight region: 128x128-block quantised w1 [E,fc1,H] and w2 [E,H,F], their scales,
   // and their transposes w1t [E,H,fc1], w2t [E,F,H] (the dgrads' B operands)
   Slice w1_fp8, w1_scales, w2_fp8, w2_scales, w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;
+  // the MXFP8 weight region: w1 and w2 quantise-dequantised along each GEMM's K, bf16 in their
+  // own layouts: along H and F for the forward, along fc1 and H (down the rows) for the dgrads
+  Slice w1_qdq, w2_qdq, w1_qdq_dgrad, w2_qdq_dgrad;
   // backward scratch
   Slice pre_bwd, shared_pre_bwd;  // = pre / shared_pre when cached, else recomputed here
   Slice dys, dpre, act_bwd, d_row_prob, d_probs, dxs, d_logits, xs_bwd;
@@ -86,6 +91,10 @@ struct Plan {
   Slice dys_fp8, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
   Slice dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
   Slice xs_fp8_bwd, xs_scales_bwd;
+  // backward scratch, MXFP8: the dgrads' row-wise operands (the wgrads' column-wise ones are
+  // quantise-dequantised in place: dys, scaled_act, d_pre after their other readers, xs_bwd)
+  // and, with recompute_pre, the recompute's x rows
+  Slice dys_qdq, dpre_qdq, xs_qdq_bwd;
   Slice dp_scratch;  // fused: FC2 dgrad's dp partials [R, blocks] fp32 (FP8: the FP8 dgrad's
                      // blocks); unfused: its g [R,F] bf16
   Slice shared_dpre, shared_act_bwd, shared_dx, shared_g;  // shared_g: unfused only

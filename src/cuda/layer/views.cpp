@@ -48,6 +48,7 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .ys = v(p.ys, bf, {R, H}),
       .shared_act = v(p.shared_act, bf, {T, sF}),
       .shared_y = v(p.shared_y, bf, {T, H}),
+      .x_qdq = v(p.x_qdq, bf, {T, H}),
       .xs_fp8 = v(p.xs_fp8, e4m3, {R, H}),
       .xs_scales = v(p.xs_scales, f32, {gH, scale_cols}),
       .act_fp8 = v(p.act_fp8, e4m3, {R, F}),
@@ -61,6 +62,10 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .w1t_scales = v(p.w1t_scales, f32, {E, gH, gfc1}),
       .w2t_fp8 = v(p.w2t_fp8, e4m3, {E, F, H}),
       .w2t_scales = v(p.w2t_scales, f32, {E, gF, gH}),
+      .w1_qdq = v(p.w1_qdq, bf, {E, fc1, H}),
+      .w2_qdq = v(p.w2_qdq, bf, {E, H, F}),
+      .w1_qdq_dgrad = v(p.w1_qdq_dgrad, bf, {E, fc1, H}),
+      .w2_qdq_dgrad = v(p.w2_qdq_dgrad, bf, {E, H, F}),
       .pre_bwd = v(p.pre_bwd, bf, {R, fc1}),
       .shared_pre_bwd = v(p.shared_pre_bwd, bf, {T, s_fc1}),
       .dys = v(p.dys, bf, {R, H}),
@@ -94,6 +99,9 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .xs_t_scales = v(p.xs_t_scales, f32, {G, H}),
       .xs_fp8_bwd = v(p.xs_fp8_bwd, e4m3, {R, H}),
       .xs_scales_bwd = v(p.xs_scales_bwd, f32, {gH, scale_cols}),
+      .dys_qdq = v(p.dys_qdq, bf, {R, H}),
+      .dpre_qdq = v(p.dpre_qdq, bf, {R, fc1}),
+      .xs_qdq_bwd = v(p.xs_qdq_bwd, bf, {R, H}),
   };
 }
 

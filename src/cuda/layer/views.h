@@ -16,10 +16,11 @@ struct Views {
   // workspace
   Workspace router_gemm, router_topk, maps;
   TensorView aux_f, aux_P;
-  TensorView xs, act, ys, shared_act, shared_y;
+  TensorView xs, act, ys, shared_act, shared_y, x_qdq;
   TensorView xs_fp8, xs_scales, act_fp8, act_scales_rows, act_scales;  // FP8 forward scratch
   TensorView w1_fp8, w1_scales, w2_fp8, w2_scales;                      // FP8 weight region
   TensorView w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;                  // (transposed copies)
+  TensorView w1_qdq, w2_qdq, w1_qdq_dgrad, w2_qdq_dgrad;  // MXFP8 weight region
   TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, g, d_probs,
       dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
   // FP8 backward scratch (plan.h): row-wise dgrad operands, column-wise wgrad operands, and the
@@ -27,6 +28,7 @@ struct Views {
   TensorView dys_fp8, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;
   TensorView dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
   TensorView xs_fp8_bwd, xs_scales_bwd;
+  TensorView dys_qdq, dpre_qdq, xs_qdq_bwd;  // MXFP8 backward scratch
 };
 
 Views make_views(const MoeConfig& config, const Plan& plan, const Regions& regions);
