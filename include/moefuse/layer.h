@@ -106,9 +106,9 @@ struct MoeLayerWeights {
   TensorView shared_w1;   // [shared_fc1, H] bf16 (GLU: interleaved) when shared_expert_ffn > 0
   TensorView shared_w2;   // [H, shared_F] bf16 when shared_expert_ffn > 0
   // config.precision kFP8Blockwise: the FP8 copy of w1 and w2 and of their transposes (the
-  // dgrads' K-major operands; fp8_weight_size() bytes, 256-byte aligned) that
-  // prepare_fp8_weights wrote from the bf16 w1, w2 above; forward and backward read it.
-  // Ignored (may be empty) with kBF16.
+  // dgrads' K-major operands); kMXFP8: w1 and w2 quantise-dequantised along each GEMM's K, four
+  // bf16 copies. fp8_weight_size() bytes, 256-byte aligned, that prepare_fp8_weights wrote from
+  // the bf16 w1, w2 above; forward and backward read it. Ignored (may be empty) with kBF16.
   Workspace fp8;
 };
 
@@ -181,7 +181,7 @@ enum class LayerRegion : uint8_t {
   kWorkspaceBoth,      // scratch used by forward and by backward
   kWorkspaceForward,   // scratch of forward only
   kWorkspaceBackward,  // scratch of backward only
-  kFp8Weights,         // FP8 recipes: the quantised weights (MoeLayerWeights::fp8), per step
+  kFp8Weights,         // FP8 / MXFP8: the quantised weights (MoeLayerWeights::fp8), per step
 };
 
 // One buffer of the memory plan, for reports and docs.
@@ -205,8 +205,9 @@ LayerMemoryPlan layer_memory_plan(const MoeConfig& config, const LayerOptions& o
 
 class MoeLayer {
  public:
-  // Validates the config and options (InvalidArgument naming the field: precision kBF16 or
-  // kFP8Blockwise; FP8 needs kFused, H and F multiples of 16), then creates
+  // Validates the config and options (InvalidArgument naming the field: precision kBF16,
+  // kFP8Blockwise or kMXFP8; FP8 needs kFused, H and F multiples of 16, MXFP8 kFused and
+  // multiples of 32), then creates
   // the cuBLAS handle, the second stream and its fork/join events on the current device, which
   // becomes the layer's: forward, backward and prepare_fp8_weights throw InvalidArgument naming
   // "current device" when called with another device current. Not capturable.
@@ -223,19 +224,22 @@ class MoeLayer {
   // Bytes of MoeLayerWeights::fp8 (0 with kBF16).
   size_t fp8_weight_size() const;
 
-  // kFP8Blockwise only: quantises weights.w1 and weights.w2 (bf16 masters) into weights.fp8 —
-  // E4M3 with one fp32 scale per 128x128 block along each GEMM's K (H for w1, F for w2; w1 in
-  // its interleaved GLU order, so the blocks are the kernel's). Call it once per optimiser step,
-  // after the weights change and before the first forward that reads them; forwards of every
-  // micro-batch of the step reuse it. Then the transposed copies (transpose_fp8_blockwise_weights,
-  // moefuse/grouped_gemm_fp8_dgrad.h: a byte transpose, the same blocks). Four kernels on
+  // kFP8Blockwise and kMXFP8 only. FP8: quantises weights.w1 and weights.w2 (bf16 masters)
+  // into weights.fp8 — E4M3 with one fp32 scale per 128x128 block along each GEMM's K (H for
+  // w1, F for w2; w1 in its interleaved GLU order, so the blocks are the kernel's). Call it once
+  // per optimiser step, after the weights change and before the first forward that reads them;
+  // forwards of every micro-batch of the step reuse it. Then the transposed copies
+  // (transpose_fp8_blockwise_weights, moefuse/grouped_gemm_fp8_dgrad.h: a byte transpose, the
+  // same blocks). Four kernels on
   // `stream`, no allocation: CUDA-graph safe (capture it in the step's graph ahead of the
-  // forward).
+  // forward). kMXFP8: the four quantise-dequantised bf16 copies instead (w1 along H and along
+  // fc1, w2 along F and along H: moefuse/quant.h qdq_mxfp8_rows / _cols), same contract.
   void prepare_fp8_weights(const MoeLayerWeights& weights, cudaStream_t stream);
 
   // y and losses from x [T, H] bf16. Writes the cache for backward. CUDA-graph safe: yes.
   // kFP8Blockwise: the routed experts run in FP8 from weights.fp8 (prepare_fp8_weights), the
-  // router and the shared expert in bf16; docs/layer.md.
+  // router and the shared expert in bf16; docs/layer.md. kMXFP8: the bf16 path on operands
+  // quantise-dequantised along each GEMM's K (x, act; the weights from weights.fp8).
   void forward(const TensorView& x, const MoeLayerWeights& weights, const MoeLayerOutputs& out,
                Workspace cache, Workspace workspace, cudaStream_t stream,
                const LayerRun& run = {});
@@ -246,7 +250,8 @@ class MoeLayer {
   // recompute_pre recomputed in FP8 from x; both dgrads on the
   // transposed FP8 weights, both wgrads on column-wise quantised operands, or in bf16 with
   // config.bf16_wgrad); the router, the
-  // shared expert and the bias gradients in bf16 (docs/layer.md).
+  // shared expert and the bias gradients in bf16 (docs/layer.md). kMXFP8: the bf16 backward on
+  // quantise-dequantised operands (docs/fp8.md, "The MXFP8 layer").
   void backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& weights,
                 const MoeLayerGrads& grads, Workspace cache, Workspace workspace,
                 cudaStream_t stream, const LayerRun& run = {});

@@ -88,5 +88,16 @@ TEST(LayerNonFinite, BadActivationsStayInTheirTokenFp8) {
   expect_confined(c);
 }
 
+// MXFP8: the forward's 32-element blocks are each one token's (x along H, act along F), as are
+// the dgrads' row-wise ones (dys, d_pre); the wgrads' column-wise blocks mix tokens, but they
+// reach only the weight gradients.
+TEST(LayerNonFinite, BadActivationsStayInTheirTokenMxfp8) {
+  MOEFUSE_REQUIRE_HOPPER();
+  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
+  MoeConfig c = test::scaled_preset("deepseek-v3");
+  c.precision = PrecisionRecipe::kMXFP8;
+  expect_confined(c);
+}
+
 }  // namespace
 }  // namespace moefuse

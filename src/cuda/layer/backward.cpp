@@ -143,8 +143,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
       layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
                                 g.d_b1.as<float>(), E, fc1, h.side);
     if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, h.side);
-    const GroupedGemmWgradArgs args{
-        .a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1};
+    const GroupedGemmWgradArgs args{.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1};
     if (mx_wgrad) {
       // x's rows, permuted unquantised by the recompute or here.
       if (!recompute) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, h.side);
