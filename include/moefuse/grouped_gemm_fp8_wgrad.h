@@ -84,7 +84,8 @@ void validate_quantize_fp8_colwise_grouped(const TensorView& x, const TensorView
 //   bt        [N_b, 128 G]  e4m3   B column-wise
 //   b_scales  [G, N_b]      fp32
 //   offsets   [E+1]         int32  the offsets both operands were quantised with
-//   d         [E, N_a, N_b] fp32
+//   d         [E, N_a, N_b] fp32, or bf16 without accumulate (the fp32 result rounded once to
+//             nearest even: half the bytes written, the gradient bf16 weights take)
 // D[e][i, j] = Σ_G Σ_c deq(at)[i, c] · deq(bt)[j, c] over expert e's groups and their columns,
 // promoted into fp32 once per group with a_scales[G, i] · b_scales[G, j] (fp32 accumulation in
 // the tensor cores inside one group). An expert with no rows gets D[e] = 0, or D[e] untouched
@@ -98,7 +99,7 @@ struct GroupedGemmFp8WgradArgs {
   TensorView b_scales;
   TensorView offsets;
   TensorView d;
-  bool accumulate = false;  // D[e] += ... (main-grad accumulation)
+  bool accumulate = false;  // fp32 d only: D[e] += ... (main-grad accumulation)
 };
 
 void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t stream);

@@ -113,10 +113,9 @@ struct MoeLayerWeights {
 };
 
 // Gradients of <y, dy> + aux_loss + z_loss, same shapes as the weights (and x). Overwritten.
-// d_w1 and d_w2 may be bf16 (with bf16 wgrads: precision kBF16, or config.bf16_wgrad), each on
-// its own: the wgrad sums an expert's rows in fp32 and rounds once, so the bf16 gradient is the
-// fp32 one rounded, as torch's bf16 weight gradients are, for half the bytes written and none to
-// convert.
+// d_w1 and d_w2 may be bf16 (any precision), each on its own: the wgrad (BF16 or FP8) sums an
+// expert's rows in fp32 and rounds once, so the bf16 gradient is the fp32 one rounded, as
+// torch's bf16 weight gradients are, for half the bytes written and none to convert.
 struct MoeLayerGrads {
   TensorView dx;           // [T, H] bf16
   TensorView d_w_router;   // [E, H] fp32

@@ -90,8 +90,7 @@ moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t*
  * w_router [E, H] bf16; w1 [E, fc1, H] bf16 (GLU rows interleaved); w2 [E, H, F] bf16;
  * shared_w1 [shared_fc1, H], shared_w2 [H, shared_F] bf16; score_bias [E], b1 [E, fc1],
  * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight, but d_w1
- * and d_w2, which are bf16 when grads.expert_grads says so (bf16 wgrads only: bf16 or MXFP8
- * precision, or bf16_wgrad).
+ * and d_w2, which are bf16 when grads.expert_grads says so (the fp32 sums rounded once).
  * NULL for a tensor the config does not have. `stream` is a cudaStream_t.
  * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, H and F multiples of 16) or
  * MOEFUSE_PRECISION_MXFP8 (fused, multiples of 32; the bf16 kernels on quantise-dequantised

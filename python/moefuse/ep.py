@@ -68,11 +68,11 @@ class _EpFunction(torch.autograd.Function):
         x, cache, *weights = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.to(torch.bfloat16).contiguous()
         by_name = dict(zip(WEIGHT_NAMES, weights))
-        grads = _grad_buffers(layer.config, x, by_name)
+        grads = _grad_buffers(x, by_name)
         workspace = _bytes_tensor(layer.workspace_bytes, x.device)
         _capi_ep.layer_backward(layer.handle, x.shape[0], x.data_ptr(), dy.data_ptr(),
                                 _weights_struct(*weights),
-                                _grads_struct(layer.config, grads),
+                                _grads_struct(grads),
                                 cache.data_ptr(), layer.cache_bytes, workspace.data_ptr(),
                                 layer.workspace_bytes,
                                 torch.cuda.current_stream(x.device).cuda_stream)

@@ -233,27 +233,18 @@ def _grad_like(t: Optional[Tensor], like: Tensor, dtype: torch.dtype) -> Tensor:
     return t.new_empty(t.shape, dtype=dtype)
 
 
-def _expert_grad_dtype(config: MoeConfig) -> torch.dtype:
-    """d_w1 and d_w2 come in bf16 where the layer can write them (the bf16 wgrad kernel: bf16 and
-    MXFP8 precision, or FP8 with bf16_wgrad): the gradient torch gives the bf16 weights, the
-    fp32 sum rounded once, with no fp32 copy to convert; the FP8 wgrad writes fp32."""
-    bf16 = config.precision != _capi.Precision.FP8_BLOCKWISE or config.bf16_wgrad
-    return torch.bfloat16 if bf16 else torch.float32
-
-
-def _grad_buffers(config: MoeConfig, x: Tensor, weights: dict) -> list[Tensor]:
+def _grad_buffers(x: Tensor, weights: dict) -> list[Tensor]:
     """dx, then the gradient of every weight but score_bias (WEIGHT_NAMES' order; empty where the
-    weight is absent): fp32, d_w1 and d_w2 in _expert_grad_dtype."""
-    expert = _expert_grad_dtype(config)
+    weight is absent): fp32, but d_w1 and d_w2 bf16, the gradient torch gives the bf16 weights,
+    which every wgrad of the layer writes (its fp32 sum rounded once, no fp32 copy to convert)."""
     return [torch.empty_like(x)] + [
-        _grad_like(weights[n], x, expert if n in ("w1", "w2") else torch.float32)
+        _grad_like(weights[n], x, torch.bfloat16 if n in ("w1", "w2") else torch.float32)
         for n in WEIGHT_NAMES if n != "score_bias"]
 
 
-def _grads_struct(config: MoeConfig, grads: list[Tensor]) -> _capi.LayerGradsStruct:
+def _grads_struct(grads: list[Tensor]) -> _capi.LayerGradsStruct:
     s = _capi.LayerGradsStruct(*(_ptr(g) for g in grads))
-    s.expert_grads = (_capi.ExpertGrads.BF16 if _expert_grad_dtype(config) == torch.bfloat16
-                      else _capi.ExpertGrads.FP32)
+    s.expert_grads = _capi.ExpertGrads.BF16
     return s
 
 
@@ -264,13 +255,12 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
                    cache: Tensor, fp8: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor,
                                                                   Tensor, Tensor, Tensor, Tensor]:
     """(dx bf16, then d_w_router, d_w1, d_b1, d_w2, d_b2, d_shared_w1, d_shared_w2: fp32 but d_w1
-    and d_w2 bf16 with bf16 wgrads), an absent weight's gradient being an empty tensor. GLU
-    gradients come back interleaved. cache and fp8: layer_forward's."""
+    and d_w2 bf16), an absent weight's gradient being an empty tensor. GLU gradients come back
+    interleaved. cache and fp8: layer_forward's."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
-    config = _LAYERS[handle].config
     with torch.cuda.device(x.device):
-        grads = _grad_buffers(config, x, dict(zip(WEIGHT_NAMES, (
+        grads = _grad_buffers(x, dict(zip(WEIGHT_NAMES, (
             w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2))))
         workspace = _bytes_tensor(workspace_bytes, x.device)
         weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
@@ -278,14 +268,14 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
         stream = torch.cuda.current_stream().cuda_stream
         _capi.layer_backward(
             handle, tokens, x.data_ptr(), dy.data_ptr(), weights,
-            _grads_struct(config, grads), cache.data_ptr(), cache_bytes,
+            _grads_struct(grads), cache.data_ptr(), cache_bytes,
             workspace.data_ptr(), workspace_bytes, stream)
     return tuple(grads)
 
 
 @layer_backward.register_fake
 def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, cache, fp8):
-    return tuple(_grad_buffers(_LAYERS[handle].config, x, dict(zip(WEIGHT_NAMES, (
+    return tuple(_grad_buffers(x, dict(zip(WEIGHT_NAMES, (
         w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)))))
 
 

@@ -8,6 +8,7 @@
 
 #include "formats/recipes.h"
 #include "moefuse/error.h"
+#include "ref/bf16_bits.h"
 #include "ref/check.h"
 
 namespace moefuse::ref {
@@ -82,12 +83,21 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args) {
                  "at most " + std::to_string(groups) + " groups of 128 rows (the operands' capacity)",
                  std::to_string(total_groups(eg)));
   const int64_t n_a = args.at.size(0), n_b = args.bt.size(0);
-  float* d = args.d.as<float>();
+  // D[e][i, j] = v (+ the old value with accumulate, fp32 only), rounded once to d's dtype.
+  auto store = [&](int64_t at, double v) {
+    if (args.d.dtype == DType::kBFloat16) {
+      args.d.as<uint16_t>()[at] = bf16_bits(static_cast<float>(v));
+      return;
+    }
+    float& out = args.d.as<float>()[at];
+    out = static_cast<float>(args.accumulate ? double(out) + v : v);
+  };
   std::vector<double> sum(n_b);
   for (int64_t e = 0; e < experts; ++e) {
-    float* de = d + e * n_a * n_b;
+    const int64_t de = e * n_a * n_b;
     if (eg[e].rows == 0) {
-      if (!args.accumulate) std::fill(de, de + n_a * n_b, 0.0f);
+      if (!args.accumulate)
+        for (int64_t i = 0; i < n_a * n_b; ++i) store(de + i, 0.0);
       continue;
     }
     // Columns of expert e: its groups' first `rows` columns (the rest is padding).
@@ -105,10 +115,7 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args) {
         const double a = dequantized(args.at, args.a_scales, i, columns[c]);
         for (int64_t j = 0; j < n_b; ++j) sum[j] += a * b[c * n_b + j];
       }
-      for (int64_t j = 0; j < n_b; ++j) {
-        float& out = de[i * n_b + j];
-        out = static_cast<float>(args.accumulate ? double(out) + sum[j] : sum[j]);
-      }
+      for (int64_t j = 0; j < n_b; ++j) store(de + i * n_b + j, sum[j]);
     }
   }
 }

@@ -194,8 +194,10 @@ TEST(LayerFp8Args, BackwardChecksTheFp8WeightRegion) {
   test::expect_invalid([&] { f.backward(); }, "weights.fp8");
   f.w.fp8.bytes = bytes;
   EXPECT_NO_THROW(f.backward());
-  // The FP8 wgrad writes fp32 expert gradients only; with bf16 wgrads bf16 ones too.
+  // Both wgrads write fp32 or bf16 expert gradients, nothing else.
   f.g.d_w2 = f.dev(DType::kBFloat16, {32, 7168, 2048});
+  EXPECT_NO_THROW(f.backward());
+  f.g.d_w2 = f.dev(DType::kFloat16, {32, 7168, 2048});
   test::expect_invalid([&] { f.backward(); }, "grads.d_w2");
   c.bf16_wgrad = true;
   FakeLayer b(c);

@@ -18,6 +18,7 @@
 #include "common/test_util.h"
 #include "cuda/gemm/fp8/colwise_groups.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
+#include "ref/bf16_bits.h"
 #include "ref/gemm.h"
 #include "ref/grouped_gemm_fp8_wgrad.h"
 #include "ref/quant.h"
@@ -200,6 +201,26 @@ TEST(RefFp8Wgrad, AccumulateAddsAndLeavesEmptyExpertsUntouched) {
                .accumulate = true});
 }
 
+// bf16 d: the fp32 result rounded once (empty experts +0).
+TEST(RefFp8Wgrad, Bf16OutputIsTheFp32OneRounded) {
+  const std::vector<int32_t> off = offsets_of({0, 130, 7}, 2);
+  Operand a(off, off.back(), 16), b(off, off.back(), 24);
+  auto o = const_cast<int32_t*>(off.data());
+  std::vector<float> d32(3 * 16 * 24);
+  std::vector<uint16_t> d16(d32.size(), 0xFFFF);
+  for (bool bf16 : {false, true})
+    ref::grouped_gemm_fp8_wgrad(
+        {.at = e4m3(a.xt, {16, a.groups * 128}),
+         .a_scales = f32(a.scales, {a.groups, 16}),
+         .bt = e4m3(b.xt, {24, b.groups * 128}),
+         .b_scales = f32(b.scales, {b.groups, 24}),
+         .offsets = TensorView::contiguous(o, DType::kInt32, {4}),
+         .d = bf16 ? TensorView::contiguous(d16.data(), DType::kBFloat16, {3, 16, 24})
+                   : f32(d32, {3, 16, 24})});
+  for (size_t i = 0; i < d32.size(); ++i)
+    ASSERT_EQ(d16[i], ref::bf16_bits(d32[i])) << "element " << i;
+}
+
 TEST(RefFp8Wgrad, CloseToTheUnquantisedProduct) {
   // The FP8 error of one product is a few percent: a sanity check that the reference computes
   // dW = Σ a[r]ᵀ b[r] and not some other product of the same operands.
@@ -253,7 +274,11 @@ TEST(Fp8WgradValidation, NamesTheBadArgument) {
   check([&](auto& a) { a.offsets = i32(v.off, {1}); }, "offsets");         // E = 0
   check([&](auto& a) { a.offsets = f32(v.sa, {3}); }, "offsets");          // dtype
   check([&](auto& a) { a.d = f32(v.d, {2, 8, 16}); }, "d");
-  check([&](auto& a) { a.d.dtype = DType::kBFloat16; }, "d");
+  check([&](auto& a) { a.d.dtype = DType::kFloat16; }, "d");
+  check([&](auto& a) {  // bf16 d is fine, but not accumulated into
+    a.d.dtype = DType::kBFloat16;
+    a.accumulate = true;
+  }, "accumulate");
   check([&](auto& a) { a.d = f32(v.sa, {2, 16, 8}); }, "d");  // d over a_scales
   check([&](auto& a) {
     a.d = TensorView::contiguous(v.bt.data() + 16, DType::kFloat32, {2, 16, 8});

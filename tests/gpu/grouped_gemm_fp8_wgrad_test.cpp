@@ -349,6 +349,24 @@ TEST(GroupedGemmFp8Wgrad, DeepSeekDw2Shape) {
            "deepseek dW2");
 }
 
+// d in bf16: the fp32 result rounded once to nearest even, bit for bit (the same accumulation,
+// rounded in the hand-off), empty experts +0, every element written (poisoned first).
+TEST(GroupedGemmFp8Wgrad, Bf16OutputIsTheFp32OneRounded) {
+  MOEFUSE_REQUIRE_HOPPER();
+  SCOPED_TRACE("seed " + std::to_string(test::seed()));
+  Runner runner({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
+                 .n_a = 200, .n_b = 136});
+  const std::vector<float> fp32 = runner.run_wgrad();
+  GroupedGemmFp8WgradArgs args = runner.args();
+  DeviceBuffer<test::Bf16> d(fp32.size());
+  d.poison();
+  args.d = d.view(DType::kBFloat16, {args.d.size(0), args.d.size(1), args.d.size(2)});
+  grouped_gemm_fp8_wgrad(args, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(test::same_bits(test::from_bf16(d.download()),
+                              test::from_bf16(test::to_bf16(fp32)), "bf16 d vs the fp32 one"));
+}
+
 TEST(GroupedGemmFp8Wgrad, BitwiseRepeatable) {
   MOEFUSE_REQUIRE_HOPPER();
   Runner runner({.counts = {400, 0, 129, 1000}, .n_a = 384, .n_b = 512});

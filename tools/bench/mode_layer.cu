@@ -56,8 +56,7 @@ struct Options {
   // --fp8-wgrad fp8|bf16|both: the FP8 layer's wgrads (config.bf16_wgrad false, true, or a
   // variant of each)
   std::vector<bool> fp8_bf16_wgrad = {false};
-  // --expert-grads: d_w1 and d_w2 of the layers with bf16 wgrads in fp32 (the default) or bf16;
-  // the FP8 wgrads' are fp32.
+  // --expert-grads: d_w1 and d_w2 in fp32 (the default) or bf16.
   DType expert_grads = DType::kFloat32;
   int warmup = 5, iters = 30;
 };
@@ -133,9 +132,7 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
                                                         : "w1, w2 + transposes → e4m3",
                 prep_ms, plan.fp8_weight_bytes / 1048576.0);
   }
-  const MoeLayerGrads g =
-      t.grads(c.precision != PrecisionRecipe::kFP8Blockwise || c.bf16_wgrad ? o.expert_grads
-                                                                            : DType::kFloat32);
+  const MoeLayerGrads g = t.grads(o.expert_grads);
   const MoeLayerOutputs out = t.outputs();
   auto forward = [&](cudaStream_t s, const LayerRun& run) {
     layer.forward(t.xv(), w, out, cache, ws, s, run);
@@ -368,7 +365,7 @@ int run(Args& args) {
   o.torch = !args.flag("no-torch");
   const std::string expert_grads = args.get("expert-grads", "fp32");
   MOEFUSE_EXPECT(expert_grads == "fp32" || expert_grads == "bf16", "--expert-grads",
-                 "fp32 or bf16 (d_w1 and d_w2 where the wgrads are bf16)", expert_grads);
+                 "fp32 or bf16 (d_w1 and d_w2)", expert_grads);
   o.expert_grads = expert_grads == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   const std::string fp8_wgrad = args.get("fp8-wgrad", "fp8");
   MOEFUSE_EXPECT(fp8_wgrad == "fp8" || fp8_wgrad == "bf16" || fp8_wgrad == "both",

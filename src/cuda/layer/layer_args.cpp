@@ -23,15 +23,11 @@ void expect_device_aligned(const TensorView& t, std::string_view name, DType dty
   expect_aligned(t, name);
 }
 
-// An expert weight gradient (d_w1, d_w2): fp32, or bf16 with bf16 precision. The wgrad sums all of
-// an expert's rows in fp32 and rounds once, as torch's bf16 weight gradients are; the FP8 wgrad
-// writes fp32 only.
-void expect_expert_grad(const TensorView& t, std::string_view name, const MoeConfig& c,
+// An expert weight gradient (d_w1, d_w2): fp32, or bf16. The wgrads (BF16 and FP8) sum all of
+// an expert's rows in fp32 and round once, as torch's bf16 weight gradients are.
+void expect_expert_grad(const TensorView& t, std::string_view name,
                         std::initializer_list<int64_t> shape) {
-  // The BF16 wgrad kernel (bf16 and MXFP8 layers) writes either; the FP8 one fp32 only.
-  const bool bf16_ok = c.precision != PrecisionRecipe::kFP8Blockwise || c.bf16_wgrad;
-  MOEFUSE_EXPECT(t.dtype == DType::kFloat32 || (bf16_ok && t.dtype == DType::kBFloat16), name,
-                 bf16_ok ? "fp32 or bf16" : "fp32 (FP8 wgrads: config.bf16_wgrad is false)",
+  MOEFUSE_EXPECT(t.dtype == DType::kFloat32 || t.dtype == DType::kBFloat16, name, "fp32 or bf16",
                  std::string(dtype_name(t.dtype)));
   expect_device_aligned(t, name, t.dtype, shape);
 }
@@ -233,8 +229,8 @@ int64_t check_backward_args(const MoeConfig& c, const ArgBounds& b, const Tensor
   expect_device_aligned(g.dx, "grads.dx", DType::kBFloat16, {T, H});
   expect_device_aligned(g.d_w_router, "grads.d_w_router", DType::kFloat32,
                         {c.num_experts, H});
-  expect_expert_grad(g.d_w1, "grads.d_w1", c, {E, fc1, H});
-  expect_expert_grad(g.d_w2, "grads.d_w2", c, {E, H, F});
+  expect_expert_grad(g.d_w1, "grads.d_w1", {E, fc1, H});
+  expect_expert_grad(g.d_w2, "grads.d_w2", {E, H, F});
   const char* no_bias = "config.expert_bias is false";
   expect_optional(g.d_b1, "grads.d_b1", c.expert_bias, no_bias, DType::kFloat32, {E, fc1});
   expect_optional(g.d_b2, "grads.d_b2", c.expert_bias, no_bias, DType::kFloat32, {E, H});

@@ -19,9 +19,9 @@
 //     a per-element scale product, unlike the forward's per-row × per-block; then arrive
 //     empty[s] (count 256). The two consumer warpgroups interleave, so one's promotion overlaps
 //     the other's wgmmas.
-//   hand-off (common/tile_handoff.cuh): the finished tile goes as fp32 into the tile buffer in one
-//     part; warps 1-3 drain it (bwd::drain_output, plain or += with accumulate) while the
-//     consumers run the next tile. An empty expert's tile hands over zeros, or with accumulate
+//   hand-off (common/tile_handoff.cuh): the finished tile goes as fp32 (bf16 d: rounded to bf16)
+//     into the tile buffer in one part; warps 1-3 drain it (bwd::drain_output, plain or += with
+//     accumulate) while the consumers run the next tile. An empty expert's tile hands over zeros, or with accumulate
 //     nothing at all (both sides skip it by the same rule).
 #pragma once
 
@@ -49,7 +49,8 @@ struct Fp8WgradProblem {
   int n_a = 0;     // rows of D[e]
   int n_b = 0;     // columns of D[e]
   int groups = 0;  // capacity G of the operands ([N, 128 G])
-  float* d = nullptr;  // [num_experts, n_a, n_b]
+  void* d = nullptr;  // [num_experts, n_a, n_b], fp32 or (without accumulate) bf16
+  bool fp32 = true;
   bool accumulate = false;
 };
 
@@ -154,15 +155,16 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int gr
 
 // D[e]'s tile c: its first element, and how many of its rows and columns exist.
 struct OutputTile {
-  float* origin;
+  uint8_t* origin;
   int rows;
   int cols;
   __device__ static OutputTile of(const Fp8WgradProblem& p, const TileCoord& c) {
-    return OutputTile{
-        .origin = p.d + (static_cast<int64_t>(c.expert) * p.n_a + c.m_block * kBlockM) * p.n_b +
-                  c.n_block * kBlockN,
-        .rows = min(kBlockM, p.n_a - c.m_block * kBlockM),
-        .cols = min(kBlockN, p.n_b - c.n_block * kBlockN)};
+    const int64_t first =
+        (static_cast<int64_t>(c.expert) * p.n_a + c.m_block * kBlockM) * p.n_b +
+        c.n_block * kBlockN;
+    return OutputTile{.origin = static_cast<uint8_t*>(p.d) + first * (p.fp32 ? 4 : 2),
+                      .rows = min(kBlockM, p.n_a - c.m_block * kBlockM),
+                      .cols = min(kBlockN, p.n_b - c.n_block * kBlockN)};
   }
   // Accumulate mode: the old values into L2 before the drain reads them.
   __device__ void prefetch_l2(int64_t n_b) const {
@@ -183,7 +185,7 @@ __device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const S
     const OutputTile out = OutputTile::of(p, c);
     bwd::receive_tile(h, 1, [&](int, const uint8_t* tile) {
       if (!p.accumulate) {
-        bwd::drain_output<false>(tile, 0, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
+        bwd::drain_output<false>(tile, 0, out.origin, p.fp32, p.n_b, out.cols, 0, out.rows, 0);
         return;
       }
       if (t + static_cast<int>(gridDim.x) < total_tiles)
@@ -231,8 +233,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int groups = expert_groups(smem, c.expert).count;
     consume_tile(acc, groups, smem, pipe, slab);
     if (skip_tile(p, groups)) continue;
-    // The 64 × 128 fp32 slab as one buffer part, drained through the registers (part 0).
-    bwd::send_part<float, 0, bwd::kTilePitchF32>(acc, handoff, slab);
+    // The 64 × 128 slab as one buffer part: fp32, drained through the registers, or bf16,
+    // drained by bulk copies (bwd::drain_output's choice).
+    if (p.fp32)
+      bwd::send_part<float, 0, bwd::kTilePitchF32>(acc, handoff, slab);
+    else
+      bwd::send_part<__nv_bfloat16, 0, bwd::kTilePitch, true>(acc, handoff, slab);
   }
 }
 

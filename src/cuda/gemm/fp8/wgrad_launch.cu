@@ -20,11 +20,13 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t st
                           .n_a = static_cast<int>(args.at.size(0)),
                           .n_b = static_cast<int>(args.bt.size(0)),
                           .groups = static_cast<int>(args.a_scales.size(0)),
-                          .d = args.d.as<float>(),
+                          .d = args.d.data,
+                          .fp32 = args.d.dtype == DType::kFloat32,
                           .accumulate = args.accumulate};
   if (p.groups == 0) {  // no expert can have a row (and TMA maps need a non-empty tensor)
     if (!p.accumulate)
-      MOEFUSE_CUDA_CHECK(cudaMemsetAsync(p.d, 0, args.d.numel() * sizeof(float), stream));
+      MOEFUSE_CUDA_CHECK(
+          cudaMemsetAsync(p.d, 0, args.d.numel() * dtype_bits(args.d.dtype) / 8, stream));
     return;
   }
   const int64_t cols = int64_t{p.groups} * kBlockK;

@@ -86,8 +86,12 @@ void validate_grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, Device
   expect_tensor(args.b_scales, "b_scales", DType::kFloat32, device, {groups, n_b});
   expect_aligned(args.b_scales, "b_scales");
   const int64_t experts = expect_experts(args.offsets, device);
-  expect_tensor(args.d, "d", DType::kFloat32, device, {experts, n_a, n_b});
+  MOEFUSE_EXPECT(args.d.dtype == DType::kFloat32 || args.d.dtype == DType::kBFloat16, "d",
+                 "dtype fp32 or bf16", "dtype " + std::string(dtype_name(args.d.dtype)));
+  expect_tensor(args.d, "d", args.d.dtype, device, {experts, n_a, n_b});
   expect_aligned(args.d, "d");
+  MOEFUSE_EXPECT(!args.accumulate || args.d.dtype == DType::kFloat32, "accumulate",
+                 "false unless d is fp32 (main-grad accumulation)", "true with bf16 d");
   // With accumulate d is read and written in place, which is no overlap with another operand.
   const NamedView outputs[] = {{args.d, "d"}};
   const NamedView inputs[] = {{args.at, "at"},           {args.a_scales, "a_scales"},
