@@ -96,11 +96,12 @@ fi
 
 # compute-sanitizer's four tools over the GPU tests, one process per test (a finding names its
 # test). racecheck and initcheck run a kernel 10-100x slower, so SANITIZE_FILTER defaults to a
-# fast subset (46 tests) that still reaches every kernel family: router top-k and backward,
-# dispatch, the quantisers, the bf16 and FP8 grouped GEMMs (forward, dgrad and the FP8 dGLU's
-# hand-off, wgrad) and the whole layer (fused, unfused, recompute, shared expert, FP8, graphs,
-# NaN/Inf inputs) at test size, plus the FP8 GEMM at DeepGEMM's K (run 11's racecheck hazard
-# showed in that test, 56 K blocks a tile, and not in the subset's small-K FP8 tests); left out
+# fast subset (50 tests) that still reaches every kernel family: router top-k and backward,
+# dispatch, the quantisers (the MXFP8 qdq passes too), the bf16 and FP8 grouped GEMMs (forward,
+# dgrad and the FP8 dGLU's hand-off, wgrad) and the whole layer (fused, unfused, recompute,
+# shared expert, FP8, MXFP8, graphs, NaN/Inf inputs) at test size, plus the FP8 GEMM at
+# DeepGEMM's K (run 11's racecheck hazard showed in that test, 56 K blocks a tile, and not in the
+# subset's small-K FP8 tests); left out
 # are the exhaustive codec sweeps (every float) and the repeats of the same kernels at more
 # shapes.
 # SANITIZE_FILTER='*' runs everything.
@@ -152,6 +153,7 @@ if [[ " $stages " == *" sanitize "* ]]; then
     'GroupedGemmFp8Wgrad.RaggedExperts*' 'Layer/LayerReference.*/qwen3_*'
     'Layer/LayerReference.*/deepseek_fused' 'LayerGraph.*'
     'Layer/LayerFp8.ForwardAndBackwardMatch*/deepseek' 'LayerFp8Edges.*' 'LayerNonFinite.*'
+    'QuantQdqGpu.RowsMatch*' 'QuantQdqGpu.ColsWithOffsets*' 'LayerMxfp8Edges.*'
   )
   filter=${SANITIZE_FILTER:-$(IFS=:; echo "${default_filter[*]}")}
   tests=$("$BUILD/moefuse_gpu_tests" --gtest_list_tests --gtest_filter="$filter" |
