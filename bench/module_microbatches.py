@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """What a training step costs through the PyTorch module (moefuse.MoE with autograd) when the
-batch is split into micro-batches (gradient accumulation), bf16 against FP8, and for FP8 with
-the weights quantised every forward (is_first_microbatch=None) against once a step (True on the
-first micro-batch, False after: Transformer Engine's convention).
+batch is split into micro-batches (gradient accumulation), bf16 against FP8 (and the MXFP8
+emulation), and for FP8 with the weights quantised every forward (is_first_microbatch=None)
+against once a step (True on the first micro-batch, False after: Transformer Engine's
+convention).
 
 Per variant: `--micro-batches` forward + backward passes of `--tokens` tokens each, with a fresh
 random x and dy each, then the in-place weight update an optimiser makes (w -= 1e-6 · grad under
@@ -27,6 +28,7 @@ VARIANTS = (
     ("fp8 bf16-wgrad, quantise once a step", "FP8_BLOCKWISE", True, (True, False)),
     ("fp8, quantise each forward", "FP8_BLOCKWISE", False, (None, None)),
     ("fp8, quantise once a step", "FP8_BLOCKWISE", False, (True, False)),
+    ("mxfp8 (emulated), quantise once a step", "MXFP8", False, (True, False)),
 )
 
 
