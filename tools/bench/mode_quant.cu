@@ -188,12 +188,12 @@ int run_quant(Args& args) {
                      }});
 
   // The MXFP8 quantise-dequantise passes: bf16 only, rows with k % 32 == 0.
-  const SyntheticRouting routed = draw_routing(m / topk, experts, topk, routing, /*seed=*/1234);
-  const int64_t routed_rows = routed.offsets.back();
-  DeviceBuffer routed_offsets(routed.offsets.size() * 4);
-  MOEFUSE_CUDA_CHECK(cudaMemcpy(routed_offsets.ptr, routed.offsets.data(),
-                                routed.offsets.size() * 4, cudaMemcpyHostToDevice));
+  DeviceBuffer routed_offsets(in == DType::kBFloat16 ? (experts + 1) * 4 : 0);
   if (in == DType::kBFloat16) {
+    const SyntheticRouting routed = draw_routing(m / topk, experts, topk, routing, /*seed=*/1234);
+    const int64_t routed_rows = routed.offsets.back();
+    MOEFUSE_CUDA_CHECK(cudaMemcpy(routed_offsets.ptr, routed.offsets.data(),
+                                  routed.offsets.size() * 4, cudaMemcpyHostToDevice));
     const TensorView xb = dev(x, in, {m, k}), ob = dev(out, in, {m, k});
     if (k % 32 == 0)
       cases.push_back({"qdq mxfp8 rows", act, mk * 4.0,
