@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 from moefuse import (PRESETS, Activation, LayerMode, MoE, MoeConfig, Precision,  # noqa: E402
                      RouterKind)
-from moefuse.layer import _KeptFp8Weights, deinterleave_glu, interleave_glu  # noqa: E402
+from moefuse.layer import (_KeptFp8Weights, deinterleave_glu, interleave_glu,  # noqa: E402
+                           prepare_fp8_weights)
 from moefuse.reference import moe_forward  # noqa: E402
 
 
@@ -330,6 +331,13 @@ def test_torch_compile_of_a_model_using_the_module(precision):
     first = torch.compile(lambda x: model.moe(x, is_first_microbatch=True), fullgraph=True)
     with pytest.raises(Exception, match="is_first_microbatch is for eager mode"):
         first(x)
+
+
+@needs_hopper
+def test_a_bf16_layer_has_no_weight_copy_to_prepare():
+    moe = MoE(scaled("qwen3-30b-a3b"), device="cuda")
+    with pytest.raises(ValueError, match="FP8_BLOCKWISE or Precision.MXFP8"):
+        prepare_fp8_weights(moe._handle(moe.w1.device), moe.w1, moe.w2)
 
 
 @needs_hopper

@@ -182,6 +182,25 @@ TEST(LayerArgs, ConfigTheGpuPathCannotRunIsRejectedBeforeAnyCudaCall) {
   }
 }
 
+// MXFP8's region holds the four quantise-dequantised bf16 weight copies the forward and the
+// backward read: both check it as they check FP8's (missing, too small), and the expert
+// gradients may be bf16 or fp32.
+TEST(LayerMxfp8Args, ForwardAndBackwardCheckTheWeightRegion) {
+  MoeConfig c = preset("qwen3-30b-a3b");
+  c.precision = PrecisionRecipe::kMXFP8;
+  FakeLayer f(c);
+  test::expect_invalid([&] { f.forward(); }, "weights.fp8");
+  test::expect_invalid([&] { f.backward(); }, "weights.fp8");
+  const size_t bytes = layer_memory_plan(c, {}, 1).fp8_weight_bytes;
+  f.w.fp8 = {.data = f.dev(DType::kBFloat16, {1}).data, .bytes = bytes - 256};
+  test::expect_invalid([&] { f.forward(); }, "weights.fp8");
+  test::expect_invalid([&] { f.backward(); }, "weights.fp8");
+  f.w.fp8.bytes = bytes;
+  EXPECT_NO_THROW(f.forward());
+  f.g.d_w1 = f.dev(DType::kBFloat16, {128, 1536, 2048});
+  EXPECT_NO_THROW(f.backward());
+}
+
 // The FP8 backward's GEMMs read the FP8 weight copy (w1 for the recompute, w1t and w2t for the
 // dgrads): backward checks the region as forward does.
 TEST(LayerFp8Args, BackwardChecksTheFp8WeightRegion) {

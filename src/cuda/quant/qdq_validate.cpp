@@ -4,9 +4,9 @@
 #include <string>
 #include <string_view>
 
+#include "cuda/gemm/expert_offsets.h"
 #include "formats/recipes.h"
 #include "moefuse/error.h"
-#include "moefuse/grouped_gemm.h"
 
 namespace moefuse {
 namespace {
@@ -47,11 +47,7 @@ int64_t validate_qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets,
                    "rows (dim 0) a multiple of 32 when offsets is absent", std::to_string(m));
     return 0;
   }
-  const int64_t e = offsets.rank == 1 ? offsets.size(0) - 1 : 0;
-  MOEFUSE_EXPECT(e >= 1 && e <= kGroupedGemmMaxExperts, "offsets",
-                 "an empty view or [E+1] with 1 <= E <= " + std::to_string(kGroupedGemmMaxExperts),
-                 "shape " + shape_string(offsets));
-  expect_tensor(offsets, "offsets", DType::kInt32, device, {e + 1});
+  const int64_t e = gemm::expect_expert_offsets(offsets, device);
   expect_disjoint(out, "out", offsets, "offsets");
   return e;
 }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "cuda/gemm/expert_offsets.h"
 #include "cuda/gemm/row_length.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
@@ -12,18 +13,8 @@
 namespace moefuse {
 namespace {
 
+using gemm::expect_expert_offsets;
 using gemm::expect_row_length;
-
-int64_t expect_experts(const TensorView& offsets, Device device) {
-  MOEFUSE_EXPECT(offsets.rank == 1, "offsets", "rank 1 [E+1]",
-                 "rank " + std::to_string(offsets.rank));
-  const int64_t e = offsets.size(0) - 1;
-  MOEFUSE_EXPECT(e >= 1 && e <= kGroupedGemmMaxExperts, "offsets",
-                 "E + 1 entries with 1 <= E <= " + std::to_string(kGroupedGemmMaxExperts),
-                 std::to_string(offsets.size(0)) + " entries");
-  expect_tensor(offsets, "offsets", DType::kInt32, device, {e + 1});
-  return e;
-}
 
 // Groups G of a column-wise operand [N, 128 G] (named `name`), G below 2^31 / 128 columns.
 int64_t expect_colwise_groups(const TensorView& t, std::string_view name, Device device) {
@@ -61,7 +52,7 @@ void validate_quantize_fp8_colwise_grouped(const TensorView& x, const TensorView
                    "M_cap below 2^31", std::to_string(index.size(0)));
   }
   const int64_t m_cap = gather ? index.size(0) : x.size(0);
-  const int64_t experts = expect_experts(offsets, device);
+  const int64_t experts = expect_expert_offsets(offsets, device);
   const int64_t groups = fp8_colwise_groups(m_cap, experts);
   MOEFUSE_EXPECT(groups * kFp8ScaleGroup <= std::numeric_limits<int32_t>::max(),
                  gather ? "gather_index" : "x", "M_cap + 127 E below 2^31",
@@ -85,7 +76,7 @@ void validate_grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, Device
   expect_aligned(args.a_scales, "a_scales");
   expect_tensor(args.b_scales, "b_scales", DType::kFloat32, device, {groups, n_b});
   expect_aligned(args.b_scales, "b_scales");
-  const int64_t experts = expect_experts(args.offsets, device);
+  const int64_t experts = expect_expert_offsets(args.offsets, device);
   MOEFUSE_EXPECT(args.d.dtype == DType::kFloat32 || args.d.dtype == DType::kBFloat16, "d",
                  "dtype fp32 or bf16", "dtype " + std::string(dtype_name(args.d.dtype)));
   expect_tensor(args.d, "d", args.d.dtype, device, {experts, n_a, n_b});
