@@ -10,7 +10,9 @@
 //                                                    b[e, 128i.., 128g..]
 //   offsets   [E+1]                            int32 device; expert e owns rows
 //                                                    [offsets[e], offsets[e+1])
-//   d         [M_cap, N_out]                   bf16 or fp32; N_out = N / 2 for GLU, N otherwise
+//   d         [M_cap, N_out]                   bf16, fp32 or e4m3; N_out = N / 2 for GLU, N
+//                                                    otherwise
+//   d_scales  [ceil(N_out/128), fp8_scale_rows(M_cap)] fp32  e4m3 d only, K-major as a_scales
 //
 // With deq(a)[r, k] = a[r, k] · a_scales[k/128, r] and deq(b)[e, n, k] = b[e, n, k] ·
 // b_scales[e, n/128, k/128], for every row r of expert e:
@@ -32,9 +34,19 @@
 // per-expert padding is needed. With bf16 d and an activation, h (+ bias) is rounded to bf16
 // before the activation and row scale (as in the BF16 grouped GEMM: the saved pre-activation);
 // the linear epilogue rounds once, after the row scale; with fp32 d nothing is rounded.
-// Optional pre-activation output (kActivation with bf16 d, as grouped_gemm's pre_activation):
-// [M_cap, N] bf16 = bf16(h + bias) in h's column order (interleaved for GLU), exactly the values
-// the activation reads, written by the same epilogue; the layer caches it for the backward.
+// Optional pre-activation output (kActivation with bf16 or e4m3 d, as grouped_gemm's
+// pre_activation): [M_cap, N] bf16 = bf16(h + bias) in h's column order (interleaved for GLU),
+// exactly the values the activation reads, written by the same epilogue; the layer caches it for
+// the backward.
+//
+// E4M3 output (d e4m3 with d_scales; kDeepSeek only): D quantised in 1x128 groups along its
+// columns, ready to be the `a` and `a_scales` of the next FP8 GEMM (FC1's act for FC2) with no
+// pass over a bf16 copy. The codes and scales are bit for bit quantize_fp8_blockwise_1x128 of the
+// bf16 D the same call would write, its scales transposed to the K-major layout (scales of rows
+// outside the experts, and the padding columns, are not written). With a GLU a group spans two
+// n-blocks of the kernel's 128-column tiles; the two CTAs of a cluster compute them side by side
+// and exchange each row's amax through distributed shared memory (src/cuda/gemm/fp8/
+// e4m3_drain.cuh). Extra requirement (InvalidArgument names "d"): N_out % 16 == 0.
 //
 // Requirements (validated, InvalidArgument names the argument): K > 0 and K % 16 == 0 (TMA's
 // 16-byte row stride of e4m3); N > 0 and N % 8 == 0 (N % 16 == 0 for GLU); contiguous tensors,
@@ -130,7 +142,7 @@ struct GroupedGemmFp8Args {
   TensorView b;         // [E, N, K] e4m3 (GLU: interleaved rows, quantised after interleaving)
   TensorView b_scales;  // [E, ceil(N/128), ceil(K/128)] fp32
   TensorView offsets;   // [E+1] int32
-  TensorView d;         // [M_cap, N_out] bf16 or fp32
+  TensorView d;         // [M_cap, N_out] bf16, fp32 or e4m3 (E4M3 output, header comment)
 
   GemmEpilogue epilogue = GemmEpilogue::kLinear;
   Activation activation = Activation::kSwiGLU;  // used with kActivation
@@ -138,13 +150,17 @@ struct GroupedGemmFp8Args {
 
   TensorView row_scale;  // optional [M_cap] fp32: multiplies the final output (routing prob.)
   TensorView bias;       // optional [E, N] fp32: added to h before the epilogue's activation
-  // optional [M_cap, N] bf16 (kActivation, bf16 d): bf16(h + bias), h's (interleaved) columns
+  // optional [M_cap, N] bf16 (kActivation, bf16 or e4m3 d): bf16(h + bias), h's (interleaved)
+  // columns
   TensorView pre_activation;
 
   // kMxfp8: a_scales and b_scales are the e8m0 tensors described in the header comment.
   Fp8Recipe recipe = Fp8Recipe::kDeepSeek;
   // kMxfp8 on the GPU: scratch for the bf16 operands (header comment, "Workspace").
   Workspace workspace{};
+
+  // e4m3 d only: [ceil(N_out/128), fp8_scale_rows(M_cap)] fp32, D's 1x128 scales, K-major
+  TensorView d_scales{};
 };
 
 // Bytes of GroupedGemmFp8Args::workspace: 0 for kDeepSeek; for kMxfp8 the bf16 copies of a

@@ -9,6 +9,7 @@
 #include "ref/bf16_bits.h"
 #include "ref/check.h"
 #include "ref/expert_mlp.h"
+#include "ref/quant.h"
 
 namespace moefuse::ref {
 namespace {
@@ -65,7 +66,10 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args) {
                          .activation = args.activation, .clamped_swiglu = args.clamped_swiglu};
   const int32_t* off = args.offsets.as<const int32_t>();
   const bool fp32_out = args.d.dtype == DType::kFloat32;
+  const bool e4m3_out = args.d.dtype == DType::kFloat8E4M3;
+  const int64_t groups = fp8_scale_groups(n_out);
   std::vector<double> h(n), pre(n), out(n_out);
+  std::vector<float> rounded(n_out), row_scales(groups);  // e4m3 d: the bf16 D row, its scales
   for (int64_t e = 0; e < num_experts; ++e) {
     if (off[e + 1] <= off[e]) continue;
     const std::vector<double> b = dequantize_b(args, e);
@@ -93,7 +97,17 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args) {
       for (int64_t i = 0; i < n_out; ++i) {
         const double v = out[i] * scale;
         if (fp32_out) args.d.as<float>()[r * n_out + i] = static_cast<float>(v);
+        else if (e4m3_out) rounded[i] = bf16_value(bf16_bits(v));
         else args.d.as<uint16_t>()[r * n_out + i] = bf16_bits(v);
+      }
+      if (e4m3_out) {  // the bf16 row, quantised by the 1x128 reference; scales K-major
+        uint8_t* codes = args.d.as<uint8_t>() + r * n_out;
+        quantize_fp8_blockwise_1x128(
+            TensorView::contiguous(rounded.data(), DType::kFloat32, {1, n_out}),
+            TensorView::contiguous(codes, DType::kFloat8E4M3, {1, n_out}),
+            TensorView::contiguous(row_scales.data(), DType::kFloat32, {1, groups}));
+        for (int64_t g = 0; g < groups; ++g)
+          args.d_scales.as<float>()[g * args.d_scales.size(1) + r] = row_scales[g];
       }
     }
   }

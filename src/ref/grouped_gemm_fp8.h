@@ -3,8 +3,10 @@
 //
 // For every row r of expert e (offsets[e] <= r < offsets[e+1]):
 //   h[n] = sum_k deq(a)[r, k] · deq(b)[e, n, k] (+ bias[e, n])          fp64
-//   h'   = bf16(h) when D is bf16 and the epilogue is an activation, else h
+//   h'   = bf16(h) when D is bf16 or e4m3 and the epilogue is an activation, else h
 //   D[r] = epilogue(h') · row_scale[r]                                  rounded to D's dtype
+//          (e4m3 D: rounded to bf16, then quantised by quantize_fp8_blockwise_1x128, its scales
+//          stored K-major in d_scales)
 //   pre_activation[r] = bf16(h)                    (optional) h's order
 // h' is the kernel's contract: with bf16 D and an activation its consumers hand h to the epilogue
 // warps as bf16 (epilogues/staged_tile.cuh), so the activation reads exactly the saved

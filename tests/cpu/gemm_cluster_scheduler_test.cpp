@@ -2,7 +2,8 @@
 // FP8 GEMM, the bf16 forward and the bf16 dGLU dgrad run, and fours, which the arithmetic allows
 // (the dGLU dgrad in fours measured slower in run 18). Every tile of every expert computed exactly
 // once, all ranks of a unit share the operand the kernel multicasts, and phantoms only past the
-// last n-block of an expert's left-over m-blocks.
+// last n-block of an expert's left-over m-blocks (of every m-block with UnitPairs::kNGroupsOnly,
+// the FP8 GEMM's E4M3 GLU output).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -21,10 +22,12 @@ namespace {
 // operand the same in every rank, phantoms only past the last n-block of left-over m-blocks, and
 // max_units an upper bound of the count.
 template <int kCluster>
-void expect_units_cover_tiles(const std::vector<int>& offsets, const TileShape& s) {
+void expect_units_cover_tiles(const std::vector<int>& offsets, const TileShape& s,
+                              UnitPairs pairs = UnitPairs::kMGroupsFirst) {
+  const bool n_only = pairs == UnitPairs::kNGroupsOnly;
   const int num_experts = static_cast<int>(offsets.size()) - 1;
   std::vector<int> unit_start(num_experts + 1);
-  unit_starts<kCluster>(offsets.data(), num_experts, s, unit_start.data());
+  unit_starts<kCluster>(offsets.data(), num_experts, s, unit_start.data(), pairs);
   std::map<std::tuple<int, int, int>, int> seen;
   int phantoms = 0, expected_phantoms = 0, tiles = 0;
   const int padded_n = ceil_div(s.n_blocks, kCluster) * kCluster;
@@ -32,15 +35,17 @@ void expect_units_cover_tiles(const std::vector<int>& offsets, const TileShape& 
     const int rows = offsets[e + 1] - offsets[e];
     const int m_blocks = rows <= 0 ? 0 : ceil_div(rows, s.block_m);
     tiles += m_blocks * s.n_blocks;
-    expected_phantoms += (m_blocks % kCluster) * (padded_n - s.n_blocks);
+    expected_phantoms += (n_only ? m_blocks : m_blocks % kCluster) * (padded_n - s.n_blocks);
   }
-  EXPECT_LE(unit_start[num_experts], max_units<kCluster>(tiles, num_experts));
+  if (!n_only) EXPECT_LE(unit_start[num_experts], max_units<kCluster>(tiles, num_experts));
   for (int u = 0; u < unit_start[num_experts]; ++u) {
     std::vector<UnitTile> w;
     for (int r = 0; r < kCluster; ++r)
-      w.push_back(unit_tile<kCluster>(u, offsets.data(), unit_start.data(), num_experts, s, r));
+      w.push_back(
+          unit_tile<kCluster>(u, offsets.data(), unit_start.data(), num_experts, s, r, pairs));
     const std::string where = "unit " + std::to_string(u);
     ASSERT_TRUE(w[0].live) << where << ": rank 0 always has a tile";
+    if (n_only) ASSERT_TRUE(w[0].share_a) << where << ": only n-groups";
     for (int r = 1; r < kCluster; ++r) {
       ASSERT_EQ(w[r].tile.expert, w[0].tile.expert) << where;
       ASSERT_EQ(w[r].share_a, w[0].share_a) << where;
@@ -73,7 +78,7 @@ void expect_units_cover_tiles(const std::vector<int>& offsets, const TileShape& 
 }
 
 template <int kCluster>
-void expect_even_and_odd_block_counts() {
+void expect_even_and_odd_block_counts(UnitPairs pairs = UnitPairs::kMGroupsFirst) {
   for (int n_blocks : {1, 2, 3, 4, 5, 7, 32}) {
     const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8, .n_blocks = n_blocks};
     SCOPED_TRACE("n_blocks " + std::to_string(n_blocks));
@@ -82,12 +87,12 @@ void expect_even_and_odd_block_counts() {
     expect_units_cover_tiles<kCluster>(
         {0, 0, 1, 128, 129, 385, 385, 512 + 385, 2561, 2561 + 17 * 128, 2561 + 20 * 128,
          2561 + 26 * 128, 2561 + 33 * 128},
-        s);
+        s, pairs);
   }
 }
 
 template <int kCluster>
-void expect_random_routing_covered() {
+void expect_random_routing_covered(UnitPairs pairs = UnitPairs::kMGroupsFirst) {
   std::uniform_int_distribution<int> rows(0, 1500), blocks(1, 40);
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<int> offsets = {0};
@@ -95,7 +100,7 @@ void expect_random_routing_covered() {
     const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8,
                       .n_blocks = blocks(test::rng())};
     SCOPED_TRACE("trial " + std::to_string(trial) + ", seed " + std::to_string(test::seed()));
-    expect_units_cover_tiles<kCluster>(offsets, s);
+    expect_units_cover_tiles<kCluster>(offsets, s, pairs);
   }
 }
 
@@ -105,6 +110,34 @@ TEST(GemmClusterScheduler, FoursEveryBlockCountModuloFour) {
 }
 TEST(GemmClusterScheduler, PairsRandomRouting) { expect_random_routing_covered<2>(); }
 TEST(GemmClusterScheduler, FoursRandomRouting) { expect_random_routing_covered<4>(); }
+TEST(GemmClusterScheduler, NGroupsOnlyEvenAndOddBlockCounts) {
+  expect_even_and_odd_block_counts<2>(UnitPairs::kNGroupsOnly);
+}
+TEST(GemmClusterScheduler, NGroupsOnlyRandomRouting) {
+  expect_random_routing_covered<2>(UnitPairs::kNGroupsOnly);
+}
+
+TEST(GemmClusterScheduler, NGroupsOnlyFollowTheRasterOrder) {
+  // 10 m-blocks, 5 n-blocks, raster groups of 8: n-group 0 (n-blocks 0, 1) of m-blocks 0-7,
+  // n-group 1 of them, n-group 2 (n-block 4 and a phantom), then the same for m-blocks 8 and 9.
+  const std::vector<int> offsets = {0, 10 * 128 - 7};
+  const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8, .n_blocks = 5};
+  std::vector<int> unit_start(2);
+  unit_starts(offsets.data(), 1, s, unit_start.data(), UnitPairs::kNGroupsOnly);
+  ASSERT_EQ(unit_start[1], 30);
+  for (int u = 0; u < 30; ++u) {
+    const bool first_group = u < 24;
+    const int m_block = first_group ? u % 8 : 8 + (u - 24) % 2;
+    const int n_group = first_group ? u / 8 : (u - 24) / 2;
+    for (int rank = 0; rank < 2; ++rank) {
+      const UnitTile w =
+          unit_tile(u, offsets.data(), unit_start.data(), 1, s, rank, UnitPairs::kNGroupsOnly);
+      EXPECT_EQ(w.tile.m_block, m_block) << "unit " << u;
+      EXPECT_EQ(w.tile.n_block, 2 * n_group + rank) << "unit " << u;
+      EXPECT_EQ(w.live, 2 * n_group + rank < 5) << "unit " << u;
+    }
+  }
+}
 
 TEST(GemmClusterScheduler, MPairsFollowTheRasterOrder) {
   // 8 m-blocks, 3 n-blocks: the 12 units run n-block 0's 4 pairs, then n-block 1's, ...

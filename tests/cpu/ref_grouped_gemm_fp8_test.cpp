@@ -259,6 +259,52 @@ TEST(RefGroupedGemmFp8, PreActivationIsHRoundedToBf16InKernelOrder) {
                std::string(activation_name(act)) + " pre");
 }
 
+// E4M3 D: the bf16 D of the same arguments, quantised by the 1x128 reference row by row, its
+// scales K-major; rows outside the experts and the scale padding untouched.
+TEST(RefGroupedGemmFp8, E4m3OutputIsTheBf16OutputQuantised) {
+  for (Activation act : {Activation::kSwiGLU, Activation::kSquaredReLU}) {
+    SCOPED_TRACE(activation_name(act));
+    // N_out 144: a short second scale group.
+    Fixture f({.counts = kRagged, .row_base = 1, .spare_rows = 2,
+               .n = is_glu(act) ? 288 : 144, .k = 176, .activation = true, .act = act,
+               .row_scale = true, .fp32_out = false});
+    ref::grouped_gemm_fp8(f.args());
+    const std::vector<float> bf16 = f.got();
+    const int64_t m = f.m_cap(), n_out = f.n_out(), groups = fp8_scale_groups(n_out);
+    const int64_t pitch = fp8_scale_rows(m);
+    std::vector<uint8_t> codes(m * n_out, 0xFF);
+    std::vector<float> scales(groups * pitch, std::numeric_limits<float>::quiet_NaN());
+    GroupedGemmFp8Args g = f.args();
+    g.d = TensorView::contiguous(codes.data(), DType::kFloat8E4M3, {m, n_out});
+    g.d_scales = test::f32(scales, {groups, pitch});
+    ref::grouped_gemm_fp8(g);
+
+    std::vector<uint8_t> want_codes(n_out);
+    std::vector<float> want_scales(groups);
+    const int64_t first = f.offsets().front(), end = f.offsets().back();
+    for (int64_t r = 0; r < m; ++r) {
+      const bool inside = r >= first && r < end;
+      if (inside) {
+        std::vector<float> row(bf16.begin() + r * n_out, bf16.begin() + (r + 1) * n_out);
+        ref::quantize_fp8_blockwise_1x128(
+            test::f32(row, {1, n_out}),
+            TensorView::contiguous(want_codes.data(), DType::kFloat8E4M3, {1, n_out}),
+            test::f32(want_scales, {1, groups}));
+      }
+      for (int64_t i = 0; i < n_out; ++i)
+        ASSERT_EQ(codes[r * n_out + i], inside ? want_codes[i] : 0xFF)
+            << "row " << r << " column " << i;
+      for (int64_t j = 0; j < groups; ++j) {
+        const float got = scales[j * pitch + r];
+        if (inside) ASSERT_EQ(got, want_scales[j]) << "row " << r << " group " << j;
+        else ASSERT_TRUE(std::isnan(got)) << "scale of row " << r << " outside the experts";
+      }
+    }
+    for (int64_t j = 0; j < groups; ++j)
+      for (int64_t r = m; r < pitch; ++r) ASSERT_TRUE(std::isnan(scales[j * pitch + r]));
+  }
+}
+
 TEST(RefGroupedGemmFp8, OneExpertWithAllRowsAndNoRowsAtAll) {
   check_case({.counts = {0, 0, 70, 0}, .n = 32, .k = 256, .activation = true}, "one hot expert");
   check_case({.counts = {0, 0, 0}, .row_base = 3, .spare_rows = 6, .n = 16, .k = 32},
@@ -377,6 +423,24 @@ TEST(RefGroupedGemmFp8, ValidationNamesTheBadArgument) {
        "pre_activation");
   with([&](auto& g) { g = with_pre(g), g.pre_activation.dtype = DType::kFloat16; },
        "pre_activation");
+  // E4M3 d: with its K-major scales [ceil(N_out/128), fp8_scale_rows(M_cap)]; N_out % 16 == 0
+  // (the GLU's 24 is not); d_scales only with e4m3 d.
+  std::vector<uint8_t> codes(kM * kN);
+  std::vector<float> d_scales(fp8_scale_rows(kM));
+  auto e4m3 = [&](GroupedGemmFp8Args g) {
+    g.epilogue = GemmEpilogue::kLinear;
+    g.d = TensorView::contiguous(codes.data(), DType::kFloat8E4M3, {kM, kN});
+    g.d_scales = test::f32(d_scales, {1, fp8_scale_rows(kM)});
+    return g;
+  };
+  EXPECT_NO_THROW(ref::grouped_gemm_fp8(e4m3(v.fc1())));
+  with([&](auto& g) { g = e4m3(g), g.d_scales = TensorView{}; }, "d_scales");
+  with([&](auto& g) { g = e4m3(g), g.d_scales = test::f32(d_scales, {1, kM}); }, "d_scales");
+  with([&](auto& g) { g.d_scales = test::f32(d_scales, {1, fp8_scale_rows(kM)}); }, "d_scales");
+  with([&](auto& g) {
+    g = e4m3(g), g.epilogue = GemmEpilogue::kActivation;
+    g.d = TensorView::contiguous(codes.data(), DType::kFloat8E4M3, {kM, kN / 2});
+  }, "d");
   // The GPU entry point's rules reject host views, naming the first one checked.
   test::expect_invalid([&] { validate_grouped_gemm_fp8(v.fc1()); }, "b");
 }

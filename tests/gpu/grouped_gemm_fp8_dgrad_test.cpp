@@ -252,7 +252,7 @@ void run_fc2(const Fc2Case& c, const std::string& name) {
 }
 
 // H = 208 runs the dGLU kernel with seven epilogue warps, 3200 the one with three.
-static_assert(208 <= gemm::fp8::kDGluSevenWarpsMaxK && 3200 > gemm::fp8::kDGluSevenWarpsMaxK,
+static_assert(208 <= gemm::fp8::kSevenWarpsMaxK && 3200 > gemm::fp8::kSevenWarpsMaxK,
               "Fc2DgradEveryActivation's two H must straddle the epilogue shapes' boundary");
 
 TEST(Fp8Dgrad, Fc2DgradEveryActivation) {

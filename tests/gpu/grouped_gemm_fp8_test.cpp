@@ -15,6 +15,9 @@
 // the same GEMM with the linear epilogue (the same accumulation and rounding: what makes the
 // layer's cached pre and its recompute agree), and against the reference's bf16(h + bias) within
 // one bf16 step plus the fp32 accumulation's slack.
+// E4M3 output (FC1's act for FC2): codes and K-major scales bit for bit the 1x128 quantiser's
+// reference of the bf16 D the same call writes (run again with bf16 d), for rows inside the
+// experts; everything else keeps its poison.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "common/fp8_operands.h"
+#include "cuda/gemm/fp8/config.h"
 #include "common/test_util.h"
 #include "dispatch_test_util.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -53,6 +57,7 @@ struct Case {
   bool row_scale = false, fp32_out = true;
   bool bias = false;  // per-expert fp32 bias [E, N] before the activation
   bool pre = false;   // the pre-activation output [M_cap, N] bf16 (activation, bf16 d)
+  bool e4m3_out = false;  // d e4m3 with 1x128 scales (fp32_out false)
 };
 
 // Host operands (quantised), their device copies, the kernel run and the comparison.
@@ -99,9 +104,15 @@ class Runner {
     bias_dev_ = std::make_unique<DeviceBuffer<float>>(bias_);
     d_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(m_cap_ * n_out_ * out_bytes());
     if (c.pre) pre_dev_ = std::make_unique<DeviceBuffer<uint8_t>>(m_cap_ * n * 2);
+    if (c.e4m3_out)
+      d_scales_dev_ = std::make_unique<DeviceBuffer<float>>(fp8_scale_groups(n_out_) *
+                                                            fp8_scale_rows(m_cap_));
   }
 
-  int out_bytes() const { return c_.fp32_out ? 4 : 2; }
+  int out_bytes() const { return c_.e4m3_out ? 1 : c_.fp32_out ? 4 : 2; }
+  DType out_dtype() const {
+    return c_.e4m3_out ? DType::kFloat8E4M3 : c_.fp32_out ? DType::kFloat32 : DType::kBFloat16;
+  }
 
   GroupedGemmFp8Args args() const {
     GroupedGemmFp8Args g{
@@ -111,18 +122,22 @@ class Runner {
         .b_scales = b_scales_dev_->view(DType::kFloat32,
                                         {experts_, fp8_scale_groups(c_.n), kg_}),
         .offsets = offsets_dev_->view(DType::kInt32, {experts_ + 1}),
-        .d = d_dev_->view(c_.fp32_out ? DType::kFloat32 : DType::kBFloat16, {m_cap_, n_out_}),
+        .d = d_dev_->view(out_dtype(), {m_cap_, n_out_}),
         .epilogue = c_.activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
         .activation = c_.act};
     if (c_.row_scale) g.row_scale = scale_dev_->view(DType::kFloat32, {m_cap_});
     if (c_.bias) g.bias = bias_dev_->view(DType::kFloat32, {experts_, c_.n});
     if (c_.pre) g.pre_activation = pre_dev_->view(DType::kBFloat16, {m_cap_, c_.n});
+    if (c_.e4m3_out)
+      g.d_scales = d_scales_dev_->view(DType::kFloat32,
+                                       {fp8_scale_groups(n_out_), fp8_scale_rows(m_cap_)});
     return g;
   }
 
   void run() {
     d_dev_->poison();
     if (pre_dev_) pre_dev_->poison();
+    if (d_scales_dev_) d_scales_dev_->poison();
     grouped_gemm_fp8(args(), nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
@@ -160,6 +175,7 @@ class Runner {
     lin.d = linear.view(DType::kBFloat16, {m_cap_, n});
     lin.pre_activation = TensorView{};
     lin.row_scale = TensorView{};
+    lin.d_scales = TensorView{};
     grouped_gemm_fp8(lin, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<uint8_t> lin_raw = linear.download();
@@ -191,6 +207,58 @@ class Runner {
   }
 
   std::vector<uint8_t> raw_d() const { return d_dev_->download(); }
+
+  // E4M3 d: the same call with bf16 d, quantised row by row by the reference 1x128 quantiser,
+  // against the kernel's codes and K-major scales, bit for bit. The scale group's n-blocks (2j,
+  // 2j + 1 with a GLU) name the cluster ranks whose amax exchange made it.
+  void check_e4m3() const {
+    DeviceBuffer<uint16_t> bf16(m_cap_ * n_out_);
+    bf16.poison();
+    GroupedGemmFp8Args g = args();
+    g.d = bf16.view(DType::kBFloat16, {m_cap_, n_out_});
+    g.d_scales = TensorView{};
+    g.pre_activation = TensorView{};
+    grouped_gemm_fp8(g, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> want_bf16 = bf16.download();
+    const std::vector<uint8_t> codes = raw_d();
+    const std::vector<float> scales = d_scales_dev_->download();
+    const int64_t groups = fp8_scale_groups(n_out_), pitch = fp8_scale_rows(m_cap_);
+    const int first = offsets_.front(), end = offsets_.back();
+    std::vector<float> row(n_out_), want_scales(groups);
+    std::vector<uint8_t> want_codes(n_out_);
+    for (int64_t r = 0; r < m_cap_; ++r) {
+      const uint8_t* got = codes.data() + r * n_out_;
+      if (r < first || r >= end) {
+        ASSERT_TRUE(std::all_of(got, got + n_out_, [](uint8_t b) { return b == 0xFF; }))
+            << "codes of row " << r << " outside the experts were written";
+        for (int64_t j = 0; j < groups; ++j)
+          ASSERT_TRUE(std::isnan(scales[j * pitch + r]))
+              << "scale [" << j << ", " << r << "] outside the experts was written";
+        continue;
+      }
+      for (int64_t i = 0; i < n_out_; ++i) row[i] = bf16_to_float(want_bf16[r * n_out_ + i]);
+      ref::quantize_fp8_blockwise_1x128(
+          host(row.data(), DType::kFloat32, {1, n_out_}),
+          host(want_codes.data(), DType::kFloat8E4M3, {1, n_out_}),
+          host(want_scales.data(), DType::kFloat32, {1, groups}));
+      for (int64_t j = 0; j < groups; ++j) {
+        const std::string where = "row " + std::to_string(r) + " (expert " +
+                                  std::to_string(expert_of(r)) + ") group " + std::to_string(j) +
+                                  " (n-blocks " + std::to_string(glu_ ? 2 * j : j) +
+                                  (glu_ ? ", " + std::to_string(2 * j + 1) : "") + ")";
+        const float s = scales[j * pitch + r];
+        ASSERT_EQ(std::memcmp(&s, &want_scales[j], 4), 0)
+            << "scale of " << where << ": got " << s << ", want " << want_scales[j];
+        for (int64_t i = j * kFp8ScaleGroup; i < std::min(n_out_, (j + 1) * kFp8ScaleGroup); ++i)
+          ASSERT_EQ(got[i], want_codes[i]) << "code of " << where << " column " << i;
+      }
+    }
+    for (int64_t j = 0; j < groups; ++j)  // the padding columns of the scale tensor
+      for (int64_t r = m_cap_; r < pitch; ++r)
+        ASSERT_TRUE(std::isnan(scales[j * pitch + r])) << "padding scale [" << j << ", " << r
+                                                       << "] was written";
+  }
 
   // Poison outside the experts, no NaN inside, and the rel-norm error of the checked rows.
   void check(double tolerance) const {
@@ -350,6 +418,7 @@ class Runner {
   std::vector<float> a_scales_, b_scales_, scale_, bias_;
   std::unique_ptr<DeviceBuffer<uint8_t>> a_dev_, b_dev_, d_dev_, pre_dev_;
   std::unique_ptr<DeviceBuffer<float>> a_scales_dev_, b_scales_dev_, scale_dev_, bias_dev_;
+  std::unique_ptr<DeviceBuffer<float>> d_scales_dev_;
   std::unique_ptr<DeviceBuffer<int32_t>> offsets_dev_;
 };
 
@@ -357,7 +426,8 @@ void run_case(const Case& c, const std::string& name) {
   SCOPED_TRACE(name + " (seed " + std::to_string(test::seed()) + ")");
   Runner runner(c);
   runner.run();
-  runner.check(c.fp32_out ? 1e-3 : 5e-3);
+  if (c.e4m3_out) runner.check_e4m3();
+  else runner.check(c.fp32_out ? 1e-3 : 5e-3);
   if (c.pre) runner.check_pre();
 }
 
@@ -480,6 +550,64 @@ TEST(GroupedGemmFp8, SeveralUnitsPerClusterWithPhantoms) {
     run_case({.counts = counts, .row_base = 2, .spare_rows = 40, .n = 1040, .k = 768,
               .activation = true, .act = act, .row_scale = true, .fp32_out = false, .pre = true},
              std::string(activation_name(act)) + ", 9 n-blocks (+ pre)");
+}
+
+// E4M3 output with every activation and the linear epilogue: ragged experts with empty ones,
+// rows before and after them, a short K group; GLU N 416 (N_out 208: the second scale group is
+// n-blocks 2 and 3, the latter with 16 outputs), N 400 without a GLU (a 16-column tail); with
+// and without bias, row scale and the pre-activation.
+TEST(GroupedGemmFp8, E4m3OutputIsTheQuantisedBf16Output) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts = {0, 1, 127, 129, 300, 0, 64, 257};
+  for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
+                         Activation::kClampedSwiGLU, Activation::kSquaredReLU}) {
+    const int64_t n = is_glu(act) ? 416 : 400;
+    for (bool extras : {false, true})
+      run_case({.counts = counts, .row_base = 3, .spare_rows = 70, .n = n, .k = 208,
+                .activation = true, .act = act, .row_scale = extras, .fp32_out = false,
+                .bias = extras, .pre = extras, .e4m3_out = true},
+               std::string(activation_name(act)) + " e4m3" + (extras ? " + bias, scale, pre" : ""));
+  }
+  run_case({.counts = counts, .row_base = 3, .spare_rows = 70, .n = 400, .k = 208,
+            .row_scale = true, .fp32_out = false, .bias = true, .e4m3_out = true},
+           "linear e4m3 + bias, scale");
+}
+
+// The n-pairs of the E4M3 GLU output: an odd n-block count (N 352 = 3 n-blocks: every m-block's
+// last pair has a phantom partner, and its group, the last, is short), several units a cluster
+// so the amax buffers' phases wrap many times, qwen3's FC1 shape (N 1536, K 2048) and gpt-oss's
+// (N 5760 = 45 n-blocks, K 2880), all with seven epilogue warps; then K 3200, three.
+TEST(GroupedGemmFp8, E4m3GluOutputAcrossClusterPairs) {
+  MOEFUSE_REQUIRE_HOPPER();
+  run_case({.counts = {129, 1, 0, 300, 640, 0, 385, 129}, .spare_rows = 5, .n = 352, .k = 272,
+            .activation = true, .act = Activation::kSwiGLU, .fp32_out = false, .bias = true,
+            .e4m3_out = true},
+           "swiglu e4m3, N 352 (phantom partners)");
+  std::vector<int> counts = uniform_counts(12, 6000);
+  counts[3] = 0;
+  counts[7] = 1;
+  run_case({.counts = counts, .row_base = 2, .spare_rows = 40, .n = 1056, .k = 768,
+            .activation = true, .act = Activation::kSwiGLU, .row_scale = true, .fp32_out = false,
+            .pre = true, .e4m3_out = true},
+           "swiglu e4m3, 9 n-blocks, many units (+ pre)");
+  run_case({.counts = uniform_counts(16, 8192), .spare_rows = 3, .n = 1536, .k = 2048,
+            .activation = true, .act = Activation::kSwiGLU, .fp32_out = false, .pre = true,
+            .e4m3_out = true},
+           "qwen3 fc1 e4m3");
+  run_case({.counts = uniform_counts(4, 3000), .spare_rows = 3, .n = 5760, .k = 2880,
+            .activation = true, .act = Activation::kClampedSwiGLU, .fp32_out = false,
+            .bias = true, .pre = true, .e4m3_out = true},
+           "gpt-oss fc1 e4m3");
+  // Past kSevenWarpsMaxK the drain runs on three epilogue warps instead of seven.
+  static_assert(3200 > gemm::fp8::kSevenWarpsMaxK && 2880 <= gemm::fp8::kSevenWarpsMaxK);
+  run_case({.counts = {1000, 0, 777, 1301}, .spare_rows = 5, .n = 1056, .k = 3200,
+            .activation = true, .act = Activation::kSwiGLU, .row_scale = true, .fp32_out = false,
+            .e4m3_out = true},
+           "swiglu e4m3, K 3200 (three epilogue warps)");
+  run_case({.counts = {1000, 0, 777, 1301}, .spare_rows = 5, .n = 400, .k = 3200,
+            .activation = true, .act = Activation::kSquaredReLU, .fp32_out = false,
+            .e4m3_out = true},
+           "squared relu e4m3, K 3200 (three epilogue warps)");
 }
 
 TEST(GroupedGemmFp8, BitwiseRepeatable) {

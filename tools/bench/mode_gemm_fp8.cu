@@ -3,11 +3,13 @@
 // in the same run, the BF16 grouped GEMM on the same problem and one dense cuBLAS BF16 GEMM of the
 // same total size. Problems: DeepGEMM's published grouped shapes (linear epilogue, bf16 out,
 // every group the same size) and each preset's FC1 (its activation) and FC2 (routing
-// probability) at --tokens with --routing. A second table splits the MXFP8 time: its dequantise
-// passes alone (TB/s over the bytes they move) next to the BF16 grouped GEMM alone. Then, per
-// preset, the backward's FP8 GEMMs beside their BF16 twins: the k-grouped dW2 and the FC2 dgrad
-// with the dGLU + dp epilogue, each also after stand-alone quantisation passes over its bf16
-// operands (the layer makes dys's copies from dy instead: docs/layer.md, "FP8").
+// probability) at --tokens with --routing; each FC1 also with E4M3 output (the codes and scales
+// FC2 reads) beside its bf16 output plus the quantise passes that replaces. A second table splits
+// the MXFP8 time: its dequantise passes alone (TB/s over the bytes they move) next to the BF16
+// grouped GEMM alone. Then, per preset, the backward's FP8 GEMMs beside their BF16 twins: the
+// k-grouped dW2 and the FC2 dgrad with the dGLU + dp epilogue, each also after stand-alone
+// quantisation passes over its bf16 operands (the layer makes dys's copies from dy instead:
+// docs/layer.md, "FP8").
 //
 // The values are quantised from random bf16 data by the GPU quantisers; the forward problems'
 // DeepSeek activation scales (K-major) are random positive values, the MXFP8 runs read the same
@@ -30,7 +32,7 @@
 #include "bench/timing.h"
 #include "cuda/check.h"
 #include "cuda/gemm/fp8/mxfp8_emulation.h"
-#include "cuda/layer/forward_fp8.h"
+#include "cuda/layer/backward_fp8.h"
 #include "moefuse/config.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
@@ -158,6 +160,25 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
   const double passes = time("mxfp8 dequantise x2", [&](cudaStream_t s) {
     gemm::fp8::launch_mxfp8_dequantize(mx.args, s);
   });
+  // FC1 with E4M3 output (FC2's operand in the FP8 layer) against the bf16 output followed by
+  // the stand-alone 1x128 quantise and scale transpose it replaces.
+  const bool e4m3_out = p.activation && n_out % 16 == 0;
+  double fused_e4m3 = 0, two_pass_e4m3 = 0;
+  if (e4m3_out) {
+    const int64_t groups = fp8_scale_groups(n_out), rows = fp8_scale_rows(m);
+    DeviceBuffer d8(m * n_out), d_scales(groups * rows * 4), d_scales_rows(m * groups * 4);
+    GroupedGemmFp8Args e4m3_args = fp8_args;
+    e4m3_args.d = d8.view(DType::kFloat8E4M3, {m, n_out});
+    e4m3_args.d_scales = d_scales.view(DType::kFloat32, {groups, rows});
+    fused_e4m3 =
+        time("fp8 grouped, e4m3 out", [&](cudaStream_t s) { grouped_gemm_fp8(e4m3_args, s); });
+    two_pass_e4m3 = time("fp8 grouped + quantise", [&](cudaStream_t s) {
+      grouped_gemm_fp8(fp8_args, s);
+      layer::quantize_rows_fp8(fp8_args.d, e4m3_args.d,
+                               d_scales_rows.view(DType::kFloat32, {m, groups}),
+                               e4m3_args.d_scales, s);
+    });
+  }
   progress_done();
 
   const double flops = 2.0 * m * p.n * p.k;
@@ -168,6 +189,10 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
   row("moefuse bf16 grouped", bf16);
   row("moefuse fp8 grouped", fp8);
   row("moefuse mxfp8 grouped (dequantise x2 + bf16 grouped)", mxfp8);
+  if (e4m3_out) {
+    row("moefuse fp8 grouped, e4m3 + scales out (fused)", fused_e4m3);
+    row("moefuse fp8 grouped + 1x128 quantise + transpose", two_pass_e4m3);
+  }
   mx_report.add_row({p.name, p.op, passes, mx.pass_bytes() / passes * 1e-9, mxfp8, bf16,
                      mxfp8 / bf16});
 }

@@ -21,6 +21,10 @@
 //     still load and multicast their piece of A for the others but compute and write nothing.
 //     That is at most kCluster - 1 idle tile slots per left-over m-block, instead of n_blocks if
 //     the m-block were grouped with nothing.
+// With UnitPairs::kNGroupsOnly there are no m-groups: every m-block runs as n-groups (in raster
+// order, as tile_scheduler.h orders tiles), so the ranks of a unit always compute the same rows
+// side by side. The FP8 GEMM's E4M3 GLU output needs that: a 1x128 scale group of act spans the
+// outputs of n-blocks 2j and 2j + 1 (fp8/e4m3_drain.cuh).
 // All CTAs of a cluster walk the same units u = cluster, + clusters, ..., so they always run the
 // same number of units with the same K blocks (the pipeline's lockstep). Rank 0 always has a
 // tile.
@@ -42,6 +46,12 @@ MOEFUSE_HOST_DEVICE constexpr uint16_t cluster_mask() {
 }
 inline constexpr uint16_t kClusterMask = cluster_mask<kClusterSize>();
 
+// How an expert's tiles form units (the header comment).
+enum class UnitPairs : uint8_t {
+  kMGroupsFirst,  // m-groups sharing B, then the left-over m-blocks as n-groups sharing A
+  kNGroupsOnly,   // every m-block as n-groups sharing A
+};
+
 // The units a cluster walks (u = first, first + step, ... < total) and this CTA's rank in it.
 struct ClusterUnits {
   int first;  // the cluster's index in the grid
@@ -56,16 +66,24 @@ struct UnitTile {
   bool live;       // false: a phantom, no tile for this CTA
 };
 
-template <int kCluster = kClusterSize>
-MOEFUSE_HOST_DEVICE constexpr int expert_units(int rows, const TileShape& s) {
-  const int m_blocks = rows <= 0 ? 0 : ceil_div(rows, s.block_m);
-  return (m_blocks / kCluster) * s.n_blocks +
-         (m_blocks % kCluster) * ceil_div(s.n_blocks, kCluster);
+// The m-groups of an expert with m_blocks m-blocks.
+template <int kCluster>
+MOEFUSE_HOST_DEVICE constexpr int m_groups_of(int m_blocks, UnitPairs pairs) {
+  return pairs == UnitPairs::kNGroupsOnly ? 0 : m_blocks / kCluster;
 }
 
-// An upper bound of the units of E experts with `tiles` tiles in all: an expert's units are at
-// most (its tiles + (kCluster - 1)²) / kCluster (each left-over m-block pads its n-groups by at
-// most kCluster - 1 tiles). For the host's grid size only.
+template <int kCluster = kClusterSize>
+MOEFUSE_HOST_DEVICE constexpr int expert_units(int rows, const TileShape& s,
+                                               UnitPairs pairs = UnitPairs::kMGroupsFirst) {
+  const int m_blocks = rows <= 0 ? 0 : ceil_div(rows, s.block_m);
+  const int m_groups = m_groups_of<kCluster>(m_blocks, pairs);
+  const int left_over = m_blocks - kCluster * m_groups;  // m-blocks run as n-groups
+  return m_groups * s.n_blocks + left_over * ceil_div(s.n_blocks, kCluster);
+}
+
+// An upper bound of the units of E experts with `tiles` tiles in all, m-groups first: an expert's
+// units are at most (its tiles + (kCluster - 1)²) / kCluster (each left-over m-block pads its
+// n-groups by at most kCluster - 1 tiles). For the host's grid size only.
 template <int kCluster>
 constexpr int64_t max_units(int64_t tiles, int64_t num_experts) {
   return (tiles + num_experts * (kCluster - 1) * (kCluster - 1) + kCluster - 1) / kCluster;
@@ -75,8 +93,9 @@ constexpr int64_t max_units(int64_t tiles, int64_t num_experts) {
 // s.group_m must be a multiple of kCluster.
 template <int kCluster = kClusterSize>
 MOEFUSE_HOST_DEVICE inline UnitTile expert_unit_tile(int local, int m_blocks, const TileShape& s,
-                                                     int rank) {
-  const int m_groups = m_blocks / kCluster;
+                                                     int rank,
+                                                     UnitPairs pairs = UnitPairs::kMGroupsFirst) {
+  const int m_groups = m_groups_of<kCluster>(m_blocks, pairs);
   const int group_units = m_groups * s.n_blocks;
   if (local < group_units) {
     const TileShape groups{.block_m = kCluster * s.block_m, .block_n = s.block_n,
@@ -89,6 +108,19 @@ MOEFUSE_HOST_DEVICE inline UnitTile expert_unit_tile(int local, int m_blocks, co
   }
   const int n_groups = ceil_div(s.n_blocks, kCluster);
   const int rest = local - group_units;
+  if (pairs == UnitPairs::kNGroupsOnly) {
+    // Ordered as tile_scheduler.h orders tiles, with n-groups in place of n-blocks (raster groups
+    // of group_m m-blocks, the m-block fastest): the clusters running side by side then read a
+    // few weight tiles, not all of an expert's (mixtral's FC1 has 224 n-blocks of 512 KB each),
+    // which L2 keeps.
+    const TileShape groups{.block_m = s.block_m, .block_n = kCluster * s.block_n,
+                           .group_m = s.group_m, .n_blocks = n_groups};
+    const TileCoord c = expert_tile_coord(rest, m_blocks, groups);
+    const int n_block = kCluster * c.n_block + rank;
+    return UnitTile{.tile = {.expert = 0, .m_block = c.m_block, .n_block = n_block},
+                    .share_a = true,
+                    .live = n_block < s.n_blocks};
+  }
   const int n_block = kCluster * (rest % n_groups) + rank;
   return UnitTile{.tile = {.expert = 0,
                            .m_block = kCluster * m_groups + rest / n_groups,
@@ -101,10 +133,11 @@ MOEFUSE_HOST_DEVICE inline UnitTile expert_unit_tile(int local, int m_blocks, co
 // expert_units (experts without units share the next one's start; find_expert skips them).
 template <int kCluster = kClusterSize>
 MOEFUSE_HOST_DEVICE inline UnitTile unit_tile(int u, const int* offsets, const int* unit_start,
-                                              int num_experts, const TileShape& s, int rank) {
+                                              int num_experts, const TileShape& s, int rank,
+                                              UnitPairs pairs = UnitPairs::kMGroupsFirst) {
   const int e = find_expert(unit_start, num_experts, u);
   const int m_blocks = ceil_div(offsets[e + 1] - offsets[e], s.block_m);
-  UnitTile w = expert_unit_tile<kCluster>(u - unit_start[e], m_blocks, s, rank);
+  UnitTile w = expert_unit_tile<kCluster>(u - unit_start[e], m_blocks, s, rank, pairs);
   w.tile.expert = e;
   return w;
 }
@@ -131,10 +164,12 @@ MOEFUSE_HOST_DEVICE inline UnitTile cluster_unit_tile(int u, const int* offsets,
 
 // Host version of the kernel's prefix (common/warp_prefix.cuh computes the same sums).
 template <int kCluster = kClusterSize>
-inline void unit_starts(const int* offsets, int num_experts, const TileShape& s, int* unit_start) {
+inline void unit_starts(const int* offsets, int num_experts, const TileShape& s, int* unit_start,
+                        UnitPairs pairs = UnitPairs::kMGroupsFirst) {
   unit_start[0] = 0;
   for (int e = 0; e < num_experts; ++e)
-    unit_start[e + 1] = unit_start[e] + expert_units<kCluster>(offsets[e + 1] - offsets[e], s);
+    unit_start[e + 1] =
+        unit_start[e] + expert_units<kCluster>(offsets[e + 1] - offsets[e], s, pairs);
 }
 
 }  // namespace moefuse::gemm

@@ -1,15 +1,23 @@
 #include "cuda/layer/backward_fp8.h"
 
-#include "cuda/layer/forward_fp8.h"
+#include "cuda/layer/kernels.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/grouped_gemm_fp8_dgrad.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
+#include "moefuse/quant.h"
 
 // Designated initialisers leave the optional views (row_scale, bias, ...) empty on purpose.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 namespace moefuse::layer {
+
+void quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales_rows,
+                       const TensorView& scales, cudaStream_t stream) {
+  quantize_fp8_blockwise_1x128(x, codes, scales_rows, stream);
+  transpose_scales(scales_rows.as<float>(), scales.as<float>(), scales_rows.size(0),
+                   scales_rows.size(1), scales.size(1), stream);
+}
 
 void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const Views& v,
                        const TensorView& health, cudaStream_t stream) {

@@ -24,6 +24,14 @@
 
 namespace moefuse::layer {
 
+// x [rows, K] bf16 → codes [rows, K] e4m3 with 1x128 scales along K, in the FP8 GEMM's K-major
+// layout `scales` [ceil(K/128), fp8_scale_rows(rows)]: the quantiser writes row-major
+// `scales_rows` [rows, ceil(K/128)], then a transpose (R·K/128 floats, ~1/64 of the codes' bytes).
+// The GEMM loads one K group's scales for 128 rows with one TMA box, hence K-major. (d_pre's
+// row-wise copy for the FC1 dgrad; the forward's act comes from FC1's E4M3 epilogue instead.)
+void quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales_rows,
+                       const TensorView& scales, cudaStream_t stream);
+
 // Stage recompute_fc1 (recompute_pre only): x → xs e4m3 + K-major scales (permute_quantize_fp8, the forward's codes)
 // → FP8 FC1 GEMM, linear epilogue with b1 → pre_bwd bf16 [R, fc1].
 void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const Views& v,

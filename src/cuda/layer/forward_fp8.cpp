@@ -1,22 +1,13 @@
 #include "cuda/layer/forward_fp8.h"
 
-#include "cuda/layer/kernels.h"
 #include "cuda/layer/stage.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/grouped_gemm_fp8.h"
-#include "moefuse/quant.h"
 
 // Designated initialisers leave the optional views (row_scale) empty on purpose.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 namespace moefuse::layer {
-
-void quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales_rows,
-                       const TensorView& scales, cudaStream_t stream) {
-  quantize_fp8_blockwise_1x128(x, codes, scales_rows, stream);
-  transpose_scales(scales_rows.as<float>(), scales.as<float>(), scales_rows.size(0),
-                   scales_rows.size(1), scales.size(1), stream);
-}
 
 void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const MoeLayerWeights& w,
                         const Views& v, const LayerRun& run, cudaStream_t stream) {
@@ -30,14 +21,14 @@ void routed_experts_fp8(const MoeConfig& c, const TensorView& x, const MoeLayerW
                       .b = v.w1_fp8,
                       .b_scales = v.w1_scales,
                       .offsets = v.offsets,
-                      .d = v.act,
+                      .d = v.act_fp8,  // FC2's A: E4M3 with K-major 1x128 scales
                       .epilogue = GemmEpilogue::kActivation,
                       .activation = c.activation,
                       .clamped_swiglu = c.clamped_swiglu,
                       .bias = w.b1,
-                      .pre_activation = v.pre},  // cached for backward unless recompute_pre
+                      .pre_activation = v.pre,  // cached for backward unless recompute_pre
+                      .d_scales = v.act_scales},
                      stream);
-    quantize_rows_fp8(v.act, v.act_fp8, v.act_scales_rows, v.act_scales, stream);  // FC2's A
   });
   run_stage(LayerStage::kFc2, stream, obs, [&] {
     grouped_gemm_fp8({.a = v.act_fp8,

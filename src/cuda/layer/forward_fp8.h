@@ -12,18 +12,11 @@
 namespace moefuse::layer {
 
 // Stages kPermute (permute_quantize_fp8: x → xs e4m3 + K-major 1x128 scales), kFc1 (FP8 GEMM with
-// the activation epilogue → bf16 act and, unless options.recompute_pre, the bf16 pre-activation
-// into the cache (v.pre); then act → e4m3 + 1x128 scales, transposed to K-major)
-// and kFc2 (FP8 GEMM, row scale = routing probability → bf16 ys). Reads v.w1_fp8 / v.w2_fp8
-// (prepare_fp8_weights); the expert biases w.b1, w.b2 (when config.expert_bias) enter the FP8
-// epilogues as in the BF16 GEMMs. Arguments already validated by the layer.
-// x [rows, K] bf16 → codes [rows, K] e4m3 with 1x128 scales along K, in the FP8 GEMM's K-major
-// layout `scales` [ceil(K/128), fp8_scale_rows(rows)]: the quantiser writes row-major
-// `scales_rows` [rows, ceil(K/128)], then a transpose (R·K/128 floats, ~1/64 of the codes' bytes).
-// The GEMM loads one K group's scales for 128 rows with one TMA box, hence K-major.
-void quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales_rows,
-                       const TensorView& scales, cudaStream_t stream);
-
+// the activation epilogue → act as E4M3 with K-major 1x128 scales, FC2's operand, and unless
+// options.recompute_pre the bf16 pre-activation into the cache, v.pre) and kFc2 (FP8 GEMM, row
+// scale = routing probability → bf16 ys). Reads v.w1_fp8 / v.w2_fp8 (prepare_fp8_weights); the
+// expert biases w.b1, w.b2 (when config.expert_bias) enter the FP8 epilogues as in the BF16
+// GEMMs. Arguments already validated by the layer.
 void routed_experts_fp8(const MoeConfig& config, const TensorView& x, const MoeLayerWeights& w,
                         const Views& v, const LayerRun& run, cudaStream_t stream);
 

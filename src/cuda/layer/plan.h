@@ -71,7 +71,7 @@ struct Plan {
   Slice xs, act, ys, shared_act, shared_y, x_qdq;
   // forward scratch, FP8: E4M3 codes and their K-major 1x128 scales (act's scales first
   // row-major, as the quantiser writes them, then transposed)
-  Slice xs_fp8, xs_scales, act_fp8, act_scales_rows, act_scales;
+  Slice xs_fp8, xs_scales, act_fp8, act_scales;
   // the FP8 weight region: 128x128-block quantised w1 [E,fc1,H] and w2 [E,H,F], their scales,
   // and their transposes w1t [E,H,fc1], w2t [E,F,H] (the dgrads' B operands)
   Slice w1_fp8, w1_scales, w2_fp8, w2_scales, w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;

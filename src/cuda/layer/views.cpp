@@ -52,7 +52,6 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .xs_fp8 = v(p.xs_fp8, e4m3, {R, H}),
       .xs_scales = v(p.xs_scales, f32, {gH, scale_cols}),
       .act_fp8 = v(p.act_fp8, e4m3, {R, F}),
-      .act_scales_rows = v(p.act_scales_rows, f32, {R, gF}),
       .act_scales = v(p.act_scales, f32, {gF, scale_cols}),
       .w1_fp8 = v(p.w1_fp8, e4m3, {E, fc1, H}),
       .w1_scales = v(p.w1_scales, f32, {E, gfc1, gH}),

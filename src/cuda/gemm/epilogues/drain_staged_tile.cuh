@@ -21,6 +21,32 @@
 
 namespace moefuse::gemm {
 
+// Eight outputs as bf16: activation (GLU of 8 gate and 8 up values) times the row scale, each
+// rounded once. The FP8 GEMM's E4M3 output quantises exactly these (fp8/e4m3_drain.cuh).
+template <EpilogueOp kOp>
+__device__ __forceinline__ uint4 activate_glu8(const EpilogueParams& ep, uint4 gate, uint4 up,
+                                               float scale) {
+  float g[8], u[8], out[8];
+  cuda::unpack_bf16x8(gate, g);
+  cuda::unpack_bf16x8(up, u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = apply_op<kOp>(ep, g[i], u[i]) * scale;
+  return cuda::pack_bf16x8(out);
+}
+template <EpilogueOp kOp>
+__device__ __forceinline__ uint4 activate8(const EpilogueParams& ep, uint4 staged, float scale) {
+  float v[8];
+  cuda::unpack_bf16x8(staged, v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = apply_op<kOp>(ep, v[i], 0.0f) * scale;
+  return cuda::pack_bf16x8(v);
+}
+
+// The row scale of row `row` (1 without one).
+__device__ __forceinline__ float row_scale_of(const EpilogueParams& ep, int row) {
+  return ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
+}
+
 // Problem: any struct with n, n_out and d (GemmProblem, fp8::Fp8GemmProblem). `worker` in
 // [0, workers).
 template <EpilogueOp kOp, int kRows, int kCols, int kPitch, class Problem>
@@ -39,19 +65,13 @@ __device__ __forceinline__ void drain_staged_tile(const uint8_t* tile, const Pro
       if (row >= row_end || n0 + 16 * q >= p.n) continue;
       const uint4 gate = *reinterpret_cast<const uint4*>(tile + r * kPitch + q * 32);
       const uint4 up = *reinterpret_cast<const uint4*>(tile + r * kPitch + q * 32 + 16);
-      float g[8], u[8], out[8];
-      cuda::unpack_bf16x8(gate, g);
-      cuda::unpack_bf16x8(up, u);
       if (ep.pre) {
         uint4* pre = reinterpret_cast<uint4*>(ep.pre + int64_t{row} * p.n + n0 + 16 * q);
         pre[0] = gate;
         pre[1] = up;
       }
-      const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = apply_op<kOp>(ep, g[i], u[i]) * scale;
       *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + n0 / 2 + 8 * q) =
-          cuda::pack_bf16x8(out);
+          activate_glu8<kOp>(ep, gate, up, row_scale_of(ep, row));
     }
   } else {
     for (int item = worker; item < kRows * kChunks; item += workers) {
@@ -60,12 +80,8 @@ __device__ __forceinline__ void drain_staged_tile(const uint8_t* tile, const Pro
       if (row >= row_end || col >= p.n) continue;
       const uint4 staged = *reinterpret_cast<const uint4*>(tile + r * kPitch + c * 16);
       if (ep.pre) *reinterpret_cast<uint4*>(ep.pre + int64_t{row} * p.n + col) = staged;
-      float v[8];
-      cuda::unpack_bf16x8(staged, v);
-      const float scale = ep.row_scale ? __ldg(ep.row_scale + row) : 1.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = apply_op<kOp>(ep, v[i], 0.0f) * scale;
-      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + col) = cuda::pack_bf16x8(v);
+      *reinterpret_cast<uint4*>(d + int64_t{row} * p.n_out + col) =
+          activate8<kOp>(ep, staged, row_scale_of(ep, row));
     }
   }
 }

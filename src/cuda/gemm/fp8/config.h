@@ -22,13 +22,14 @@ inline constexpr int kStages = 5;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (cluster_scheduler.h)
 static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 
-// Warp roles (common/warp_roles.h): in warpgroup 0 warp 0 issues the TMA loads and, with bf16
-// forward output and in the dGLU, warps 1-3 drain the hand-off's tile buffer; warpgroups 1 and 2
-// consume. The dGLU at short K adds a fourth warpgroup of epilogue warps (Roles below).
+// Warp roles (common/warp_roles.h): in warpgroup 0 warp 0 issues the TMA loads and, with bf16 or
+// E4M3 forward output and in the dGLU, warps 1-3 drain the hand-off's tile buffer; warpgroups 1
+// and 2 consume. The dGLU and the E4M3 forward at short K add a fourth warpgroup of epilogue
+// warps (Roles below).
 //
-// Threads, epilogue warps and setmaxnreg budgets by instantiation (kernel.cuh's kDGluWarps: 0 for
-// the forward, else the dGLU's epilogue warps). The consumers hold 64 + 64 accumulators (ptxas,
-// CUDA 13.0, spills nothing in them down to 144).
+// Threads, epilogue warps and setmaxnreg budgets by role set (kernel.cuh's kRoleSet: 0 the
+// forward's, 3 or 7 the epilogue warps of the dGLU, 7 also the E4M3 forward's at short K). The
+// consumers hold 64 + 64 accumulators (ptxas, CUDA 13.0, spills nothing in them down to 144).
 // - forward, 384 threads: 80 × 128 + 208 × 256 fits the CTA's 168 × 384 (common/warp_roles.h);
 //   the epilogue warps unpack two 8-wide bf16 pieces (72 spilled 4 bytes, 80 spills nothing).
 // - dGLU, three epilogue warps, 384 threads: 136 / 184, the BF16 dgrad's split; its drain keeps
@@ -42,7 +43,10 @@ static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 //   160 KB a 128 × 128 tile, and the activation's derivative on every element) outlasting the
 //   tile's mainloop. Run 22 (H200, against three): the FP8 FC2 dgrad qwen3 (K = H = 2048) 0.79×
 //   the time, gpt-oss (2880) 0.82×, mixtral (4096) 1.01×, deepseek (7168) 1.03×: at long K the
-//   mainloop bounds the kernel again, so seven warps only up to kDGluSevenWarpsMaxK.
+//   mainloop bounds the kernel again, so seven warps only up to kSevenWarpsMaxK.
+//   The E4M3 forward's drain (e4m3_drain.cuh: two shared-memory passes, the amax exchange, the
+//   conversion) had qwen3's consumers waiting for the tile buffer in 10.6% of their samples with
+//   three warps (run 27 call 4): the same remedy, the same K bound.
 struct Roles {
   int threads;
   int epilogue_warps;
@@ -50,11 +54,11 @@ struct Roles {
   int consumer_regs;  // setmaxnreg of warpgroups 1 and 2
   int drain_rows;     // the dGLU drain's rows in flight a lane (0: no dGLU)
 };
-constexpr Roles roles(int dglu_warps) {
-  if (dglu_warps == 7) return {.threads = 4 * kWarpgroupThreads, .epilogue_warps = 7,
-                               .producer_regs = 112, .consumer_regs = 144, .drain_rows = 4};
-  if (dglu_warps == 3) return {.threads = kThreads, .epilogue_warps = kEpilogueWarps,
-                               .producer_regs = 136, .consumer_regs = 184, .drain_rows = 6};
+constexpr Roles roles(int role_set) {
+  if (role_set == 7) return {.threads = 4 * kWarpgroupThreads, .epilogue_warps = 7,
+                             .producer_regs = 112, .consumer_regs = 144, .drain_rows = 4};
+  if (role_set == 3) return {.threads = kThreads, .epilogue_warps = kEpilogueWarps,
+                             .producer_regs = 136, .consumer_regs = 184, .drain_rows = 6};
   return {.threads = kThreads, .epilogue_warps = kEpilogueWarps, .producer_regs = 80,
           .consumer_regs = 208, .drain_rows = 0};
 }
@@ -62,9 +66,10 @@ constexpr bool fit(const Roles& r) {
   return fits_register_file(r.producer_regs, r.consumer_regs, r.threads);
 }
 static_assert(fit(roles(0)) && fit(roles(3)) && fit(roles(7)), "setmaxnreg budgets too large");
-// The dGLU's epilogue warps by its K (= H): seven up to kDGluSevenWarpsMaxK, three beyond.
-inline constexpr int64_t kDGluSevenWarpsMaxK = 3072;
-constexpr int dglu_warps(int64_t k) { return k <= kDGluSevenWarpsMaxK ? 7 : 3; }
+// The epilogue warps of the dGLU (K = H) and the E4M3 forward (K = H for FC1) by K: seven up to
+// kSevenWarpsMaxK, three beyond.
+inline constexpr int64_t kSevenWarpsMaxK = 3072;
+constexpr bool seven_epilogue_warps(int64_t k) { return k <= kSevenWarpsMaxK; }
 
 inline constexpr int kAccumulators = kBlockN / 2;      // fp32 per thread for m64n128
 inline constexpr int kABytes = kBlockM * kBlockK;      // one stage of A, e4m3
@@ -107,14 +112,20 @@ static_assert(kBScaleOffset + 4 <= kScaleSlotBytes, "the weight scale fits behin
 inline constexpr int kTilePitch = kBlockN * 2 + 16;
 inline constexpr int kTileBytes = kBlockM * kTilePitch;
 
+// E4M3 GLU output (e4m3_drain.cuh): a CTA's row amax of its tile, and its partner's, double
+// buffered (a CTA's epilogue can be one tile ahead of its partner's).
+inline constexpr int kAmaxBuffers = 2;
+inline constexpr int kAmaxBytes = (1 + kAmaxBuffers) * kBlockM * 4;
+
 // Empty-barrier arrivals: lanes 0 and 1 of each consumer warp of both CTAs (mainloop.cuh).
 inline constexpr int kEmptyArrivals = (kConsumerThreads / 32) * kClusterSize;
 
-// Dynamic shared memory: A stages, B stages, scale stages, the tile buffer, 2 × kStages + 2
-// mbarriers, then unit_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
+// Dynamic shared memory: A stages, B stages, scale stages, the tile buffer, the amax buffers,
+// 2 × kStages + 2 + 2 × kAmaxBuffers mbarriers, then unit_start[E + 1]; plus slack to align the
+// base to the 1024-byte swizzle atom.
 constexpr int64_t fp8_gemm_smem_bytes(int num_experts) {
-  return kSwizzleAtomBytes + int64_t{kStages} * kStageBytes + kTileBytes +
-         (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
+  return kSwizzleAtomBytes + int64_t{kStages} * kStageBytes + kTileBytes + kAmaxBytes +
+         (2 * kStages + 2 + 2 * kAmaxBuffers) * 8 + 4 * (int64_t{num_experts} + 1);
 }
 static_assert(fp8_gemm_smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 static_assert(fp8_gemm_smem_bytes(1024) + kStageBytes > 227 * 1024,

@@ -41,7 +41,8 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream) {
                   .n = static_cast<int>(args.b.size(1)),
                   .k = static_cast<int>(args.b.size(2)),
                   .n_out = static_cast<int>(args.d.size(1)),
-                  .d = args.d.data},
+                  .d = args.d.data,
+                  .d_scales = is_absent(args.d_scales) ? nullptr : args.d_scales.as<float>()},
       .epilogue = {.op = activation ? gemm::activation_epilogue_op(args.activation)
                                     : gemm::EpilogueOp::kLinear,
                    .clamp_alpha = args.clamped_swiglu.alpha,
@@ -56,8 +57,11 @@ void grouped_gemm_fp8(const GroupedGemmFp8Args& args, cudaStream_t stream) {
       .a = args.a.data,
       .a_scales = args.a_scales.data,
       .b = args.b.data};
-  if (args.d.dtype == DType::kFloat32) gemm::fp8::launch_grouped_gemm_fp8_fp32(launch, stream);
-  else gemm::fp8::launch_grouped_gemm_fp8_bf16(launch, stream);
+  switch (args.d.dtype) {
+    case DType::kFloat32: gemm::fp8::launch_grouped_gemm_fp8_fp32(launch, stream); break;
+    case DType::kFloat8E4M3: gemm::fp8::launch_grouped_gemm_fp8_e4m3(launch, stream); break;
+    default: gemm::fp8::launch_grouped_gemm_fp8_bf16(launch, stream);
+  }
 }
 
 }  // namespace moefuse

@@ -7,23 +7,25 @@
 //               remote arrive or multicast touches them).
 //   warpgroup 0 (setmaxnreg down): warp 0 produces (lane 0 issues), walking units cluster,
 //               +clusters, ... and filling stages ahead of the consumers (mainloop.cuh has the
-//               protocol); with bf16 forward output and in the dGLU, warps 1-3 are the epilogue
-//               warps, draining each finished tile from the tile buffer (tile_epilogue.cuh;
-//               dglu_handoff.cuh).
+//               protocol); with bf16 or E4M3 forward output and in the dGLU, warps 1-3 are the
+//               epilogue warps, draining each finished tile from the tile buffer
+//               (tile_epilogue.cuh; e4m3_drain.cuh; dglu_handoff.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile: the K loop
 //               with per-block promotion into 64 fp32 registers each (rows 0-63 and 64-127 of
 //               the tile), the two warpgroups issuing their K blocks in turns (issue_turns.cuh),
 //               then, by instantiation:
-//                 bf16 forward: the hand-off of bf16(h + bias) to the epilogue warps (the next
-//                   tile's wgmma overlap this tile's activation and stores);
+//                 bf16 and E4M3 forward: the hand-off of bf16(h + bias) to the epilogue warps
+//                   (the next tile's wgmma overlap this tile's activation and stores; E4M3: the
+//                   two CTAs' epilogue warps exchange the rows' amax, e4m3_drain.cuh);
 //                 the FC2 dgrad's dGLU (dglu_handoff.cuh): the hand-off of g as bf16, unscaled;
 //                   the epilogue warps read pre and write d_pre, scaled_act and the dp partials
 //                   while the next tile's wgmma run;
 //                 fp32 forward (epilogue.cuh): the epilogue from registers (fp32 must not round
 //                   h, and a 64 KB fp32 tile buffer would cost two stages).
 //               A phantom unit (no tile for this CTA) only waits for and releases its stages.
-//   warpgroup 3 (the dGLU at short K only, 512 threads; setmaxnreg down): four more epilogue
-//               warps, draining with warps 1-3 (config.h, Roles, says why).
+//   warpgroup 3 (the dGLU and the E4M3 forward at short K only, 512 threads; setmaxnreg
+//               down): four more epilogue warps, draining with warps 1-3 (config.h, Roles, says
+//               why).
 //   all:        cluster barrier, then exit (no CTA leaves while its peer may still arrive on its
 //               empty barriers or multicast into its stages).
 //
@@ -33,6 +35,8 @@
 //   tile_full  count 256                       consumers -> epilogue warps
 //   tile_empty count 96 or 224                 epilogue warps -> consumers
 //              (the hand-off of bf16 forward output and of the dGLU's g: common/tile_handoff.cuh)
+//   amax_full[2], amax_empty[2]                the E4M3 GLU output's amax exchange between the
+//                                              two CTAs' epilogue warps (e4m3_drain.cuh)
 // Each role keeps its own (stage, phase) or tile phase; every role of both CTAs walks the same
 // unit list with the same k_blocks per unit; the hand-off roles skip phantoms on both sides.
 //
@@ -61,6 +65,7 @@
 
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cute/arch/cluster_sm90.hpp>
 #include <cutlass/arch/reg_reconfig.h>
@@ -71,13 +76,15 @@
 #include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/epilogues/staged_tile.cuh"
 #include "cuda/gemm/fp8/dglu_handoff.cuh"
+#include "cuda/gemm/fp8/e4m3_drain.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
 #include "cuda/gemm/fp8/mainloop.cuh"
 
 namespace moefuse::gemm::fp8 {
 
-// Warps 1-3 of warpgroup 0: every live tile the consumers stage, in their order, given to
-// drain(tile buffer, its rows, its coordinates) between the hand-off's waits.
+// The epilogue warps (warps 1-3 of warpgroup 0, with seven also warpgroup 3): every live tile the
+// consumers stage, in their order, given to drain(tile buffer, its rows, its coordinates, its
+// unit) between the hand-off's waits.
 template <class Drain>
 __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
                                                    const SharedLayout& smem,
@@ -86,30 +93,35 @@ __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
                                                    Drain&& drain) {
   TileHandoff handoff = TileHandoff::of(smem);
   for (int u = cluster; u < total_units; u += clusters) {
-    const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
+    const UnitTile w =
+        unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank, p.pairs);
     if (!w.live) continue;
     const TileRows rows = tile_rows<kBlockM>(p, w.tile);
     handoff.wait_full();
-    drain(static_cast<const uint8_t*>(handoff.tile), rows, w.tile);
+    drain(handoff.tile, rows, w.tile, u);
     handoff.release();
   }
 }
 
-// OutT: D's element type (forward; unused with the dGLU, which writes dglu's outputs).
-// kDGluWarps: 0 for the forward, else the dGLU's epilogue warps, 3 or 7 (config.h, Roles).
-template <class OutT, int kDGluWarps>
-__global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
+// OutT: D's element type, bf16, fp32 or E4M3 (__nv_fp8_e4m3: codes and scales, e4m3_drain.cuh;
+// forward; unused with the dGLU, which writes dglu's outputs).
+// kRoleSet: the warp roles (config.h, Roles): 0 the forward's, 3 or 7 epilogue warps for the
+// dGLU (OutT bf16), 7 for the E4M3 forward at short K.
+template <class OutT, int kRoleSet>
+__global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
     grouped_gemm_fp8_kernel(const __grid_constant__ CUtensorMap tmap_a,
                             const __grid_constant__ CUtensorMap tmap_b,
                             const __grid_constant__ CUtensorMap tmap_scales,
                             const Fp8GemmProblem p, const EpilogueParams ep,
                             const bwd::DGluEpilogue dglu) {
-  // The hand-off to the epilogue warps: bf16 forward output and the dGLU (fp32 output keeps its
-  // epilogue in the consumers: epilogue.cuh says why).
-  static_assert(kDGluWarps == 0 || kDGluWarps == 3 || kDGluWarps == 7, "config.h: Roles");
-  constexpr bool kDGlu = kDGluWarps > 0;
-  constexpr Roles kRoles = roles(kDGluWarps);
-  constexpr bool kHandoff = kDGlu || std::is_same_v<OutT, __nv_bfloat16>;
+  // The hand-off to the epilogue warps: bf16 and E4M3 forward output and the dGLU (fp32 output
+  // keeps its epilogue in the consumers: epilogue.cuh says why).
+  static_assert(kRoleSet == 0 || kRoleSet == 3 || kRoleSet == 7, "config.h: Roles");
+  constexpr bool kE4m3 = std::is_same_v<OutT, __nv_fp8_e4m3>;
+  static_assert(!kE4m3 || kRoleSet != 3, "the E4M3 forward runs three or seven epilogue warps");
+  constexpr bool kDGlu = kRoleSet > 0 && !kE4m3;
+  constexpr Roles kRoles = roles(kRoleSet);
+  constexpr bool kHandoff = kDGlu || kE4m3 || std::is_same_v<OutT, __nv_bfloat16>;
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
@@ -120,7 +132,7 @@ __global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
   if (threadIdx.x < 32) {
     warp_exclusive_prefix(
         p.num_experts,
-        [&](int e) { return expert_units(p.offsets[e + 1] - p.offsets[e], shape); },
+        [&](int e) { return expert_units(p.offsets[e + 1] - p.offsets[e], shape, p.pairs); },
         smem.unit_start);
   }
   if (threadIdx.x == 0) smem.init_barriers(kRoles.epilogue_warps * 32);
@@ -142,13 +154,27 @@ __global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
       if constexpr (kDGlu) {
         // One switch on the activation around the tile loop (activation_backward.h says why).
         dispatch_epilogue_op(dglu.act.op, [&](auto op) {
-          walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c) {
+          walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c, int) {
             drain_g<decltype(op)::value, kRoles.epilogue_warps, kRoles.drain_rows>(
                 tile, p, dglu, rows, c.n_block);
           });
         });
+      } else if constexpr (kE4m3) {
+        const bwd::EpilogueLane me = bwd::EpilogueLane::of_thread();
+        E4m3Drain<kRoles.epilogue_warps * 32> e4m3(smem, rank, 32 * me.warp + me.lane);
+        dispatch_epilogue_op(ep.op, [&](auto op) {
+          walk([&](uint8_t* tile, const TileRows& rows, const TileCoord& c, int u) {
+            // A GLU's scale groups span the n-pair; the partner may be a phantom.
+            const bool peer_live =
+                is_glu_op(decltype(op)::value) &&
+                unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank ^ 1,
+                          p.pairs)
+                    .live;
+            e4m3.drain<decltype(op)::value>(tile, p, ep, rows, c.n_block, peer_live);
+          });
+        });
       } else {
-        walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c) {
+        walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c, int) {
           drain_tile<kBlockM, kBlockN, kTilePitch>(tile, p, ep, rows.first, rows.end,
                                                    c.n_block * kBlockN);
         });
@@ -163,7 +189,8 @@ __global__ void __launch_bounds__(roles(kDGluWarps).threads, 1)
     TileHandoff handoff = TileHandoff::of(smem);
     IssueTurns turns(slab);
     for (int u = cluster; u < total_units; u += clusters) {
-      const UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
+      const UnitTile w =
+          unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank, p.pairs);
       if (!warp_uniform(w.live)) {
         skip_tile(p, smem, pipe);
         continue;

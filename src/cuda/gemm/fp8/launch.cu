@@ -1,6 +1,8 @@
-// The FP8 kernel's host launcher (a persistent grid of 2-CTA clusters) and its four
-// instantiations (bf16 and fp32 output; the dGLU with three or seven epilogue warps).
+// The FP8 kernel's host launcher (a persistent grid of 2-CTA clusters) and its six
+// instantiations (bf16 and fp32 output; E4M3 output and the dGLU, each with three or seven
+// epilogue warps).
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include "cuda/check.h"
 #include "cuda/gemm/cluster_launch.h"
@@ -12,7 +14,7 @@
 namespace moefuse::gemm::fp8 {
 namespace {
 
-template <class OutT, int kDGluWarps>
+template <class OutT, int kRoleSet>
 void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   const Fp8GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
@@ -27,15 +29,15 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
                                               fp8_scale_rows(p.m_cap), 1, kScaleBoxRows);
 
   // The host cannot know the unit count; this bound (each expert adds at most one partial
-  // m-block and one odd unit) only trims the grid for tiny problems.
-  const int64_t max_tiles = (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) *
-                            ceil_div(p.n, kBlockN);
-  const int64_t max_units = (max_tiles + p.num_experts + 1) / 2;
+  // m-block, and an m-block run as n-pairs at most one phantom) only trims the grid for tiny
+  // problems.
+  const int64_t max_m_blocks = int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts;
+  const int64_t max_units = (max_m_blocks * ceil_div(p.n, kBlockN) + max_m_blocks + 1) / 2;
   const int64_t smem_bytes = fp8_gemm_smem_bytes(p.num_experts);
-  auto* kernel = &grouped_gemm_fp8_kernel<OutT, kDGluWarps>;
+  auto* kernel = &grouped_gemm_fp8_kernel<OutT, kRoleSet>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
-  launch_persistent<kClusterSize>(kernel, max_units, 0, roles(kDGluWarps).threads,
+  launch_persistent<kClusterSize>(kernel, max_units, 0, roles(kRoleSet).threads,
                                   smem_bytes, stream, "the FP8 grouped GEMM", tmap_a, tmap_b,
                                   tmap_scales, p, launch.epilogue, launch.dglu);
 }
@@ -50,9 +52,18 @@ void launch_grouped_gemm_fp8_fp32(const Fp8GemmLaunch& launch, cudaStream_t stre
   launch_fp8<float, 0>(launch, stream);
 }
 
+void launch_grouped_gemm_fp8_e4m3(const Fp8GemmLaunch& launch, cudaStream_t stream) {
+  Fp8GemmLaunch l = launch;
+  l.problem.pairs = is_glu_op(launch.epilogue.op) ? UnitPairs::kNGroupsOnly
+                                                  : UnitPairs::kMGroupsFirst;
+  // Seven epilogue warps at short K, three at long K (config.h, Roles).
+  if (seven_epilogue_warps(launch.problem.k)) launch_fp8<__nv_fp8_e4m3, 7>(l, stream);
+  else launch_fp8<__nv_fp8_e4m3, 0>(l, stream);
+}
+
 void launch_grouped_gemm_fp8_dglu(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   // Seven epilogue warps at short K, three at long K (config.h, Roles).
-  if (dglu_warps(launch.problem.k) == 7) launch_fp8<__nv_bfloat16, 7>(launch, stream);
+  if (seven_epilogue_warps(launch.problem.k)) launch_fp8<__nv_bfloat16, 7>(launch, stream);
   else launch_fp8<__nv_bfloat16, 3>(launch, stream);
 }
 

@@ -163,7 +163,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtenso
   const StageAddresses st = StageAddresses::of(smem);
   PipelineState<kStages> pipe;
   for (int u = cluster; u < total_units; u += clusters) {
-    UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank);
+    UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank, p.pairs);
     w.tile = TileCoord{.expert = warp_uniform(w.tile.expert),
                        .m_block = warp_uniform(w.tile.m_block),
                        .n_block = warp_uniform(w.tile.n_block)};

@@ -2,6 +2,7 @@
 // (a captured CUDA graph holds it).
 #pragma once
 
+#include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/params.h"
 
 namespace moefuse::gemm::fp8 {
@@ -15,6 +16,11 @@ struct Fp8GemmProblem {
   int k = 0;
   int n_out = 0;  // columns of D: n / 2 for GLU, n otherwise
   void* d = nullptr;
+  // E4M3 D only: its 1x128 scales, K-major [ceil(n_out/128), fp8_scale_rows(m_cap)]
+  // (e4m3_drain.cuh).
+  float* d_scales = nullptr;
+  // How tiles pair into units: n-groups only for E4M3 GLU output (e4m3_drain.cuh says why).
+  UnitPairs pairs = UnitPairs::kMGroupsFirst;
 };
 
 }  // namespace moefuse::gemm::fp8

@@ -78,10 +78,25 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
                   {fp8_scale_groups(k), fp8_scale_rows(m_cap)});
   expect_aligned(args.a_scales, "a_scales", 16);
 
-  MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16 || args.d.dtype == DType::kFloat32, "d",
-                 "dtype bf16 or fp32", "dtype " + std::string(dtype_name(args.d.dtype)));
-  expect_tensor(args.d, "d", args.d.dtype, device, {m_cap, glu ? n / 2 : n});
+  const bool e4m3_out = args.d.dtype == DType::kFloat8E4M3;
+  MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16 || args.d.dtype == DType::kFloat32 ||
+                     (e4m3_out && !mx),
+                 "d", mx ? "dtype bf16 or fp32 (e4m3 output is the DeepSeek recipe's)"
+                         : "dtype bf16, fp32 or e4m3",
+                 "dtype " + std::string(dtype_name(args.d.dtype)));
+  const int64_t n_out = glu ? n / 2 : n;
+  expect_tensor(args.d, "d", args.d.dtype, device, {m_cap, n_out});
   expect_aligned(args.d, "d", 16);
+  if (e4m3_out) {
+    MOEFUSE_EXPECT(n_out % 16 == 0, "d",
+                   "N_out (dim 1) a multiple of 16 for e4m3 output (16-byte code stores)",
+                   "N_out = " + std::to_string(n_out));
+    expect_tensor(args.d_scales, "d_scales", DType::kFloat32, device,
+                  {fp8_scale_groups(n_out), fp8_scale_rows(m_cap)});
+  } else {
+    MOEFUSE_EXPECT(is_absent(args.d_scales), "d_scales", "absent unless d is e4m3",
+                   "a tensor with d " + std::string(dtype_name(args.d.dtype)));
+  }
 
   if (!is_absent(args.row_scale))
     expect_tensor(args.row_scale, "row_scale", DType::kFloat32, device, {m_cap});
@@ -95,8 +110,8 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
     // fp32 one must not round h, docs/fp8.md); without an activation h is D itself.
     MOEFUSE_EXPECT(args.epilogue == GemmEpilogue::kActivation, "pre_activation",
                    "absent with GemmEpilogue::kLinear (h is D itself)", "a tensor");
-    MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16, "pre_activation",
-                   "absent with fp32 d (only the bf16-output epilogue stages bf16 h)",
+    MOEFUSE_EXPECT(args.d.dtype != DType::kFloat32, "pre_activation",
+                   "absent with fp32 d (only the bf16 and e4m3 epilogues stage bf16 h)",
                    "a tensor with d " + std::string(dtype_name(args.d.dtype)));
     expect_tensor(args.pre_activation, "pre_activation", DType::kBFloat16, device, {m_cap, n});
     expect_aligned(args.pre_activation, "pre_activation", 16);  // 16-byte stores
@@ -111,6 +126,7 @@ void validate_grouped_gemm_fp8(const GroupedGemmFp8Args& args, Device device) {
   const NamedView outputs[] = {{copies.a, "workspace"},
                                {copies.b, "workspace"},
                                {args.d, "d"},
+                               {args.d_scales, "d_scales"},
                                {args.pre_activation, "pre_activation"}};
   const NamedView inputs[] = {{args.a, "a"},           {args.a_scales, "a_scales"},
                               {args.b, "b"},           {args.b_scales, "b_scales"},
