@@ -26,6 +26,7 @@
 
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/common/copy_rows_bulk.cuh"
+#include "cuda/gemm/common/epilogue_lane.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_handoff.cuh"
 #include "cuda/packed_values.cuh"
@@ -88,20 +89,6 @@ __device__ __forceinline__ void receive_tile(TileHandoff& h, int parts, Drain&& 
     h.release();
   }
 }
-
-// The epilogue thread's warp and lane: warps 1-3 of warpgroup 0 are epilogue warps 0-2, and in
-// the narrow dGLU dgrad the warps of warpgroup 3 (config.h DgluNarrowShape) are 3-6.
-struct EpilogueLane {
-  int warp;
-  int lane;
-  __device__ static EpilogueLane of_thread() {
-    constexpr int kFourthWarpgroupWarp = (1 + kConsumerWarpgroups) * kWarpgroupThreads / 32;
-    const int w = static_cast<int>(threadIdx.x) / 32;
-    return EpilogueLane{
-        .warp = w < kFourthWarpgroupWarp ? w - 1 : w - kFourthWarpgroupWarp + kEpilogueWarps,
-        .lane = static_cast<int>(threadIdx.x) % 32};
-  }
-};
 
 // Epilogue side: `rows` row segments of `bytes` bytes (a multiple of 16, 16-byte aligned), the
 // first at src and then every pitch_bytes, prefetched into L2 by the 96 epilogue threads (one

@@ -160,8 +160,8 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
           });
         });
       } else if constexpr (kE4m3) {
-        const bwd::EpilogueLane me = bwd::EpilogueLane::of_thread();
-        E4m3Drain<kRoles.epilogue_warps * 32> e4m3(smem, rank, 32 * me.warp + me.lane);
+        E4m3Drain<kRoles.epilogue_warps * 32> e4m3(smem, rank,
+                                                   EpilogueLane::of_thread().worker());
         dispatch_epilogue_op(ep.op, [&](auto op) {
           walk([&](uint8_t* tile, const TileRows& rows, const TileCoord& c, int u) {
             // A GLU's scale groups span the n-pair; the partner may be a phantom.
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
                 unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank ^ 1,
                           p.pairs)
                     .live;
-            e4m3.drain<decltype(op)::value>(tile, p, ep, rows, c.n_block, peer_live);
+            e4m3.template drain<decltype(op)::value>(tile, p, ep, rows, c.n_block, peer_live);
           });
         });
       } else {
