@@ -62,11 +62,11 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
     p.xs_fp8 = fwd.add("xs [R,H] e4m3", R * H * e4m3);
     p.xs_scales = fwd.add("xs_scales [H/128,R] fp32 (K-major)", groups(H) * scale_cols * f32);
   }
-  // FP8: FC1's epilogue writes act as FC2's E4M3 operand; no bf16 act.
-  if (!fp8) p.act = fwd.add("act [R,F] bf16", R * F * bf);
-  if (fp8) {
+  if (fp8) {  // FC1's epilogue writes act as FC2's E4M3 operand: no bf16 act
     p.act_fp8 = fwd.add("act [R,F] e4m3", R * F * e4m3);
     p.act_scales = fwd.add("act_scales [F/128,R] fp32 (K-major)", groups(F) * scale_cols * f32);
+  } else {
+    p.act = fwd.add("act [R,F] bf16", R * F * bf);
   }
   p.ys = fwd.add("ys [R,H] bf16", R * H * bf);
   if (shared) {

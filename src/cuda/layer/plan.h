@@ -69,8 +69,8 @@ struct Plan {
   // forward scratch (MXFP8: x_qdq, x quantise-dequantised along H, which FC1 reads instead of
   // x; act is quantise-dequantised in place)
   Slice xs, act, ys, shared_act, shared_y, x_qdq;
-  // forward scratch, FP8: E4M3 codes and their K-major 1x128 scales (act's scales first
-  // row-major, as the quantiser writes them, then transposed)
+  // forward scratch, FP8: E4M3 codes and their K-major 1x128 scales (xs's from the permute,
+  // act's from FC1's epilogue)
   Slice xs_fp8, xs_scales, act_fp8, act_scales;
   // the FP8 weight region: 128x128-block quantised w1 [E,fc1,H] and w2 [E,H,F], their scales,
   // and their transposes w1t [E,H,fc1], w2t [E,F,H] (the dgrads' B operands)

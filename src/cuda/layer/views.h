@@ -17,9 +17,9 @@ struct Views {
   Workspace router_gemm, router_topk, maps;
   TensorView aux_f, aux_P;
   TensorView xs, act, ys, shared_act, shared_y, x_qdq;
-  TensorView xs_fp8, xs_scales, act_fp8, act_scales;  // FP8 forward scratch
-  TensorView w1_fp8, w1_scales, w2_fp8, w2_scales;                      // FP8 weight region
-  TensorView w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;                  // (transposed copies)
+  TensorView xs_fp8, xs_scales, act_fp8, act_scales;    // FP8 forward scratch
+  TensorView w1_fp8, w1_scales, w2_fp8, w2_scales;      // FP8 weight region
+  TensorView w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;  // (transposed copies)
   TensorView w1_qdq, w2_qdq, w1_qdq_dgrad, w2_qdq_dgrad;  // MXFP8 weight region
   TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, g, d_probs,
       dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
