@@ -16,10 +16,6 @@
 namespace moefuse::ref {
 namespace {
 
-TensorView host(void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(p, dtype, shape);
-}
-
 // An activation operand [rows, K]: e4m3 codes and K-major 1x128 scales, as the GEMM reads them.
 struct Fp8Rows {
   std::vector<uint8_t> q;
@@ -59,11 +55,8 @@ struct Fp8Weight {
     t.q.resize(q.size());
     t.scales.resize(scales.size());
     const int64_t gn = fp8_scale_groups(n), gk = fp8_scale_groups(k);
-    auto cv = [](const auto& v, DType dtype, std::initializer_list<int64_t> shape) {
-      return host(const_cast<void*>(static_cast<const void*>(v.data())), dtype, shape);
-    };
-    transpose_fp8_blockwise_weights(cv(q, DType::kFloat8E4M3, {e, n, k}),
-                                    cv(scales, DType::kFloat32, {e, gn, gk}),
+    transpose_fp8_blockwise_weights(host(q.data(), DType::kFloat8E4M3, {e, n, k}),
+                                    host(scales.data(), DType::kFloat32, {e, gn, gk}),
                                     host(t.q.data(), DType::kFloat8E4M3, {e, k, n}),
                                     host(t.scales.data(), DType::kFloat32, {e, gk, gn}));
     return t;
@@ -107,14 +100,13 @@ std::vector<float> fp8_gemm(const Fp8Rows& a, const Fp8Weight& b, std::vector<in
                             const MoeConfig& c, bool activation, std::vector<float>* row_scale,
                             std::vector<float>* bias) {
   std::vector<uint16_t> d(static_cast<size_t>(rows * n_out), 0);
-  auto cview = [](const auto& v, DType dtype, std::initializer_list<int64_t> shape) {
-    return host(const_cast<void*>(static_cast<const void*>(v.data())), dtype, shape);
-  };
   grouped_gemm_fp8(GroupedGemmFp8Args{
-      .a = cview(a.q, DType::kFloat8E4M3, {rows, k}),
-      .a_scales = cview(a.scales, DType::kFloat32, {fp8_scale_groups(k), fp8_scale_rows(rows)}),
-      .b = cview(b.q, DType::kFloat8E4M3, {e, n, k}),
-      .b_scales = cview(b.scales, DType::kFloat32, {e, fp8_scale_groups(n), fp8_scale_groups(k)}),
+      .a = host(a.q.data(), DType::kFloat8E4M3, {rows, k}),
+      .a_scales =
+          host(a.scales.data(), DType::kFloat32, {fp8_scale_groups(k), fp8_scale_rows(rows)}),
+      .b = host(b.q.data(), DType::kFloat8E4M3, {e, n, k}),
+      .b_scales =
+          host(b.scales.data(), DType::kFloat32, {e, fp8_scale_groups(n), fp8_scale_groups(k)}),
       .offsets = host(offsets.data(), DType::kInt32, {e + 1}),
       .d = host(d.data(), DType::kBFloat16, {rows, n_out}),
       .epilogue = activation ? GemmEpilogue::kActivation : GemmEpilogue::kLinear,
@@ -162,9 +154,6 @@ void layer_backward_fp8(const MoeConfig& c, const LayerWeights& w, const TensorV
   const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   std::vector<int32_t> offsets = f.offsets;
   const TensorView offsets_view = host(offsets.data(), DType::kInt32, {E + 1});
-  auto cv = [](const auto& v, DType dtype, std::initializer_list<int64_t> shape) {
-    return host(const_cast<void*>(static_cast<const void*>(v.data())), dtype, shape);
-  };
 
   // The weights as prepare_fp8_weights leaves them, and the transposed copies the dgrads read.
   const Fp8Weight w1q(glu_rows(c, copy_of(w.experts.w1), {E, fc1, H}, true), E, fc1, H),
@@ -190,14 +179,14 @@ void layer_backward_fp8(const MoeConfig& c, const LayerWeights& w, const TensorV
   std::vector<uint16_t> d_pre_bits(static_cast<size_t>(R * fc1), 0),
       scaled_act_bits(static_cast<size_t>(R * F), 0);
   const Fp8Rows dys_q(dys, R, H);
-  fc2_dgrad_fp8({.dys = cv(dys_q.q, DType::kFloat8E4M3, {R, H}),
-                 .dys_scales = cv(dys_q.scales, DType::kFloat32,
-                                  {fp8_scale_groups(H), fp8_scale_rows(R)}),
-                 .w2t = cv(w2t.q, DType::kFloat8E4M3, {E, F, H}),
-                 .w2t_scales = cv(w2t.scales, DType::kFloat32,
-                                  {E, fp8_scale_groups(F), fp8_scale_groups(H)}),
+  fc2_dgrad_fp8({.dys = host(dys_q.q.data(), DType::kFloat8E4M3, {R, H}),
+                 .dys_scales = host(dys_q.scales.data(), DType::kFloat32,
+                                    {fp8_scale_groups(H), fp8_scale_rows(R)}),
+                 .w2t = host(w2t.q.data(), DType::kFloat8E4M3, {E, F, H}),
+                 .w2t_scales = host(w2t.scales.data(), DType::kFloat32,
+                                    {E, fp8_scale_groups(F), fp8_scale_groups(H)}),
                  .offsets = offsets_view,
-                 .pre = cv(pre, DType::kBFloat16, {R, fc1}),
+                 .pre = host(pre.data(), DType::kBFloat16, {R, fc1}),
                  .d_pre = host(d_pre_bits.data(), DType::kBFloat16, {R, fc1}),
                  .activation = c.activation,
                  .clamped_swiglu = c.clamped_swiglu,
@@ -205,8 +194,8 @@ void layer_backward_fp8(const MoeConfig& c, const LayerWeights& w, const TensorV
                  .scaled_act = host(scaled_act_bits.data(), DType::kBFloat16, {R, F}),
                  .d_row_scale = host(dp.data(), DType::kFloat32, {R}),
                  .b2 = c.expert_bias ? host(b2.data(), DType::kFloat32, {E, H}) : TensorView{},
-                 .dys_bf16 = c.expert_bias ? cv(dys_bf16, DType::kBFloat16, {R, H})
-                                           : TensorView{}});
+                 .dys_bf16 = c.expert_bias ? host(dys_bf16.data(), DType::kBFloat16, {R, H})
+                                             : TensorView{}});
   const std::vector<float> d_pre = widen(d_pre_bits), scaled_act = widen(scaled_act_bits);
 
   // FC1 dgrad on W1ᵀ.

@@ -15,10 +15,6 @@
 namespace moefuse::ref {
 namespace {
 
-TensorView host(const void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(const_cast<void*>(p), dtype, shape);
-}
-
 // The values the GPU's qdq passes store: MXFP8 quantise-dequantise of [rows, k] along k (rows)
 // or down the rows (cols: 32-row blocks from each expert's first row, or from row 0 when
 // `offsets` is null), rounded to bf16.

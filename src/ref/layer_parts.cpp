@@ -11,13 +11,10 @@
 #include "ref/gemm.h"
 
 namespace moefuse::ref {
-namespace {
 
-TensorView host(void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(p, dtype, shape);
+TensorView host(const void* p, DType dtype, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(const_cast<void*>(p), dtype, shape);
 }
-
-}  // namespace
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

@@ -14,6 +14,9 @@
 
 namespace moefuse::ref {
 
+// A contiguous host view of p (the references' inputs are read through it, never written).
+TensorView host(const void* p, DType dtype, std::initializer_list<int64_t> shape);
+
 // Rounding to bf16 as the GPU stores its intermediates (to_bf16: the bits; widen: back).
 std::vector<uint16_t> to_bf16(const std::vector<float>& v);
 std::vector<float> widen(const std::vector<uint16_t>& v);

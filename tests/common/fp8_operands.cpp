@@ -91,4 +91,40 @@ double Fp8Rows::deq(int64_t r, int64_t j) const {
          s[(j / kFp8ScaleGroup) * fp8_scale_rows(m) + r];
 }
 
+void expect_rows_quantised_1x128(const std::vector<float>& values,
+                                 const std::vector<uint8_t>& codes,
+                                 const std::vector<float>& scales, int64_t m, int64_t n,
+                                 int64_t first, int64_t end,
+                                 const std::function<std::string(int64_t, int64_t)>& where) {
+  const int64_t groups = fp8_scale_groups(n), pitch = fp8_scale_rows(m);
+  std::vector<float> row(n), want_scales(groups);
+  std::vector<uint8_t> want_codes(n);
+  for (int64_t r = 0; r < m; ++r) {
+    const uint8_t* got = codes.data() + r * n;
+    if (r < first || r >= end) {
+      ASSERT_TRUE(std::all_of(got, got + n, [](uint8_t b) { return b == 0xFF; }))
+          << "codes of row " << r << " outside the experts were written";
+      for (int64_t g = 0; g < groups; ++g)
+        ASSERT_TRUE(std::isnan(scales[g * pitch + r]))
+            << "scale [" << g << ", " << r << "] outside the experts was written";
+      continue;
+    }
+    std::copy(values.begin() + r * n, values.begin() + (r + 1) * n, row.begin());
+    ref::quantize_fp8_blockwise_1x128(host(row.data(), DType::kFloat32, {1, n}),
+                                      host(want_codes.data(), DType::kFloat8E4M3, {1, n}),
+                                      host(want_scales.data(), DType::kFloat32, {1, groups}));
+    for (int64_t g = 0; g < groups; ++g) {
+      const float s = scales[g * pitch + r];
+      ASSERT_EQ(std::memcmp(&s, &want_scales[g], 4), 0)
+          << "scale of " << where(r, g) << ": got " << s << ", want " << want_scales[g];
+      for (int64_t i = g * kFp8ScaleGroup; i < std::min(n, (g + 1) * kFp8ScaleGroup); ++i)
+        ASSERT_EQ(got[i], want_codes[i]) << "code of " << where(r, g) << " column " << i;
+    }
+  }
+  for (int64_t g = 0; g < groups; ++g)  // the padding columns of the scale tensor
+    for (int64_t r = m; r < pitch; ++r)
+      ASSERT_TRUE(std::isnan(scales[g * pitch + r])) << "padding scale [" << g << ", " << r
+                                                     << "] was written";
+}
+
 }  // namespace moefuse::test

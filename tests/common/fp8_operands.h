@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "moefuse/tensor.h"
@@ -52,5 +54,16 @@ struct Fp8Rows {
   TensorView scales();
   double deq(int64_t r, int64_t j) const;  // the dequantised value of row r, column j
 };
+
+// An FP8 activation operand as the kernels emit it from an epilogue (the FP8 GEMM's E4M3 D):
+// codes [m, n] e4m3 and scales [ceil(n/128), fp8_scale_rows(m)] fp32, K-major, against the 1x128
+// reference quantiser of `values` [m, n] (bf16 values widened) row by row, bit for bit, on rows
+// [first, end); other rows keep their poison (codes 0xFF, scales NaN), as do the scales' padding
+// columns. `where(r, g)` names row r and group g in a failure message.
+void expect_rows_quantised_1x128(const std::vector<float>& values,
+                                 const std::vector<uint8_t>& codes,
+                                 const std::vector<float>& scales, int64_t m, int64_t n,
+                                 int64_t first, int64_t end,
+                                 const std::function<std::string(int64_t, int64_t)>& where);
 
 }  // namespace moefuse::test

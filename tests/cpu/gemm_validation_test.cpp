@@ -218,5 +218,14 @@ TEST(GemmValidation, Mxfp8RejectsABadWorkspaceByName) {
   EXPECT_NO_THROW(validate_grouped_gemm_fp8(big));
 }
 
+// E4M3 output is the DeepSeek recipe's: the MXFP8 emulation's BF16 GEMM has no such epilogue.
+TEST(GemmValidation, Mxfp8RejectsE4m3OutputByName) {
+  GroupedGemmFp8Args g = valid_mxfp8_fc1();
+  g.d = dev(DType::kFloat8E4M3, {kM, kN / 2});
+  g.d_scales = dev(DType::kFloat32, {fp8_scale_groups(kN / 2), fp8_scale_rows(kM)});
+  test::expect_invalid([&] { validate_grouped_gemm_fp8(g); }, "d");
+  test::expect_invalid([&] { grouped_gemm_fp8(g, nullptr); }, "d");
+}
+
 }  // namespace
 }  // namespace moefuse

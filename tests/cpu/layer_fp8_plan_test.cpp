@@ -13,25 +13,21 @@
 #include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/layer.h"
 #include "moefuse/moefuse.h"
+#include "layer_plan_helpers.h"
 #include "ref_test_helpers.h"
 
 namespace moefuse {
 namespace {
 
-using test::expect_invalid;
+using test::align256;
+using test::find_buffer;
 
-constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+using test::expect_invalid;
 
 MoeConfig fp8(MoeConfig c) {
   c.precision = PrecisionRecipe::kFP8Blockwise;
   c.expert_bias = false;  // the plans below compare against bias-free bf16 plans
   return c;
-}
-
-const LayerBuffer* find(const LayerMemoryPlan& p, const std::string& prefix) {
-  for (const auto& b : p.buffers)
-    if (b.name.rfind(prefix, 0) == 0) return &b;
-  return nullptr;
 }
 
 TEST(LayerFp8Plan, WeightRegionHoldsE4m3WeightsAndBlockScales) {
@@ -74,18 +70,18 @@ TEST(LayerFp8Plan, ForwardScratchHoldsCodesAndKMajorScales) {
                           Want{"xs_scales", fp8_scale_groups(c.hidden) * cols * 4},
                           Want{"act [R,F] e4m3", R * F},
                           Want{"act_scales [F/128,R]", fp8_scale_groups(c.ffn) * cols * 4}}) {
-      const LayerBuffer* b = find(p, w.prefix);
+      const LayerBuffer* b = find_buffer(p, w.prefix);
       ASSERT_NE(b, nullptr) << w.prefix;
       EXPECT_EQ(b->region, LayerRegion::kWorkspaceForward) << w.prefix;
       EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
       EXPECT_LE(b->offset + b->bytes, p.workspace_bytes) << w.prefix;
     }
-    EXPECT_EQ(find(p, "xs [R,H] bf16"), nullptr)
+    EXPECT_EQ(find_buffer(p, "xs [R,H] bf16"), nullptr)
         << "no bf16 xs in the FP8 layer: the forward quantises x in its permute, and dW1's "
            "column-wise copy gathers x";
-    EXPECT_EQ(find(p, "act [R,F] bf16"), nullptr)
+    EXPECT_EQ(find_buffer(p, "act [R,F] bf16"), nullptr)
         << "no bf16 act in the FP8 layer: FC1's epilogue writes FC2's E4M3 operand";
-    EXPECT_EQ(find(p, "act_scales [R,"), nullptr) << "nor row-major act scales";
+    EXPECT_EQ(find_buffer(p, "act_scales [R,"), nullptr) << "nor row-major act scales";
   }
 }
 
@@ -123,27 +119,28 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
               Want{"d_pre_t [fc1,128G]", fc1 * 128 * G}, Want{"d_pre_t_scales", G * fc1 * 4},
               Want{"xs_t [H,128G]", H * 128 * G}, Want{"xs_t_scales", G * H * 4},
               Want{"dp_partial", R * g(F) * 4}}) {
-          const LayerBuffer* b = find(p, w.prefix);
+          const LayerBuffer* b = find_buffer(p, w.prefix);
           ASSERT_NE(b, nullptr) << w.prefix;
           EXPECT_EQ(b->region, LayerRegion::kWorkspaceBackward) << w.prefix;
           EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
         }
-        EXPECT_EQ(find(p, "dys_scales [R,"), nullptr) << "dy's permute writes K-major scales";
-        EXPECT_EQ(find(p, "dys [R,H] bf16"), nullptr) << "only the bias terms read bf16 dys";
+        EXPECT_EQ(find_buffer(p, "dys_scales [R,"), nullptr)
+            << "dy's permute writes K-major scales";
+        EXPECT_EQ(find_buffer(p, "dys [R,H] bf16"), nullptr) << "only the bias terms read bf16 dys";
         MoeConfig with_bias = c;
         with_bias.expert_bias = true;
-        const LayerBuffer* dys = find(layer_memory_plan(with_bias, o, T), "dys [R,H] bf16");
+        const LayerBuffer* dys = find_buffer(layer_memory_plan(with_bias, o, T), "dys [R,H] bf16");
         ASSERT_NE(dys, nullptr) << "expert bias: dp's and d_b2's bias terms read bf16 dys";
         EXPECT_EQ(dys->bytes, R * H * 2);
         const layer::Plan lp = layer::make_plan(c, o, T);
         if (!recompute) {
-          EXPECT_EQ(find(p, "pre [R,fc1] bf16 (recomputed)"), nullptr);
+          EXPECT_EQ(find_buffer(p, "pre [R,fc1] bf16 (recomputed)"), nullptr);
           EXPECT_FALSE(lp.xs_fp8_bwd.present());
           EXPECT_FALSE(lp.xs_scales_bwd.present());
           EXPECT_FALSE(lp.xs_bwd.present());  // dW1's column-wise copy gathers x
           continue;
         }
-        const LayerBuffer* pre = find(p, "pre [R,fc1] bf16 (recomputed)");
+        const LayerBuffer* pre = find_buffer(p, "pre [R,fc1] bf16 (recomputed)");
         ASSERT_NE(pre, nullptr);
         EXPECT_EQ(pre->bytes, R * fc1 * 2);
         // The recompute's codes and K-major scales, its own buffers; no bf16 xs (dW1's
@@ -154,8 +151,8 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
       }
       // The bf16 plan has none of it.
       const LayerMemoryPlan b = layer_memory_plan(bf, {.recompute_pre = true}, T);
-      EXPECT_EQ(find(b, "dys [R,H] e4m3"), nullptr);
-      EXPECT_EQ(find(b, "xs_t"), nullptr);
+      EXPECT_EQ(find_buffer(b, "dys [R,H] e4m3"), nullptr);
+      EXPECT_EQ(find_buffer(b, "xs_t"), nullptr);
     }
   }
 }
@@ -174,10 +171,10 @@ TEST(LayerFp8Plan, Bf16WgradsReadBf16DysAndPermutedX) {
         const LayerOptions o{.recompute_pre = recompute};
         const LayerMemoryPlan p = layer_memory_plan(c, o, T);
         for (const char* gone : {"dys_t", "scaled_act_t", "d_pre_t", "xs_t"})
-          EXPECT_EQ(find(p, gone), nullptr) << gone;
+          EXPECT_EQ(find_buffer(p, gone), nullptr) << gone;
         for (const char* kept : {"dys [R,H] e4m3", "d_pre [R,fc1] e4m3"})
-          EXPECT_NE(find(p, kept), nullptr) << kept;
-        const LayerBuffer* dys = find(p, "dys [R,H] bf16");
+          EXPECT_NE(find_buffer(p, kept), nullptr) << kept;
+        const LayerBuffer* dys = find_buffer(p, "dys [R,H] bf16");
         ASSERT_NE(dys, nullptr);
         EXPECT_EQ(dys->bytes, R * H * 2);
         const layer::Plan lp = layer::make_plan(c, o, T);
@@ -209,15 +206,15 @@ TEST(LayerFp8Plan, PreActivationIsCachedUnlessRecomputeIsAsked) {
     EXPECT_EQ(recomputed.cache_bytes, layer_memory_plan(bf, {.recompute_pre = true}, T).cache_bytes);
     EXPECT_EQ(cached.cache_bytes, recomputed.cache_bytes + align256(R * fc1 * 2) + shared_pre)
         << "the cache grows by the pre-activation (and the shared expert's)";
-    const LayerBuffer* pre = find(cached, "pre [R,fc1] bf16");
+    const LayerBuffer* pre = find_buffer(cached, "pre [R,fc1] bf16");
     ASSERT_NE(pre, nullptr);
     EXPECT_EQ(pre->region, LayerRegion::kCache);
     EXPECT_EQ(pre->bytes, R * fc1 * 2);
-    EXPECT_EQ(find(cached, "pre [R,fc1] bf16 (recomputed)"), nullptr);
+    EXPECT_EQ(find_buffer(cached, "pre [R,fc1] bf16 (recomputed)"), nullptr);
     for (const auto& buf : recomputed.buffers)
       EXPECT_FALSE(buf.region == LayerRegion::kCache && buf.name.rfind("pre", 0) == 0)
           << buf.name;
-    ASSERT_NE(find(recomputed, "pre [R,fc1] bf16 (recomputed)"), nullptr);
+    ASSERT_NE(find_buffer(recomputed, "pre [R,fc1] bf16 (recomputed)"), nullptr);
     // The backward scratch loses the recomputed pre and the recompute's codes.
     EXPECT_LE(cached.workspace_bytes, recomputed.workspace_bytes);
 

@@ -8,22 +8,18 @@
 #include <string>
 
 #include "moefuse/layer.h"
+#include "layer_plan_helpers.h"
 #include "ref_test_helpers.h"
 
 namespace moefuse {
 namespace {
 
-constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+using test::align256;
+using test::find_buffer;
 
 MoeConfig mxfp8(MoeConfig c) {
   c.precision = PrecisionRecipe::kMXFP8;
   return c;
-}
-
-const LayerBuffer* find(const LayerMemoryPlan& p, const std::string& prefix) {
-  for (const auto& b : p.buffers)
-    if (b.name.rfind(prefix, 0) == 0) return &b;
-  return nullptr;
 }
 
 // w1 and w2 twice each (along the forward's K, along the dgrads'), bf16, whatever T.
@@ -36,7 +32,7 @@ TEST(LayerMxfp8Plan, WeightRegionHoldsFourBf16Copies) {
     EXPECT_EQ(layer_memory_plan(c, {}, 4096).fp8_weight_bytes, want);
     EXPECT_EQ(layer_memory_plan(c, {}, 1).fp8_weight_bytes, want) << "independent of T";
     for (const char* prefix : {"w1_qdq [", "w2_qdq [", "w1_qdq_dgrad", "w2_qdq_dgrad"}) {
-      const LayerBuffer* b = find(layer_memory_plan(c, {}, 1), prefix);
+      const LayerBuffer* b = find_buffer(layer_memory_plan(c, {}, 1), prefix);
       ASSERT_NE(b, nullptr) << prefix;
       EXPECT_EQ(b->region, LayerRegion::kFp8Weights) << prefix;
       EXPECT_EQ(b->offset % 256, 0u) << prefix;
@@ -71,13 +67,13 @@ TEST(LayerMxfp8Plan, ScratchIsTheBf16PlansPlusTheQdqOperands) {
       for (const Want& w : {Want{"x_qdq [T,H]", LayerRegion::kWorkspaceForward, T * H * 2},
                             Want{"dys_qdq [R,H]", LayerRegion::kWorkspaceBackward, R * H * 2},
                             Want{"d_pre_qdq", LayerRegion::kWorkspaceBackward, R * fc1 * 2}}) {
-        const LayerBuffer* b = find(mx, w.prefix);
+        const LayerBuffer* b = find_buffer(mx, w.prefix);
         ASSERT_NE(b, nullptr) << w.prefix;
         EXPECT_EQ(b->region, w.region) << w.prefix;
         EXPECT_EQ(b->bytes, w.bytes) << w.prefix;
         EXPECT_LE(b->offset + b->bytes, mx.workspace_bytes) << w.prefix;
       }
-      const LayerBuffer* xs_qdq = find(mx, "xs_qdq");
+      const LayerBuffer* xs_qdq = find_buffer(mx, "xs_qdq");
       EXPECT_EQ(xs_qdq != nullptr, recompute) << "the recompute's quantised x rows";
       if (xs_qdq) EXPECT_EQ(xs_qdq->bytes, R * H * 2);
       EXPECT_EQ(mx.buffers.size(), bf.buffers.size() + 3 + (recompute ? 1 : 0) + 4)

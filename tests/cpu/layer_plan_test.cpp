@@ -10,12 +10,13 @@
 #include "cuda/layer/plan.h"
 #include "moefuse/error.h"
 #include "moefuse/layer.h"
+#include "layer_plan_helpers.h"
 #include "ref_test_helpers.h"
 
 namespace moefuse {
 namespace {
 
-constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+using test::align256;
 
 struct Variant {
   std::string preset;

@@ -279,29 +279,11 @@ TEST(RefGroupedGemmFp8, E4m3OutputIsTheBf16OutputQuantised) {
     g.d_scales = test::f32(scales, {groups, pitch});
     ref::grouped_gemm_fp8(g);
 
-    std::vector<uint8_t> want_codes(n_out);
-    std::vector<float> want_scales(groups);
-    const int64_t first = f.offsets().front(), end = f.offsets().back();
-    for (int64_t r = 0; r < m; ++r) {
-      const bool inside = r >= first && r < end;
-      if (inside) {
-        std::vector<float> row(bf16.begin() + r * n_out, bf16.begin() + (r + 1) * n_out);
-        ref::quantize_fp8_blockwise_1x128(
-            test::f32(row, {1, n_out}),
-            TensorView::contiguous(want_codes.data(), DType::kFloat8E4M3, {1, n_out}),
-            test::f32(want_scales, {1, groups}));
-      }
-      for (int64_t i = 0; i < n_out; ++i)
-        ASSERT_EQ(codes[r * n_out + i], inside ? want_codes[i] : 0xFF)
-            << "row " << r << " column " << i;
-      for (int64_t j = 0; j < groups; ++j) {
-        const float got = scales[j * pitch + r];
-        if (inside) ASSERT_EQ(got, want_scales[j]) << "row " << r << " group " << j;
-        else ASSERT_TRUE(std::isnan(got)) << "scale of row " << r << " outside the experts";
-      }
-    }
-    for (int64_t j = 0; j < groups; ++j)
-      for (int64_t r = m; r < pitch; ++r) ASSERT_TRUE(std::isnan(scales[j * pitch + r]));
+    test::expect_rows_quantised_1x128(bf16, codes, scales, m, n_out, f.offsets().front(),
+                                      f.offsets().back(), [](int64_t r, int64_t g) {
+                                        return "row " + std::to_string(r) + " group " +
+                                               std::to_string(g);
+                                      });
   }
 }
 
@@ -437,6 +419,7 @@ TEST(RefGroupedGemmFp8, ValidationNamesTheBadArgument) {
   with([&](auto& g) { g = e4m3(g), g.d_scales = TensorView{}; }, "d_scales");
   with([&](auto& g) { g = e4m3(g), g.d_scales = test::f32(d_scales, {1, kM}); }, "d_scales");
   with([&](auto& g) { g.d_scales = test::f32(d_scales, {1, fp8_scale_rows(kM)}); }, "d_scales");
+  with([&](auto& g) { g = e4m3(g), g.d_scales.data = g.a.data; }, "d_scales");  // over an input
   with([&](auto& g) {
     g = e4m3(g), g.epilogue = GemmEpilogue::kActivation;
     g.d = TensorView::contiguous(codes.data(), DType::kFloat8E4M3, {kM, kN / 2});

@@ -220,44 +220,15 @@ class Runner {
     g.pre_activation = TensorView{};
     grouped_gemm_fp8(g, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<uint16_t> want_bf16 = bf16.download();
-    const std::vector<uint8_t> codes = raw_d();
-    const std::vector<float> scales = d_scales_dev_->download();
-    const int64_t groups = fp8_scale_groups(n_out_), pitch = fp8_scale_rows(m_cap_);
     const int first = offsets_.front(), end = offsets_.back();
-    std::vector<float> row(n_out_), want_scales(groups);
-    std::vector<uint8_t> want_codes(n_out_);
-    for (int64_t r = 0; r < m_cap_; ++r) {
-      const uint8_t* got = codes.data() + r * n_out_;
-      if (r < first || r >= end) {
-        ASSERT_TRUE(std::all_of(got, got + n_out_, [](uint8_t b) { return b == 0xFF; }))
-            << "codes of row " << r << " outside the experts were written";
-        for (int64_t j = 0; j < groups; ++j)
-          ASSERT_TRUE(std::isnan(scales[j * pitch + r]))
-              << "scale [" << j << ", " << r << "] outside the experts was written";
-        continue;
-      }
-      for (int64_t i = 0; i < n_out_; ++i) row[i] = bf16_to_float(want_bf16[r * n_out_ + i]);
-      ref::quantize_fp8_blockwise_1x128(
-          host(row.data(), DType::kFloat32, {1, n_out_}),
-          host(want_codes.data(), DType::kFloat8E4M3, {1, n_out_}),
-          host(want_scales.data(), DType::kFloat32, {1, groups}));
-      for (int64_t j = 0; j < groups; ++j) {
-        const std::string where = "row " + std::to_string(r) + " (expert " +
-                                  std::to_string(expert_of(r)) + ") group " + std::to_string(j) +
-                                  " (n-blocks " + std::to_string(glu_ ? 2 * j : j) +
-                                  (glu_ ? ", " + std::to_string(2 * j + 1) : "") + ")";
-        const float s = scales[j * pitch + r];
-        ASSERT_EQ(std::memcmp(&s, &want_scales[j], 4), 0)
-            << "scale of " << where << ": got " << s << ", want " << want_scales[j];
-        for (int64_t i = j * kFp8ScaleGroup; i < std::min(n_out_, (j + 1) * kFp8ScaleGroup); ++i)
-          ASSERT_EQ(got[i], want_codes[i]) << "code of " << where << " column " << i;
-      }
-    }
-    for (int64_t j = 0; j < groups; ++j)  // the padding columns of the scale tensor
-      for (int64_t r = m_cap_; r < pitch; ++r)
-        ASSERT_TRUE(std::isnan(scales[j * pitch + r])) << "padding scale [" << j << ", " << r
-                                                       << "] was written";
+    test::expect_rows_quantised_1x128(
+        test::widen(bf16.download()), raw_d(), d_scales_dev_->download(), m_cap_, n_out_, first,
+        end, [&](int64_t r, int64_t j) {
+          return "row " + std::to_string(r) + " (expert " + std::to_string(expert_of(r)) +
+                 ") group " + std::to_string(j) + " (n-blocks " +
+                 std::to_string(glu_ ? 2 * j : j) + (glu_ ? ", " + std::to_string(2 * j + 1) : "") +
+                 ")";
+        });
   }
 
   // Poison outside the experts, no NaN inside, and the rel-norm error of the checked rows.

@@ -54,6 +54,12 @@ __device__ __forceinline__ void load16(const float* p, Raw16<float>& r) {
   }
 }
 
+// 8 + 8 bf16 held as two 16-byte words (lo: elements 0-7); hi zero for a vector of 8, whose zeros
+// change no amax.
+__device__ __forceinline__ Raw16<__nv_bfloat16> raw16_of(uint4 lo, uint4 hi = {}) {
+  return Raw16<__nv_bfloat16>{{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}};
+}
+
 // Zeros: what a lane past the end of a row contributes to its group's amax.
 template <class T>
 __device__ __forceinline__ void zero16(Raw16<T>& r) {
@@ -123,15 +129,30 @@ __device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float (&f)[4]) {
       : "r"(w));
 }
 
+// The E4M3 codes of elements k0 .. k0 + 7 of x * multiplier (element k0 in the low byte).
+template <class T>
+__device__ __forceinline__ uint2 e4m3x8(const Raw16<T>& r, int k0, float multiplier) {
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int k = k0 + 4 * i;
+    w[i] = e4m3x4(element(r, k) * multiplier, element(r, k + 1) * multiplier,
+                  element(r, k + 2) * multiplier, element(r, k + 3) * multiplier);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
 // 16 E4M3 codes of x * multiplier, one 16-byte store (element k in byte k).
 template <class T>
 __device__ __forceinline__ void store16_e4m3(uint8_t* q, const Raw16<T>& r, float multiplier) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    w[i] = e4m3x4(element(r, 4 * i) * multiplier, element(r, 4 * i + 1) * multiplier,
-                  element(r, 4 * i + 2) * multiplier, element(r, 4 * i + 3) * multiplier);
-  *reinterpret_cast<uint4*>(q) = make_uint4(w[0], w[1], w[2], w[3]);
+  const uint2 lo = e4m3x8(r, 0, multiplier), hi = e4m3x8(r, 8, multiplier);
+  *reinterpret_cast<uint4*>(q) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// The first 8 elements' E4M3 codes of x * multiplier, one 8-byte store (for a vector holding 8).
+template <class T>
+__device__ __forceinline__ void store8_e4m3(uint8_t* q, const Raw16<T>& r, float multiplier) {
+  *reinterpret_cast<uint2*>(q) = e4m3x8(r, 0, multiplier);
 }
 
 // 16 E2M1 codes of x * multiplier, one 8-byte store (element k in nibble k: low nibble first).

@@ -79,16 +79,6 @@ __device__ __forceinline__ void st_async_f32(uint32_t remote, float v, uint32_t 
                : "memory");
 }
 
-// max |x| of 8 bf16 (NaN ignored, as quant/vec16.cuh's amax16).
-__device__ __forceinline__ float amax_bf16x8(uint4 v) {
-  float f[8];
-  cuda::unpack_bf16x8(v, f);
-  float a = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) a = fmaxf(a, fabsf(f[i]));
-  return a;
-}
-
 // One epilogue thread's state across the tiles it drains; kWorkers epilogue threads (96, or 224
 // with a fourth warpgroup: config.h, Roles), worker in [0, kWorkers).
 template <int kWorkers>
@@ -143,17 +133,11 @@ class E4m3Drain {
         if (ep.pre) *reinterpret_cast<uint4*>(ep.pre + int64_t{row} * p.n + col) = staged;
         v = staged_final ? staged : activate8<kOp>(ep, staged, row_scale_of(ep, row));
       }
-      const float amax = q::group_max<kChunks>(amax_bf16x8(v));
+      const q::Raw16<__nv_bfloat16> raw = q::raw16_of(v);
+      const float amax = q::group_max<kChunks>(q::amax16(raw));
       if (!valid) continue;
       const formats::BlockwiseScale s = formats::blockwise_scale(amax);
-      const q::Raw16<__nv_bfloat16> raw{{v.x, v.y, v.z, v.w}};
-      auto codes4 = [&](int k) {  // elements k .. k + 3 times the multiplier
-        const float m = s.multiplier;
-        return q::e4m3x4(q::element(raw, k) * m, q::element(raw, k + 1) * m,
-                         q::element(raw, k + 2) * m, q::element(raw, k + 3) * m);
-      };
-      *reinterpret_cast<uint2*>(d + int64_t{row} * p.n_out + col) =
-          make_uint2(codes4(0), codes4(4));
+      q::store8_e4m3(d + int64_t{row} * p.n_out + col, raw, s.multiplier);
       if (c == 0) *scale_at(p, n_block, row) = s.scale;
     }
   }
@@ -191,7 +175,7 @@ class E4m3Drain {
         act = activate_glu8<kOp>(ep, gate, up, row_scale_of(ep, row));
         chunk[0] = act;
       }
-      const float amax = q::group_max<kPairs>(amax_bf16x8(act));
+      const float amax = q::group_max<kPairs>(q::amax16(q::raw16_of(act)));
       if (q != 0) continue;
       own[r] = amax;
       if (peer_live) st_async_f32(peer_amax_ + (b * kBlockM + r) * 4, amax, peer_full_ + b * 8);
@@ -209,9 +193,9 @@ class E4m3Drain {
       const float amax = peer_live ? fmaxf(own[r], peer[r]) : own[r];
       const formats::BlockwiseScale s = formats::blockwise_scale(amax);
       const uint4* chunk = reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 64);
-      const uint4 lo = chunk[0], hi = chunk[2];  // act of pairs 2c and 2c + 1
-      const q::Raw16<__nv_bfloat16> raw{{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}};
-      q::store16_e4m3(d + int64_t{row} * p.n_out + col, raw, s.multiplier);
+      // act of pairs 2c and 2c + 1
+      q::store16_e4m3(d + int64_t{row} * p.n_out + col, q::raw16_of(chunk[0], chunk[2]),
+                      s.multiplier);
       if (c == 0 && n_block % 2 == 0) *scale_at(p, n_block / 2, row) = s.scale;
     }
     if (peer_live) {
