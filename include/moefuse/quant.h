@@ -5,7 +5,8 @@
 //
 // All views are device tensors (Device::kCuda), contiguous, with 16-byte-aligned data, and K (the
 // last extent) a multiple of 16. Inputs x / w are bf16 or fp32; dequantised outputs are fp32
-// (the MXFP8 quantise-dequantise passes at the end, bf16 only, say their own shapes).
+// (the MXFP8 quantise-dequantise passes and the MXFP8 column layout at the end, bf16 only, say
+// their own shapes).
 // Scale layouts are row-major, one entry per group (the last group of a row may be short):
 //   1x128:   q [M, K] e4m3,  scales [M, ceil(K/128)] fp32
 //   128x128: q [N, K] or [E, N, K] e4m3, scales [ceil(N/128), ceil(K/128)] (or [E, ...]) fp32
@@ -21,6 +22,8 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 #include "moefuse/tensor.h"
 
@@ -80,5 +83,25 @@ void qdq_mxfp8_rows(const TensorView& x, const TensorView& out, cudaStream_t str
 // blocks of 32 rows from row 0, M % 32 == 0 (stacked weights [E * N_rows, K], N_rows % 32 == 0).
 void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& out,
                     cudaStream_t stream);
+
+// MXFP8 column layout: the operands of the MXFP8 backward GEMMs whose K runs down the rows
+// (moefuse/grouped_gemm_mxfp8_backward.h): a wgrad's, whose K is an expert's rows, and the
+// dgrads' weights [E, K, N] (viewed as [E·K, N]). Blocks of 32 consecutive rows of one column,
+// qdq_mxfp8_cols's blocks; the codes stay in x's places (nothing is transposed: an MX tensor core
+// reads 8-bit operands MN-major, and Transformer Engine keeps its MXFP8 column-wise data so too):
+//   x       [M, N]                          bf16, N % 8 == 0, M below 2^31
+//   q       [M, N]                          e4m3 out
+//   scales  [mxfp8_col_blocks(M, E), N]     e8m0 out; row g holds block g's 32-row scales
+// Blocks are numbered expert by expert: expert e's b-th block is g = block_start[e] + b, with
+// block_start[e] = the sum of ceil(m_e' / 32) over e' < e (computed on the device from offsets,
+// int32 [E + 1], 1 <= E <= kGroupedGemmMaxExperts, the contract of qdq_mxfp8_cols). Without
+// offsets (TensorView{}; E = 0) block g is rows 32g .. 32g + 31 and M % 32 == 0. Rows of q outside
+// [offsets[0], offsets[E]) and scale rows at or past the device's block count are not written.
+// Bit-exact with ref::quantize_mxfp8_cols; asynchronous, capturable, allocates nothing.
+constexpr int64_t mxfp8_col_blocks(int64_t rows, int64_t experts) {
+  return experts > 0 ? (rows + 31 * experts) / 32 : rows / 32;  // sum of ceil(m_e / 32) at most
+}
+void quantize_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& q,
+                         const TensorView& scales, cudaStream_t stream);
 
 }  // namespace moefuse

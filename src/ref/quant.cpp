@@ -86,6 +86,24 @@ void qdq_mx_tiles(const float* x, float* out, const Tiling& t) {
   dequantize_mx_tiles(q.data(), scales.data(), out, t);
 }
 
+// The row-major matrices the MXFP8 column blocks restart in, m rows in all: f(first row, rows,
+// first block) for each expert's rows (offsets checked against m), or once for all m rows without
+// offsets (experts 0). Blocks count ceil(rows / 32) a matrix, in order.
+template <class F>
+void for_each_column_matrix(int64_t m, const TensorView& offsets, int64_t experts, F&& f) {
+  if (experts == 0) {
+    f(0, m, 0);
+    return;
+  }
+  expect_offsets(offsets, "offsets", experts, m);
+  const int32_t* o = offsets.as<const int32_t>();
+  int64_t block = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    f(o[e], o[e + 1] - o[e], block);
+    block += ceil_div(o[e + 1] - o[e], kMxBlock);
+  }
+}
+
 // [M, K] of `dtype`; returns {M, K}.
 std::pair<int64_t, int64_t> matrix_extents(const TensorView& t, std::string_view name, DType dtype) {
   expect_tensor(t, name, dtype, Device::kCpu, {kAnyExtent, kAnyExtent});
@@ -234,19 +252,39 @@ void qdq_mxfp8_rows(const TensorView& x, const TensorView& out) {
 
 void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& out) {
   const int64_t experts = validate_qdq_mxfp8_cols(x, offsets, out, DType::kFloat32, Device::kCpu);
-  const int64_t m = x.size(0), n = x.size(1);
-  // Expert e's rows are one contiguous [m_e, N] matrix; its 32x1 tiles are the blocks.
-  auto run = [&](int64_t first, int64_t rows) {
+  const int64_t n = x.size(1);
+  for_each_column_matrix(x.size(0), offsets, experts, [&](int64_t first, int64_t rows, int64_t) {
     qdq_mx_tiles(x.as<const float>() + first * n, out.as<float>() + first * n,
                  {1, rows, n, kMxBlock, 1});
-  };
-  if (experts == 0) {
-    run(0, m);  // no offsets: one matrix, blocks from row 0
-    return;
-  }
-  expect_offsets(offsets, "offsets", experts, m);
-  const int32_t* o = offsets.as<const int32_t>();
-  for (int64_t e = 0; e < experts; ++e) run(o[e], o[e + 1] - o[e]);
+  });
+}
+
+void quantize_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& q,
+                         const TensorView& scales) {
+  const int64_t experts = validate_mxfp8_cols(x, "x", DType::kFloat32, offsets, q, scales,
+                                              Device::kCpu, Mxfp8ColsDirection::kQuantize);
+  const int64_t n = x.size(1);
+  for_each_column_matrix(x.size(0), offsets, experts,
+                         [&](int64_t first, int64_t rows, int64_t block) {
+                           quantize_mx_tiles(x.as<const float>() + first * n,
+                                             q.as<uint8_t>() + first * n,
+                                             scales.as<uint8_t>() + block * n,
+                                             {1, rows, n, kMxBlock, 1});
+                         });
+}
+
+void dequantize_mxfp8_cols(const TensorView& q, const TensorView& offsets,
+                           const TensorView& scales, const TensorView& x) {
+  const int64_t experts = validate_mxfp8_cols(x, "x", DType::kFloat32, offsets, q, scales,
+                                              Device::kCpu, Mxfp8ColsDirection::kDequantize);
+  const int64_t n = x.size(1);
+  for_each_column_matrix(x.size(0), offsets, experts,
+                         [&](int64_t first, int64_t rows, int64_t block) {
+                           dequantize_mx_tiles(q.as<const uint8_t>() + first * n,
+                                               scales.as<const uint8_t>() + block * n,
+                                               x.as<float>() + first * n,
+                                               {1, rows, n, kMxBlock, 1});
+                         });
 }
 
 void quantize_nvfp4(const TensorView& x, const TensorView& q, const TensorView& block_scales,

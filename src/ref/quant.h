@@ -49,6 +49,16 @@ void qdq_mxfp8_rows(const TensorView& x, const TensorView& out);
 // not written. Or offsets absent (TensorView{}): blocks from row 0, M % 32 == 0.
 void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& out);
 
+// MXFP8 column layout (moefuse/quant.h quantize_mxfp8_cols): x [M, N] fp32 -> q [M, N] e4m3,
+// scales [mxfp8_col_blocks(M, E), N] e8m0, the blocks of qdq_mxfp8_cols (the checks are the GPU
+// call's for fp32 CPU tensors, plus the offsets' values). Scale rows past the blocks' count and
+// rows of q outside [offsets[0], offsets[E]) are left as they are; the dequantise writes x's rows
+// of the blocks only.
+void quantize_mxfp8_cols(const TensorView& x, const TensorView& offsets, const TensorView& q,
+                         const TensorView& scales);
+void dequantize_mxfp8_cols(const TensorView& q, const TensorView& offsets,
+                           const TensorView& scales, const TensorView& x);
+
 // NVFP4, 16-element blocks along K (K even): x [M, K] fp32 -> q [M, K] e2m1 (packed),
 // block_scales [M, ceil(K/16)] e4m3, tensor_scale [1] fp32 (the decode scale, amax / (448 * 6)
 // up to rounding; docs/formats.md).

@@ -96,7 +96,9 @@ int run_quant(Args& args) {
   const double in_bytes = dtype_arg == "bf16" ? 2 : 4;
   const int64_t wn = experts * n;
   const int64_t big = std::max(m, wn) * k;
-  DeviceBuffer x(big * 4), q(big), scales(ceil_div(big, 16) * 4), amax(4), ts(4), out(big * 4),
+  // scales: the largest layout, NVFP4's [*, K/16] e4m3 or fp32 1x128, or the MXFP8 column one.
+  const int64_t scale_bytes = std::max(ceil_div(big, 16) * 4, mxfp8_col_blocks(m, experts) * k);
+  DeviceBuffer x(big * 4), q(big), scales(scale_bytes), amax(4), ts(4), out(big * 4),
       copy_src(big * 8), copy_dst(big * 8);
   auto dev = [](const DeviceBuffer& b, DType t, std::initializer_list<int64_t> s) {
     return TensorView::contiguous(b.ptr, t, s, Device::kCuda);
@@ -202,6 +204,13 @@ int run_quant(Args& args) {
     cases.push_back({"qdq mxfp8 cols, " + std::to_string(routed_rows) + " routed rows", act,
                      double(routed_rows) * k * 4.0,
                      [=](cudaStream_t s) { qdq_mxfp8_cols(xb, offs, ob, s); }});
+    // The MXFP8 wgrad's operand: codes in place, e8m0 scales per expert-aligned 32-row block.
+    const int64_t col_blocks = mxfp8_col_blocks(m, experts);
+    const TensorView qc = dev(q, DType::kFloat8E4M3, {m, k});
+    const TensorView sc = dev(scales, DType::kFloat8E8M0, {col_blocks, k});
+    cases.push_back({"quantize mxfp8 cols, " + std::to_string(routed_rows) + " routed rows", act,
+                     double(routed_rows) * k * 3.0 + double(col_blocks) * k,
+                     [=](cudaStream_t s) { quantize_mxfp8_cols(xb, offs, qc, sc, s); }});
     if (wn % 32 == 0) {
       const TensorView xw = dev(x, in, {wn, k}), ow = dev(out, in, {wn, k});
       cases.push_back({"qdq mxfp8 cols, stacked weights", "[" + std::to_string(wn) + ", " +

@@ -7,16 +7,9 @@
 // the vectors, kRowVectors a thread in flight (each warp load reads 512 contiguous bytes), all
 // loads issued before any arithmetic.
 //
-// Columns: a warp takes one 32-row block x 128 columns: lane l columns 4l .. 4l + 3 in each of
-// the block's 32 rows (8-byte loads: each warp instruction reads 256 contiguous bytes of a row).
-// It holds the 32 x 8 bytes, so the four column amaxes are taken in the lane, then writes the 32
-// converted rows. Work items are (block, 128-column tile), tiles fastest, so that a CTA's warps
-// read adjacent pieces of the same rows; warps grid-stride over them. With offsets the blocks
-// restart at each expert's first row; their count G = sum_e ceil(m_e / 32) exists only on the
-// device: each CTA copies the offsets to shared memory, takes the block starts with the tile
-// scheduler's prefix (warp_tile_starts, 32-row tiles) and finds a block's expert with
-// find_expert. The host sizes the grid from the bound ceil(M / 32) + E; the warps loop over the G
-// that the device found.
+// Columns: the walk of column_blocks.cuh, one 32-row block x 4 columns a lane (8-byte loads:
+// each warp instruction reads 256 contiguous bytes of a row). The lane holds the 32 x 8 bytes, so
+// the four column amaxes are taken in the lane, then it writes the 32 converted rows.
 //
 // Measured on an H200 (moefuse-bench quant, medians, x of 64 to 270 MB, against a D2D copy of the
 // same bytes): rows 0.87-0.90 of copy, columns 0.88-0.92. Streaming stores (st.global.cs) gave
@@ -38,47 +31,26 @@
 
 #include "cuda/check.h"
 #include "cuda/device.h"
-#include "cuda/gemm/device_scheduler.cuh"
 #include "cuda/packed_values.cuh"
+#include "cuda/quant/column_blocks.cuh"
+#include "cuda/quant/mx_block.cuh"
 #include "cuda/quant/qdq_validate.h"
 #include "cuda/quant/validate.h"
 #include "cuda/quant/vec16.cuh"
 #include "cuda/sm_count.h"
 #include "formats/recipes.h"
-#include "moefuse/grouped_gemm.h"
 #include "moefuse/quant.h"
 
 namespace moefuse::cuda::quant {
 namespace {
 
 inline constexpr int kThreads = 256;
-inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kBlock = formats::kMxBlock;
 inline constexpr int kBlockLanes = kBlock / 8;  // rows: lanes of 8 bf16 in a block
 inline constexpr int kRowVectors = 4;           // rows: 64 bytes of x in flight a thread
 // Five CTAs an SM (48 registers a thread; at six ptxas spills) keep 80 KB of loads in flight an
 // SM, plenty for HBM (two vectors at eight CTAs measured the same).
 inline constexpr int kRowsCtasPerSm = 5;
-inline constexpr int kTileQuads = 32;  // columns: a warp's groups of 4 columns, one a lane
-// Columns: a lane holds 32 x 8 bytes (96 registers); two CTAs an SM keep 128 KB in flight an SM
-// (at three ptxas spills).
-inline constexpr int kColsCtasPerSm = 2;
-inline constexpr int kMaxExperts = static_cast<int>(kGroupedGemmMaxExperts);
-
-// The multiplier applied before the E4M3 rounding and the scale applied after, of a block amax.
-struct MxScale {
-  float multiplier, scale;
-};
-
-__device__ __forceinline__ MxScale mx_scale(float amax) {
-  const uint8_t code = formats::mx_scale_code(amax);
-  return {formats::ue8m0_reciprocal(code), formats::ue8m0_to_float(code)};
-}
-
-__device__ __forceinline__ float low_bf16(uint32_t w) { return formats::bits_float(w << 16); }
-__device__ __forceinline__ float high_bf16(uint32_t w) {
-  return formats::bits_float(w & 0xFFFF0000u);
-}
 
 // The 8 bf16 of v (element 2i in the low half of word i) through E4M3 and back, element i with
 // the scale s[i % 4]: the rows pass gives its block's scale four times, the columns pass the
@@ -130,85 +102,38 @@ __global__ void __launch_bounds__(kThreads, kRowsCtasPerSm)
   }
 }
 
-struct ColsParams {
-  const uint2* x;      // [rows, quads]: 4 bf16 in 8 bytes
-  uint2* out;          // the same shape, may be x
-  const int* offsets;  // [num_experts + 1], or null: blocks of 32 rows from row 0
-  int rows, quads, num_experts, col_tiles;
+// Columns 4q .. 4q + 3 of one block: 32 8-byte loads, the four amaxes, 32 stores.
+struct QdqColumns {
+  const uint2* x;  // [rows, quads]: 4 bf16 in 8 bytes
+  uint2* out;      // the same shape, may be x
+  int quads;
+
+  __device__ __forceinline__ void operator()(const BlockRows& b, int /*g*/, int q) const {
+    if (q >= quads) return;  // N % 8 == 0: a lane's 4 columns are inside N or past it
+    const int64_t at = int64_t{b.first} * quads + q;
+    uint2 w[kColumnBlock];
+    const uint2* src = x + at;
+#pragma unroll
+    for (int r = 0; r < kColumnBlock; ++r, src += quads) w[r] = r < b.rows ? *src : uint2{};
+    float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows past the block's end are zeros: no effect
+#pragma unroll
+    for (int r = 0; r < kColumnBlock; ++r) {
+      amax[0] = fmaxf(amax[0], fabsf(low_bf16(w[r].x)));
+      amax[1] = fmaxf(amax[1], fabsf(high_bf16(w[r].x)));
+      amax[2] = fmaxf(amax[2], fabsf(low_bf16(w[r].y)));
+      amax[3] = fmaxf(amax[3], fabsf(high_bf16(w[r].y)));
+    }
+    const MxScale s[4] = {mx_scale(amax[0]), mx_scale(amax[1]), mx_scale(amax[2]),
+                          mx_scale(amax[3])};
+    uint2* dst = out + at;
+#pragma unroll
+    for (int r = 0; r < kColumnBlock; r += 2, dst += 2 * int64_t{quads}) {
+      const uint4 v = qdq_bf16x8(make_uint4(w[r].x, w[r].y, w[r + 1].x, w[r + 1].y), s);
+      if (r < b.rows) __stcs(dst, make_uint2(v.x, v.y));
+      if (r + 1 < b.rows) __stcs(dst + quads, make_uint2(v.z, v.w));
+    }
+  }
 };
-
-// expert_tiles(rows, qdq_block_shape()) = ceil(rows / 32): the blocks of an expert. A function,
-// so that device code can pass it by reference without a device-side variable.
-__device__ constexpr gemm::TileShape qdq_block_shape() {
-  return gemm::TileShape{.block_m = kBlock, .block_n = 1, .group_m = 1, .n_blocks = 1};
-}
-
-// The rows [first, first + rows) of block g. Offsets that break the contract (negative, past M,
-// decreasing) are clipped to [0, M), so the pass stays inside x and out.
-struct BlockRows {
-  int first, rows;
-};
-
-__device__ __forceinline__ BlockRows block_rows(int g, const ColsParams& p, const int* offsets,
-                                                const int* block_start) {
-  if (!p.offsets) return {kBlock * g, kBlock};
-  const int e = gemm::find_expert(block_start, p.num_experts, g);
-  const int first = offsets[e] + kBlock * (g - block_start[e]);
-  const int rows = min(kBlock, min(offsets[e + 1], p.rows) - first);
-  return first < 0 || rows <= 0 ? BlockRows{0, 0} : BlockRows{first, rows};
-}
-
-// Columns 4q .. 4q + 3 of block b: 32 8-byte loads, the four amaxes, 32 stores.
-__device__ __forceinline__ void qdq_column_quad(const ColsParams& p, const BlockRows& b, int q) {
-  const bool inside = q < p.quads;  // N % 8 == 0: a lane's 4 columns are inside N or past it
-  const int64_t at = int64_t{b.first} * p.quads + q;
-  const int rows = inside ? b.rows : 0;
-  uint2 w[kBlock];
-  const uint2* src = p.x + at;
-#pragma unroll
-  for (int r = 0; r < kBlock; ++r, src += p.quads) w[r] = r < rows ? *src : uint2{};
-  float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows past the block's end are zeros: no effect
-#pragma unroll
-  for (int r = 0; r < kBlock; ++r) {
-    amax[0] = fmaxf(amax[0], fabsf(low_bf16(w[r].x)));
-    amax[1] = fmaxf(amax[1], fabsf(high_bf16(w[r].x)));
-    amax[2] = fmaxf(amax[2], fabsf(low_bf16(w[r].y)));
-    amax[3] = fmaxf(amax[3], fabsf(high_bf16(w[r].y)));
-  }
-  const MxScale s[4] = {mx_scale(amax[0]), mx_scale(amax[1]), mx_scale(amax[2]),
-                        mx_scale(amax[3])};
-  uint2* dst = p.out + at;
-#pragma unroll
-  for (int r = 0; r < kBlock; r += 2, dst += 2 * int64_t{p.quads}) {
-    const uint4 v = qdq_bf16x8(make_uint4(w[r].x, w[r].y, w[r + 1].x, w[r + 1].y), s);
-    if (r < rows) __stcs(dst, make_uint2(v.x, v.y));
-    if (r + 1 < rows) __stcs(dst + p.quads, make_uint2(v.z, v.w));
-  }
-}
-
-__global__ void __launch_bounds__(kThreads, kColsCtasPerSm) qdq_cols_kernel(const ColsParams p) {
-  __shared__ int offsets[kMaxExperts + 1];
-  __shared__ int block_start[kMaxExperts + 1];
-  int blocks = p.rows / kBlock;
-  if (p.offsets) {
-    for (int e = threadIdx.x; e <= p.num_experts; e += kThreads) offsets[e] = p.offsets[e];
-    __syncthreads();
-    if (threadIdx.x < 32)
-      gemm::warp_tile_starts(offsets, p.num_experts, qdq_block_shape(), block_start);
-    __syncthreads();
-    blocks = block_start[p.num_experts];
-  }
-  // Warp w takes items w, w + warps, ... (item = g * col_tiles + tile), stepped without a
-  // division per item.
-  const int warps = gridDim.x * kWarps, warp = blockIdx.x * kWarps + threadIdx.x / 32;
-  const int step_g = warps / p.col_tiles, step_tile = warps % p.col_tiles;
-  for (int g = warp / p.col_tiles, tile = warp % p.col_tiles; g < blocks;) {
-    qdq_column_quad(p, block_rows(g, p, offsets, block_start),
-                    tile * kTileQuads + static_cast<int>(threadIdx.x % 32));
-    g += step_g, tile += step_tile;
-    if (tile >= p.col_tiles) tile -= p.col_tiles, ++g;
-  }
-}
 
 }  // namespace
 }  // namespace moefuse::cuda::quant
@@ -234,22 +159,8 @@ void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const Tensor
   const int64_t experts =
       validate_qdq_mxfp8_cols(x, offsets, out, DType::kBFloat16, Device::kCuda);
   cuda::expect_launchable(stream);
-  const int64_t m = x.size(0), n = x.size(1);
-  if (m == 0 || n == 0) return;
-  const ColsParams p{.x = x.as<const uint2>(),
-                     .out = out.as<uint2>(),
-                     .offsets = experts > 0 ? offsets.as<const int>() : nullptr,
-                     .rows = static_cast<int>(m),
-                     .quads = static_cast<int>(n / 4),
-                     .num_experts = static_cast<int>(experts),
-                     .col_tiles = static_cast<int>(ceil_div(n / 4, kTileQuads))};
-  // The device's block count is at most this: each expert adds at most one short block.
-  const int64_t blocks = experts > 0 ? ceil_div(m, kBlock) + experts : m / kBlock;
-  const auto ctas = static_cast<unsigned>(
-      std::min(ceil_div(blocks * p.col_tiles, kWarps),
-               int64_t{cuda::device_sm_count()} * kColsCtasPerSm));
-  qdq_cols_kernel<<<ctas, kThreads, 0, stream>>>(p);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
+  const ColumnWalk w = column_walk(x, offsets, experts);
+  launch_column_blocks(w, QdqColumns{x.as<const uint2>(), out.as<uint2>(), w.quads}, stream);
 }
 
 }  // namespace moefuse

@@ -130,9 +130,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   }
 }
 
-// codes [rows, K] (a's [M_cap, K] or b's [E, N, K]) with their scales into out (same shape).
-void launch_dequantize(const TensorView& codes, const TensorView& scales, const TensorView& out,
-                       int64_t batch_rows, int64_t pitch, cudaStream_t stream) {
+}  // namespace
+
+void dequantize_mxfp8_kmajor_bf16(const TensorView& codes, const TensorView& scales,
+                                  const TensorView& out, int64_t batch_rows, int64_t pitch,
+                                  cudaStream_t stream) {
   const int64_t k = codes.size(codes.rank - 1), rows = codes.numel() / k;
   if (rows == 0) return;
   const int64_t groups = k / kMxfp8ScaleGroup;
@@ -154,8 +156,6 @@ void launch_dequantize(const TensorView& codes, const TensorView& scales, const 
   mxfp8_to_bf16_kernel<<<ctas, kThreads, 0, stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
-
-}  // namespace
 
 Mxfp8Workspace mxfp8_workspace(int64_t m_cap, int64_t experts, int64_t n, int64_t k) {
   const size_t bf16 = sizeof(__nv_bfloat16);
@@ -184,8 +184,9 @@ GroupedGemmArgs mxfp8_bf16_gemm_args(const GroupedGemmFp8Args& args) {
 void launch_mxfp8_dequantize(const GroupedGemmFp8Args& args, cudaStream_t stream) {
   const GroupedGemmArgs bf16 = mxfp8_bf16_gemm_args(args);
   const int64_t m_cap = args.a.size(0), n = args.b.size(1);
-  launch_dequantize(args.a, args.a_scales, bf16.a, m_cap, mxfp8_scale_rows(m_cap), stream);
-  launch_dequantize(args.b, args.b_scales, bf16.b, n, n, stream);
+  dequantize_mxfp8_kmajor_bf16(args.a, args.a_scales, bf16.a, m_cap, mxfp8_scale_rows(m_cap),
+                               stream);
+  dequantize_mxfp8_kmajor_bf16(args.b, args.b_scales, bf16.b, n, n, stream);
 }
 
 }  // namespace moefuse::gemm::fp8
