@@ -125,6 +125,10 @@ struct MoeLayerGrads {
   TensorView d_b2;         // [E, H] fp32 when config.expert_bias, else empty
   TensorView d_shared_w1;  // [shared_fc1, H] fp32 when shared_expert_ffn > 0
   TensorView d_shared_w2;  // [H, shared_F] fp32 when shared_expert_ffn > 0
+  // An input: the losses' upstream gradient ∂L/∂{aux_loss, z_loss}, [2] fp32 in device memory,
+  // read by backward's router kernel on the device (autograd's, which is 0 for a loss the caller
+  // never used); empty: both 1, each loss entering the total with weight 1.
+  TensorView loss_grads;
 };
 
 // A layer's weights and gradients as raw device pointers (nullptr: absent), for callers holding
@@ -157,6 +161,7 @@ struct MoeLayerGradPointers {
   float* d_shared_w1 = nullptr;
   float* d_shared_w2 = nullptr;
   DType expert_grads = DType::kFloat32;  // d_w1 and d_w2: kFloat32 or kBFloat16
+  const float* loss_grads = nullptr;     // MoeLayerGrads::loss_grads (an input)
 };
 MoeLayerGrads layer_grad_views(const MoeConfig& config, int64_t tokens,
                                const MoeLayerGradPointers& p, int64_t experts_held = 0);
@@ -164,7 +169,8 @@ MoeLayerGrads layer_grad_views(const MoeConfig& config, int64_t tokens,
 struct MoeLayerOutputs {
   TensorView y;       // [T, H] bf16
   TensorView losses;  // [2] fp32 device scalars {aux_loss, z_loss}, coefficients included;
-                      // backward adds their gradients (each enters the loss with weight 1)
+                      // backward adds their gradients times MoeLayerGrads::loss_grads (1 and 1
+                      // when that is empty)
 };
 
 // Optional per-call extras.

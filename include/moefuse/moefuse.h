@@ -135,6 +135,10 @@ typedef struct {
   float* d_shared_w1;
   float* d_shared_w2;
   moefuse_expert_grads_t expert_grads;
+  /* An input: the losses' upstream gradient d(loss)/d{aux_loss, z_loss}, [2] fp32 on the device,
+   * read there by backward (autograd's: 0 for a loss the caller never used). NULL (a zeroed
+   * struct): both 1, each loss entering the total with weight 1. */
+  const float* loss_grads;
 } moefuse_layer_grads_t;
 
 /* Bytes of the per-layer cache and of the workspace for `tokens` tokens. No GPU needed. */

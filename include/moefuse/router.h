@@ -75,12 +75,15 @@ void router_topk(const RouterOptions& options, int64_t top_k, const TensorView& 
                  const TensorView& score_bias, const RouterOutputs& out, const TensorView& health,
                  Workspace workspace, cudaStream_t stream);
 
-// d_logits [T, E] fp32 from d_probs [T, k] fp32 plus the aux- and z-loss gradients (each loss
-// enters the total with weight 1), given the forward's logits, expert_idx and counts.
-// fp32 math. CUDA-graph safe: yes.
+// d_logits [T, E] fp32 from d_probs [T, k] fp32 plus the aux- and z-loss gradients, given the
+// forward's logits, expert_idx and counts. loss_grads: the losses' upstream gradient
+// ∂L/∂{aux_loss, z_loss}, [2] fp32 in device memory (read by the kernel, never by the host, so a
+// captured graph takes the values on the stream at replay: autograd's, 0 when the losses are not
+// used), or empty: both 1 (each loss enters the total with weight 1). fp32 math. CUDA-graph safe:
+// yes.
 void router_topk_backward(const RouterOptions& options, int64_t top_k, const TensorView& logits,
                           const TensorView& expert_idx, const TensorView& counts,
-                          const TensorView& d_probs, const TensorView& d_logits,
-                          cudaStream_t stream);
+                          const TensorView& d_probs, const TensorView& loss_grads,
+                          const TensorView& d_logits, cudaStream_t stream);
 
 }  // namespace moefuse

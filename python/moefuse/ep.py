@@ -29,8 +29,8 @@ from torch import Tensor
 
 from moefuse import _capi, _capi_ep
 from moefuse.config import MoeConfig
-from moefuse.layer import (WEIGHT_NAMES, _bytes_tensor, _grad_buffers, _grads_struct, _Weights,
-                           _weights_struct, validate_inputs, weight_specs)
+from moefuse.layer import (WEIGHT_NAMES, _bytes_tensor, _grad_buffers, _grads_struct, _loss_grads,
+                           _Weights, _weights_struct, validate_inputs, weight_specs)
 
 
 class _EpLayer:
@@ -63,7 +63,6 @@ class _EpFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, d_losses):
-        # d_losses is not read: the layer wires the router losses in with weight 1 (as MoE).
         layer: _EpLayer = ctx.layer
         x, cache, *weights = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.to(torch.bfloat16).contiguous()
@@ -72,7 +71,7 @@ class _EpFunction(torch.autograd.Function):
         workspace = _bytes_tensor(layer.workspace_bytes, x.device)
         _capi_ep.layer_backward(layer.handle, x.shape[0], x.data_ptr(), dy.data_ptr(),
                                 _weights_struct(*weights),
-                                _grads_struct(grads),
+                                _grads_struct(grads, _loss_grads(d_losses, x)),
                                 cache.data_ptr(), layer.cache_bytes, workspace.data_ptr(),
                                 layer.workspace_bytes,
                                 torch.cuda.current_stream(x.device).cuda_stream)

@@ -5,10 +5,11 @@ implementations so torch.compile traces them) hand data pointers and the current
 moefuse_layer_forward/backward. They allocate y, the cache and the workspace through torch's
 allocator on the current stream and never synchronise, so they work inside torch.cuda.graph.
 
-Gradient contract (the C layer's): backward returns the gradient of <y, dy> + aux_loss + z_loss,
-the router losses always entering with weight 1. Add `losses.sum()` to your loss (they are 0 when
-the coefficients are 0) so that autograd's view matches what the layer computes. The C layer
-returns fp32 weight gradients; they are cast to each parameter's dtype (bf16) here.
+Gradient contract: autograd's. Backward hands the losses' upstream gradient (what autograd
+passes for `losses`: 0 when the caller never uses them, 1 for `loss + losses.sum()`) to the C
+layer, whose router kernel reads it on the device, so the router's gradient is that of
+<y, dy> + γa·aux_loss + γz·z_loss with no host sync. The expert weights' gradients come back
+bf16 and the others fp32; each is cast to its parameter's dtype here.
 """
 
 # No `from __future__ import annotations`: torch.library reads the custom ops' annotations.
@@ -242,21 +243,32 @@ def _grad_buffers(x: Tensor, weights: dict) -> list[Tensor]:
         for n in WEIGHT_NAMES if n != "score_bias"]
 
 
-def _grads_struct(grads: list[Tensor]) -> _capi.LayerGradsStruct:
+def _grads_struct(grads: list[Tensor], loss_grads: Tensor) -> _capi.LayerGradsStruct:
+    """The C struct over the gradient buffers and the losses' upstream gradient ([2] fp32)."""
     s = _capi.LayerGradsStruct(*(_ptr(g) for g in grads))
     s.expert_grads = _capi.ExpertGrads.BF16
+    s.loss_grads = loss_grads.data_ptr()
     return s
 
 
+def _loss_grads(d_losses: Optional[Tensor], x: Tensor) -> Tensor:
+    """autograd's gradient of `losses` as the C layer reads it: [2] fp32, contiguous, on x's
+    device (zeros when autograd passes none: the losses were not used)."""
+    if d_losses is None:
+        return torch.zeros(2, dtype=torch.float32, device=x.device)
+    return d_losses.to(device=x.device, dtype=torch.float32).contiguous()
+
+
 @torch.library.custom_op("moefuse::layer_backward", mutates_args=())
-def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
+def layer_backward(handle: int, x: Tensor, dy: Tensor, loss_grads: Tensor, w_router: Tensor,
                    score_bias: Optional[Tensor], w1: Tensor, b1: Optional[Tensor], w2: Tensor,
                    b2: Optional[Tensor], shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
                    cache: Tensor, fp8: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor,
                                                                   Tensor, Tensor, Tensor, Tensor]:
     """(dx bf16, then d_w_router, d_w1, d_b1, d_w2, d_b2, d_shared_w1, d_shared_w2: fp32 but d_w1
     and d_w2 bf16), an absent weight's gradient being an empty tensor. GLU gradients come back
-    interleaved. cache and fp8: layer_forward's."""
+    interleaved. loss_grads: the gradient of layer_forward's losses, [2] fp32 on the device.
+    cache and fp8: layer_forward's."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
     with torch.cuda.device(x.device):
@@ -268,13 +280,14 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, w_router: Tensor,
         stream = torch.cuda.current_stream().cuda_stream
         _capi.layer_backward(
             handle, tokens, x.data_ptr(), dy.data_ptr(), weights,
-            _grads_struct(grads), cache.data_ptr(), cache_bytes,
+            _grads_struct(grads, loss_grads), cache.data_ptr(), cache_bytes,
             workspace.data_ptr(), workspace_bytes, stream)
     return tuple(grads)
 
 
 @layer_backward.register_fake
-def _(handle, x, dy, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, cache, fp8):
+def _(handle, x, dy, loss_grads, w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2, cache,
+      fp8):
     return tuple(_grad_buffers(x, dict(zip(WEIGHT_NAMES, (
         w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)))))
 
@@ -288,12 +301,11 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dy, d_losses, d_cache):
-    # d_losses is not read: the layer wires the router losses in with weight 1 (module docs).
     x, *weights, cache, fp8 = ctx.saved_tensors
     if dy is None:
         dy = torch.zeros_like(x)
-    dx, *d_weights = layer_backward(ctx.handle, x, dy.to(torch.bfloat16).contiguous(), *weights,
-                                    cache, fp8)
+    dx, *d_weights = layer_backward(ctx.handle, x, dy.to(torch.bfloat16).contiguous(),
+                                    _loss_grads(d_losses, x), *weights, cache, fp8)
     # d_weights follows WEIGHT_NAMES minus score_bias (a selection-only buffer, no gradient).
     d_by_name = dict(zip([n for n in WEIGHT_NAMES if n != "score_bias"], d_weights))
     out = [None, dx]

@@ -271,6 +271,38 @@ def _step(moe, x, dy, **forward_args):
 
 @needs_hopper
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3"])
+def test_router_loss_gradients_follow_autograd(name):
+    """The gradient autograd passes for `losses` reaches the C layer: losses left out of the
+    objective add nothing (the same bits as a module without them), and 2·aux + 0.5·z gives the
+    bits of the module whose coefficients are scaled so (doubling and halving are exact)."""
+    c = scaled(name)
+    w = gate_up_weights(c)
+    x = dyadic((T, c.hidden), 8).bfloat16()
+    dy = torch.randn(T, c.hidden, device="cuda").bfloat16()
+
+    def grads(config, objective):
+        moe = MoE(config, device="cuda").load_from_gate_up(**w)
+        xx = x.clone().requires_grad_()
+        y, losses = moe(xx)
+        return torch.autograd.grad(objective((y.float() * dy.float()).sum(), losses),
+                                   [xx, *moe.parameters()])
+
+    def expect_equal(got, want, what):
+        for i, (g, ww) in enumerate(zip(got, want)):
+            assert torch.equal(g, ww), f"{what}: gradient {i} differs"
+
+    unused = grads(c, lambda dot, losses: dot)
+    without = grads(dataclasses.replace(c, aux_loss_coeff=0.0, z_loss_coeff=0.0),
+                    lambda dot, losses: dot + losses.sum())
+    expect_equal(unused, without, "losses unused")
+    weighted = grads(c, lambda dot, losses: dot + 2 * losses[0] + 0.5 * losses[1])
+    rescaled = grads(dataclasses.replace(c, aux_loss_coeff=0.02, z_loss_coeff=0.0005),
+                     lambda dot, losses: dot + losses.sum())
+    expect_equal(weighted, rescaled, "2 aux + 0.5 z")
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3"])
 def test_graph_capture_replays_on_new_inputs(name):
     c = scaled(name)
     moe = MoE(c, device="cuda").load_from_gate_up(**gate_up_weights(c))

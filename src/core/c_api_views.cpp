@@ -42,7 +42,8 @@ MoeLayerGrads grads_of(const MoeConfig& c, int64_t tokens, const moefuse_layer_g
                            .d_shared_w2 = g.d_shared_w2,
                            .expert_grads = g.expert_grads == MOEFUSE_EXPERT_GRADS_BF16
                                                ? DType::kBFloat16
-                                               : DType::kFloat32},
+                                               : DType::kFloat32,
+                           .loss_grads = g.loss_grads},
                           experts_held);
 }
 

@@ -96,12 +96,23 @@ TEST(RouterTopkArgs, RejectsBadBackwardTensors) {
   const auto logits = dev(DType::kFloat32, {T, E}), idx = dev(DType::kInt32, {T, K}),
              counts = dev(DType::kInt32, {E}), dp = dev(DType::kFloat32, {T, K}),
              dl = dev(DType::kFloat32, {T, E});
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dev(DType::kFloat32, {T, 1}), dl, nullptr); },
+  const TensorView none{};
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dev(DType::kFloat32, {T, 1}), none, dl, nullptr); },
                  "d_probs");
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, dev(DType::kFloat32, {T, E + 1}), nullptr); },
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, none, dev(DType::kFloat32, {T, E + 1}), nullptr); },
                  "d_logits");
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, dev(DType::kInt32, {E, 1}), dp, dl, nullptr); },
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, dev(DType::kInt32, {E, 1}), dp, none, dl, nullptr); },
                  "counts");
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, dev(DType::kFloat32, {3}), dl, nullptr); },
+                 "loss_grads");
+  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, dev(DType::kBFloat16, {2}), dl, nullptr); },
+                 "loss_grads");
+  // The upstream gradient inside d_logits, which the kernel writes while others read it.
+  expect_invalid([&] {
+    router_topk_backward(o, K, logits, idx, counts, dp,
+                         TensorView::contiguous(dl.data, DType::kFloat32, {2}, Device::kCuda), dl,
+                         nullptr);
+  }, "d_logits");
 }
 
 TEST(RouterLogitsArgs, RejectsBadGemmArguments) {

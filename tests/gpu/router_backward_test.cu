@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -58,17 +59,35 @@ TEST(RouterBackward, DLogitsMatchReference) {
                         test::host_view(want, DType::kFloat32, {T, E}));
     DeviceBuffer<float> g_logits(logits), g_dp(d_probs), g_dl(T * E);
     DeviceBuffer<int32_t> g_idx(idx), g_counts(counts);
-    g_dl.poison();
-    auto run = [&] {
+    auto run = [&](const TensorView& loss_grads) {
+      g_dl.poison();
       router_topk_backward(o, k, g_logits.view(DType::kFloat32, {T, E}),
                            g_idx.view(DType::kInt32, {T, k}), g_counts.view(DType::kInt32, {E}),
-                           g_dp.view(DType::kFloat32, {T, k}), g_dl.view(DType::kFloat32, {T, E}),
-                           nullptr);
+                           g_dp.view(DType::kFloat32, {T, k}), loss_grads,
+                           g_dl.view(DType::kFloat32, {T, E}), nullptr);
       return g_dl.download();
     };
-    const std::vector<float> got = run();
+    const std::vector<float> got = run(TensorView{});
     EXPECT_LE(test::rel_norm_error(got, want), 2e-5);
-    EXPECT_TRUE(test::same_bits(run(), got, "d_logits (second run)"));
+    EXPECT_TRUE(test::same_bits(run(TensorView{}), got, "d_logits (second run)"));
+    // The losses' upstream gradient, read from device memory: {1, 1} is the default bit for bit;
+    // {γa, γz} is the reference with the coefficients scaled by them (0: that loss unused).
+    DeviceBuffer<float> ones(std::vector<float>{1.0f, 1.0f});
+    EXPECT_TRUE(test::same_bits(run(ones.view(DType::kFloat32, {2})), got, "d_logits, γ = 1"));
+    for (const auto [ga, gz] : {std::pair{2.5f, 0.0f}, std::pair{0.0f, -3.0f}}) {
+      RouterOptions scaled = o;
+      scaled.aux_loss_coeff *= ga;
+      scaled.z_loss_coeff *= gz;
+      std::vector<float> want_scaled(T * E);
+      ref::route_backward(scaled, k, test::host_view(logits, DType::kFloat32, {T, E}),
+                          test::host_view(idx, DType::kInt32, {T, k}),
+                          test::host_view(counts, DType::kInt32, {E}),
+                          test::host_view(d_probs, DType::kFloat32, {T, k}),
+                          test::host_view(want_scaled, DType::kFloat32, {T, E}));
+      DeviceBuffer<float> gamma(std::vector<float>{ga, gz});
+      EXPECT_LE(test::rel_norm_error(run(gamma.view(DType::kFloat32, {2})), want_scaled), 2e-5)
+          << "γ = {" << ga << ", " << gz << "}";
+    }
   }
 }
 

@@ -173,7 +173,7 @@ struct RankRouter {
   void backward(const MoeConfig& c, cublasHandle_t cublas, const TensorView& w_router,
                 cudaStream_t stream) {
     router_topk_backward(c.router, k, logits_view(), idx_view(), counts_view(),
-                         d_probs.view(DType::kFloat32, {T, k}),
+                         d_probs.view(DType::kFloat32, {T, k}), TensorView{},
                          d_logits.view(DType::kFloat32, {T, E}), stream);
     router_logits_backward(cublas, x_view(), w_router, d_logits.view(DType::kFloat32, {T, E}),
                            dx.view(DType::kBFloat16, {T, H}),

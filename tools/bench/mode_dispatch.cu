@@ -209,7 +209,7 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
       {"router_backward", "router_backward", 8.0 * T * E + 8.0 * T * k, Target::kNone,
        [&](cudaStream_t s) {
          router_topk_backward(c.router, k, v_logits, v_idx, v_counts,
-                              d_probs.view(DType::kFloat32, {T, k}),
+                              d_probs.view(DType::kFloat32, {T, k}), TensorView{},
                               d_logits.view(DType::kFloat32, {T, E}), s);
        }},
       {"router_logits_backward", "router_logits_backward",

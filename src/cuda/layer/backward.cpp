@@ -178,8 +178,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
     layer::gather_row_prob_grad(v.d_row_prob.as<float>(), v.row_of.as<int32_t>(),
                                 v.d_probs.as<float>(), T * k, p.rows, stream);
-    router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs, v.d_logits,
-                         stream);
+    router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
+                         g.loss_grads, v.d_logits, stream);
     router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router, v.router_gemm,
                            stream);
   });

@@ -241,6 +241,8 @@ int64_t check_backward_args(const MoeConfig& c, const ArgBounds& b, const Tensor
                   {sc.fc1_width(), H});
   expect_optional(g.d_shared_w2, "grads.d_shared_w2", shared, no_shared, DType::kFloat32,
                   {H, sc.ffn});
+  if (!is_absent(g.loss_grads))
+    expect_device_aligned(g.loss_grads, "grads.loss_grads", DType::kFloat32, {2});
   const RegionBytes needed = b.region_bytes(T);
   expect_region(cache, "cache", needed.cache);
   expect_region(workspace, "workspace", needed.workspace);
@@ -255,8 +257,11 @@ int64_t check_backward_args(const MoeConfig& c, const ArgBounds& b, const Tensor
                                {g.d_shared_w2, "grads.d_shared_w2"},
                                {region_view(workspace), "workspace"},
                                {health, "health"}};
-  expect_outputs_disjoint(outputs,
-                          layer_inputs({{x, "x"}, {dy, "dy"}, {region_view(cache), "cache"}}, w));
+  expect_outputs_disjoint(outputs, layer_inputs({{x, "x"},
+                                                {dy, "dy"},
+                                                {region_view(cache), "cache"},
+                                                {g.loss_grads, "grads.loss_grads"}},
+                                               w));
   return T;
 }
 

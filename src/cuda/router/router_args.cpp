@@ -48,7 +48,7 @@ RouterShape check_router_topk(const RouterOptions& options, int64_t top_k,
 RouterShape check_router_topk_backward(const RouterOptions& options, int64_t top_k,
                                        const TensorView& logits, const TensorView& expert_idx,
                                        const TensorView& counts, const TensorView& d_probs,
-                                       const TensorView& d_logits) {
+                                       const TensorView& loss_grads, const TensorView& d_logits) {
   expect_device(logits, "logits", DType::kFloat32, {kAnyExtent, kAnyExtent});
   const int64_t T = logits.size(0), E = logits.size(1);
   expect_in_range(T, "logits.shape[0]", 0, INT32_MAX / kRouterMaxTopK);
@@ -56,7 +56,11 @@ RouterShape check_router_topk_backward(const RouterOptions& options, int64_t top
   expect_device(expert_idx, "expert_idx", DType::kInt32, {T, top_k});
   expect_device(counts, "counts", DType::kInt32, {E});
   expect_device(d_probs, "d_probs", DType::kFloat32, {T, top_k});
+  if (!is_absent(loss_grads)) expect_device(loss_grads, "loss_grads", DType::kFloat32, {2});
   expect_device(d_logits, "d_logits", DType::kFloat32, {T, E});
+  const NamedView outputs[] = {{d_logits, "d_logits"}};
+  const NamedView inputs[] = {{loss_grads, "loss_grads"}};
+  expect_outputs_disjoint(outputs, inputs);
   return {.tokens = T, .experts = E};
 }
 

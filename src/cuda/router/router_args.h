@@ -23,7 +23,7 @@ RouterShape check_router_topk(const RouterOptions& options, int64_t top_k,
 RouterShape check_router_topk_backward(const RouterOptions& options, int64_t top_k,
                                        const TensorView& logits, const TensorView& expert_idx,
                                        const TensorView& counts, const TensorView& d_probs,
-                                       const TensorView& d_logits);
+                                       const TensorView& loss_grads, const TensorView& d_logits);
 
 struct GemmShape {
   int64_t tokens, hidden, experts;

@@ -1,10 +1,12 @@
 // Router backward to the logits: one warp per token, recomputing softmax (and sigmoid) from the
 // logits. Per token, with r the routing score (p or s), c the scaling factor, S = Σ_j r[idx_j]:
 //   d_score[idx_j] = renormalize ? c·(g_j − Σ_i w_i g_i) / S : c·g_j,   w_i = r[idx_i] / S
-//   aux: dq_e = α·E·f_e / T (one value per expert, staged in shared memory)
+//   aux: dq_e = γ_aux·α·E·f_e / T (one value per expert, staged in shared memory)
 //   softmax: dl = p ⊙ (u − <u, p>),  u = d_score + dq
 //   sigmoid: dl = (d_score + (dq − <dq, q>)/Σs) ⊙ s ⊙ (1 − s),  q = s/Σs
-//   z:       dl += 2β·lse/T · p
+//   z:       dl += 2γ_z·β·lse/T · p
+// α, β: the losses' coefficients; γ: their upstream gradients (loss_grads, read here from device
+// memory; 1 without them).
 // Each centring x_j − Σ_i w_i x_i (Σ w = 1) is evaluated anchored at a, the index of the largest
 // weight, as (x_j − x_a) + Σ_i w_i (x_a − x_i). In exact arithmetic that is the same; in fp32 the
 // plain form cancels when one weight is near 1 (a router sure of one expert): x_a − <x, w> is then
@@ -33,6 +35,7 @@ struct BackwardParams {
   const int32_t* expert_idx;
   const int32_t* counts;
   const float* d_probs;
+  const float* loss_grads;  // [2] {aux, z}, or null: 1 and 1
   float* d_logits;
   int tokens, experts, top_k;
   bool sigmoid, renormalize;
@@ -44,9 +47,11 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_backward_kernel(Backw
   extern __shared__ float s_dq[];  // [E]
   const int E = p.experts, k = p.top_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float aux_coeff = p.loss_grads ? p.aux_coeff * p.loss_grads[0] : p.aux_coeff;
+  const float z_coeff = p.loss_grads ? p.z_coeff * p.loss_grads[1] : p.z_coeff;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const double f = static_cast<double>(p.counts[e]) / (static_cast<double>(p.tokens) * k);
-    s_dq[e] = static_cast<float>(static_cast<double>(p.aux_coeff) * E * f / p.tokens);
+    s_dq[e] = static_cast<float>(static_cast<double>(aux_coeff) * E * f / p.tokens);
   }
   __syncthreads();
   const int t = blockIdx.x * kWarps + warp;
@@ -156,7 +161,7 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_backward_kernel(Backw
       dl[i] = (d_score[i] + ((dq[i] - dq_top) + c) / s_sum) * score[i] * one_minus_s;
     }
   }
-  const float dz = 2.0f * p.z_coeff * lse / static_cast<float>(p.tokens);
+  const float dz = 2.0f * z_coeff * lse / static_cast<float>(p.tokens);
   float* out = p.d_logits + static_cast<int64_t>(t) * E;
 #pragma unroll
   for (int i = 0; i < S; ++i)
@@ -175,10 +180,10 @@ void launch_backward(const BackwardParams& p, cudaStream_t stream) {
 
 void router_topk_backward(const RouterOptions& options, int64_t top_k, const TensorView& logits,
                           const TensorView& expert_idx, const TensorView& counts,
-                          const TensorView& d_probs, const TensorView& d_logits,
-                          cudaStream_t stream) {
+                          const TensorView& d_probs, const TensorView& loss_grads,
+                          const TensorView& d_logits, cudaStream_t stream) {
   const cuda::RouterShape shape = cuda::check_router_topk_backward(
-      options, top_k, logits, expert_idx, counts, d_probs, d_logits);
+      options, top_k, logits, expert_idx, counts, d_probs, loss_grads, d_logits);
   cuda::expect_launchable(stream);
   if (shape.tokens == 0) return;
   const cuda::BackwardParams p{
@@ -186,6 +191,7 @@ void router_topk_backward(const RouterOptions& options, int64_t top_k, const Ten
       .expert_idx = expert_idx.as<const int32_t>(),
       .counts = counts.as<const int32_t>(),
       .d_probs = d_probs.as<const float>(),
+      .loss_grads = is_absent(loss_grads) ? nullptr : loss_grads.as<const float>(),
       .d_logits = d_logits.as<float>(),
       .tokens = static_cast<int>(shape.tokens),
       .experts = static_cast<int>(shape.experts),

@@ -144,7 +144,7 @@ void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLa
   });
   layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
     router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
-                         v.d_logits, stream);
+                         g.loss_grads, v.d_logits, stream);
     router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router,
                            v.router_gemm, stream);
   });
