@@ -79,8 +79,10 @@ struct FakeLayer {
 TEST(LayerArgs, WellFormedArgumentsPass) {
   for (auto name : preset_names()) {
     SCOPED_TRACE(std::string(name));
-    const FakeLayer f(preset(name));
+    FakeLayer f(preset(name));
     EXPECT_NO_THROW(f.forward());
+    EXPECT_NO_THROW(f.backward());
+    f.g.loss_grads = f.dev(DType::kFloat32, {2});  // the losses' upstream gradient, optional
     EXPECT_NO_THROW(f.backward());
   }
 }
@@ -149,6 +151,15 @@ TEST(LayerArgs, EveryBadArgumentIsNamed) {
       {"deepseek-v3", "grads.d_shared_w1", [&](FakeLayer& f) { f.g.d_shared_w1 = {}; }, false, true},
       {"qwen3-30b-a3b", "grads.d_shared_w2",
        [&](FakeLayer& f) { f.g.d_shared_w2 = f.dev(f32, {2048, 8}); }, false, true},
+      // The losses' upstream gradient: [2] fp32, and an input no gradient may overwrite.
+      {"qwen3-30b-a3b", "grads.loss_grads", [&](FakeLayer& f) { f.g.loss_grads = f.dev(f32, {3}); },
+       false, true},
+      {"qwen3-30b-a3b", "grads.loss_grads", [&](FakeLayer& f) { f.g.loss_grads = f.dev(bf, {2}); },
+       false, true},
+      {"qwen3-30b-a3b", "grads.d_w_router",
+       [&](FakeLayer& f) {
+         f.g.loss_grads = TensorView::contiguous(f.g.d_w_router.data, f32, {2}, Device::kCuda);
+       }, false, true},
   };
   for (const Mutation& m : mutations) {
     SCOPED_TRACE(std::string(m.preset) + " " + m.argument);
