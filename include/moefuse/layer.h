@@ -129,6 +129,12 @@ struct MoeLayerGrads {
   // read by backward's router kernel on the device (autograd's, which is 0 for a loss the caller
   // never used); empty: both 1, each loss entering the total with weight 1.
   TensorView loss_grads;
+  // Main-grad accumulation (Megatron's gradient-accumulation fusion): every weight gradient
+  // (all but dx) is fp32 and backward adds the step's gradient to it, old + new rounded once per
+  // element, instead of overwriting it; the wgrads add in their epilogues, so the fp32 gradients
+  // of several micro-batches sum with no extra pass. An expert with no rows leaves its d_w1 and
+  // d_w2 bit for bit.
+  bool accumulate = false;
 };
 
 // A layer's weights and gradients as raw device pointers (nullptr: absent), for callers holding
@@ -162,6 +168,7 @@ struct MoeLayerGradPointers {
   float* d_shared_w2 = nullptr;
   DType expert_grads = DType::kFloat32;  // d_w1 and d_w2: kFloat32 or kBFloat16
   const float* loss_grads = nullptr;     // MoeLayerGrads::loss_grads (an input)
+  bool accumulate = false;               // MoeLayerGrads::accumulate
 };
 MoeLayerGrads layer_grad_views(const MoeConfig& config, int64_t tokens,
                                const MoeLayerGradPointers& p, int64_t experts_held = 0);

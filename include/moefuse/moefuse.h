@@ -139,6 +139,9 @@ typedef struct {
    * read there by backward (autograd's: 0 for a loss the caller never used). NULL (a zeroed
    * struct): both 1, each loss entering the total with weight 1. */
   const float* loss_grads;
+  /* Nonzero: every weight gradient (all but dx) is fp32 (expert_grads FP32) and backward adds the
+   * step's gradient to it (main-grad accumulation over micro-batches) instead of overwriting. */
+  int32_t accumulate;
 } moefuse_layer_grads_t;
 
 /* Bytes of the per-layer cache and of the workspace for `tokens` tokens. No GPU needed. */

@@ -42,7 +42,8 @@ void router_logits(cublasHandle_t cublas, const TensorView& x, const TensorView&
 
 size_t router_logits_backward_workspace_size(int64_t tokens, int64_t num_experts);
 
-// dx [T, H] bf16 += d_logits · w_router and d_w_router [E, H] fp32 = d_logitsᵀ · x, with
+// dx [T, H] bf16 += d_logits · w_router and d_w_router [E, H] fp32 = d_logitsᵀ · x (+=, the
+// old value added once to the new sum, with accumulate_d_w_router: main-grad accumulation), with
 // d_logits [T, E] fp32 rounded to bf16 first (both GEMMs run bf16 x bf16 with fp32 accumulation;
 // dx is read, accumulated in fp32 and written back as bf16). dWr's sum over T runs in chunks of
 // T when that fills the GPU (fp32 partials, added in a fixed order: repeatable). CUDA-graph safe:
@@ -50,7 +51,7 @@ size_t router_logits_backward_workspace_size(int64_t tokens, int64_t num_experts
 void router_logits_backward(cublasHandle_t cublas, const TensorView& x, const TensorView& w_router,
                             const TensorView& d_logits, const TensorView& dx,
                             const TensorView& d_w_router, Workspace workspace,
-                            cudaStream_t stream);
+                            cudaStream_t stream, bool accumulate_d_w_router = false);
 
 // ---- Fused top-k gating ----------------------------------------------------------------------
 

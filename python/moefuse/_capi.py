@@ -110,13 +110,14 @@ class LayerWeightsStruct(ctypes.Structure):
 class LayerGradsStruct(ctypes.Structure):
     """moefuse_layer_grads_t: device pointers (None for an absent tensor), then the dtype of
     d_w1 and d_w2 (ExpertGrads; 0, fp32, unless set), then the losses' upstream gradient (an
-    input: [2] fp32 on the device, None for 1 and 1)."""
+    input: [2] fp32 on the device, None for 1 and 1), then whether backward adds to the weight
+    gradients (fp32 main grads) instead of overwriting them."""
 
     _fields_ = [
         (name, ctypes.c_void_p)
         for name in ("dx", "d_w_router", "d_w1", "d_b1", "d_w2", "d_b2", "d_shared_w1",
                      "d_shared_w2")
-    ] + [("expert_grads", _enum), ("loss_grads", ctypes.c_void_p)]
+    ] + [("expert_grads", _enum), ("loss_grads", ctypes.c_void_p), ("accumulate", ctypes.c_int32)]
 
 
 class EpOptionsStruct(ctypes.Structure):

@@ -71,6 +71,7 @@ constexpr FieldOffset kFields[] = {
     MOEFUSE_FIELD(moefuse_layer_grads_t, d_shared_w2),
     MOEFUSE_FIELD(moefuse_layer_grads_t, expert_grads),
     MOEFUSE_FIELD(moefuse_layer_grads_t, loss_grads),
+    MOEFUSE_FIELD(moefuse_layer_grads_t, accumulate),
     // moefuse_ep.h's (a plain C header: the layout needs no NCCL).
     MOEFUSE_FIELD(moefuse_ep_options_t, max_tokens_per_rank),
     MOEFUSE_FIELD(moefuse_ep_options_t, receive_capacity_rows),

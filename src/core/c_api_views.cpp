@@ -43,7 +43,8 @@ MoeLayerGrads grads_of(const MoeConfig& c, int64_t tokens, const moefuse_layer_g
                            .expert_grads = g.expert_grads == MOEFUSE_EXPERT_GRADS_BF16
                                                ? DType::kBFloat16
                                                : DType::kFloat32,
-                           .loss_grads = g.loss_grads},
+                           .loss_grads = g.loss_grads,
+                           .accumulate = g.accumulate != 0},
                           experts_held);
 }
 

@@ -84,6 +84,8 @@ TEST(LayerArgs, WellFormedArgumentsPass) {
     EXPECT_NO_THROW(f.backward());
     f.g.loss_grads = f.dev(DType::kFloat32, {2});  // the losses' upstream gradient, optional
     EXPECT_NO_THROW(f.backward());
+    f.g.accumulate = true;  // fp32 expert gradients (FakeLayer's) accumulate
+    EXPECT_NO_THROW(f.backward());
   }
 }
 
@@ -159,6 +161,17 @@ TEST(LayerArgs, EveryBadArgumentIsNamed) {
       {"qwen3-30b-a3b", "grads.d_w_router",
        [&](FakeLayer& f) {
          f.g.loss_grads = TensorView::contiguous(f.g.d_w_router.data, f32, {2}, Device::kCuda);
+       }, false, true},
+      // Main-grad accumulation keeps fp32 expert gradients.
+      {"qwen3-30b-a3b", "grads.d_w1",
+       [&](FakeLayer& f) {
+         f.g.accumulate = true;
+         f.g.d_w1 = f.dev(bf, {128, 1536, 2048});
+       }, false, true},
+      {"qwen3-30b-a3b", "grads.d_w2",
+       [&](FakeLayer& f) {
+         f.g.accumulate = true;
+         f.g.d_w2 = f.dev(bf, {128, 2048, 768});
        }, false, true},
   };
   for (const Mutation& m : mutations) {

@@ -130,20 +130,27 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
     if (config_.expert_bias)
       layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
-                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, h.side);
+                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, g.accumulate,
+                                h.side);
     if (fp8_wgrad) return layer::fc2_wgrad_fp8(dy, g, v, h.side);
     if (mx_wgrad) {
       qdq_mxfp8_cols(v.dys, v.offsets, v.dys, h.side);
       qdq_mxfp8_cols(v.act_bwd, v.offsets, v.act_bwd, h.side);
     }
-    grouped_gemm_wgrad({.a = v.dys, .b = v.act_bwd, .offsets = v.offsets, .d = g.d_w2}, h.side);
+    grouped_gemm_wgrad({.a = v.dys,
+                        .b = v.act_bwd,
+                        .offsets = v.offsets,
+                        .d = g.d_w2,
+                        .accumulate = g.accumulate},
+                       h.side);
   });
   layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
     if (config_.expert_bias)
       layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
-                                g.d_b1.as<float>(), E, fc1, h.side);
+                                g.d_b1.as<float>(), E, fc1, g.accumulate, h.side);
     if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, h.side);
-    const GroupedGemmWgradArgs args{.a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1};
+    const GroupedGemmWgradArgs args{
+        .a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1, .accumulate = g.accumulate};
     if (mx_wgrad) {
       // x's rows, permuted unquantised by the recompute or here.
       if (!recompute) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, h.side);
@@ -153,7 +160,11 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     } else if (recompute && !fp8) {  // the bf16 recompute permuted x into xs_bwd
       grouped_gemm_wgrad(args, h.side);
     } else {
-      grouped_gemm_wgrad_unfused({.a = v.dpre, .b = x, .offsets = v.offsets, .d = g.d_w1,
+      grouped_gemm_wgrad_unfused({.a = v.dpre,
+                                  .b = x,
+                                  .offsets = v.offsets,
+                                  .d = g.d_w1,
+                                  .accumulate = g.accumulate,
                                   .gather_index = v.token_of_row},
                                  {.gathered_b = v.xs_bwd}, h.side);
     }
@@ -181,7 +192,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
                          g.loss_grads, v.d_logits, stream);
     router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router, v.router_gemm,
-                           stream);
+                           stream, g.accumulate);
   });
   MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
 }

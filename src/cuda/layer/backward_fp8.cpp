@@ -81,7 +81,8 @@ void fc2_wgrad_fp8(const TensorView& dy, const MoeLayerGrads& g, const Views& v,
                           .bt = v.act_t,
                           .b_scales = v.act_t_scales,
                           .offsets = v.offsets,
-                          .d = g.d_w2},
+                          .d = g.d_w2,
+                          .accumulate = g.accumulate},
                          stream);
 }
 
@@ -95,7 +96,8 @@ void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
                           .bt = v.xs_t,
                           .b_scales = v.xs_t_scales,
                           .offsets = v.offsets,
-                          .d = g.d_w1},
+                          .d = g.d_w1,
+                          .accumulate = g.accumulate},
                          stream);
 }
 

@@ -74,7 +74,8 @@ constexpr int kSumRowsPerBlock = 8;
 __global__ void segment_column_sum_kernel(const __nv_bfloat16* __restrict__ a,
                                           const float* __restrict__ row_weight,
                                           const int32_t* __restrict__ offsets,
-                                          float* __restrict__ out, int64_t cols) {
+                                          float* __restrict__ out, int64_t cols,
+                                          bool accumulate) {
   __shared__ float2 partial[kSumRowsPerBlock][32];
   const int64_t e = blockIdx.y;
   const int64_t col = blockIdx.x * 64 + 2 * threadIdx.x;
@@ -97,8 +98,9 @@ __global__ void segment_column_sum_kernel(const __nv_bfloat16* __restrict__ a,
       s.x += partial[y][threadIdx.x].x;
       s.y += partial[y][threadIdx.x].y;
     }
-    out[e * cols + col] = s.x;
-    out[e * cols + col + 1] = s.y;
+    float* o = out + e * cols + col;
+    o[0] = accumulate ? o[0] + s.x : s.x;
+    o[1] = accumulate ? o[1] + s.y : s.y;
   }
 }
 
@@ -166,11 +168,12 @@ void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream)
 }
 
 void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
-                        float* out, int64_t num_experts, int64_t cols, cudaStream_t stream) {
+                        float* out, int64_t num_experts, int64_t cols, bool accumulate,
+                        cudaStream_t stream) {
   if (num_experts == 0 || cols == 0) return;
   const dim3 grid(static_cast<unsigned>((cols + 63) / 64), static_cast<unsigned>(num_experts));
-  segment_column_sum_kernel<<<grid, dim3(32, kSumRowsPerBlock), 0, stream>>>(a, row_weight,
-                                                                             offsets, out, cols);
+  segment_column_sum_kernel<<<grid, dim3(32, kSumRowsPerBlock), 0, stream>>>(
+      a, row_weight, offsets, out, cols, accumulate);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 

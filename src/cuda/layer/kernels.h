@@ -31,9 +31,11 @@ void copy_leading_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int32
 void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream);
 
 // out[e, n] = Σ_{r ∈ [offsets[e], offsets[e+1])} (row_weight ? row_weight[r] : 1) · a[r, n]:
-// a bias gradient, fp32 accumulation in a fixed order (bitwise repeatable).
+// a bias gradient, fp32 accumulation in a fixed order (bitwise repeatable); with accumulate the
+// old out[e, n] plus that sum.
 void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
-                        float* out, int64_t num_experts, int64_t cols, cudaStream_t stream);
+                        float* out, int64_t num_experts, int64_t cols, bool accumulate,
+                        cudaStream_t stream);
 
 // dst[g, r] = src[r, g] for r < rows, 1 for r in [rows, dst_cols): row-major 1x128 scales
 // [rows, groups] (the quantiser's) to the FP8 GEMM's K-major [groups, dst_cols] layout

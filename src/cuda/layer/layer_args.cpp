@@ -231,6 +231,12 @@ int64_t check_backward_args(const MoeConfig& c, const ArgBounds& b, const Tensor
                         {c.num_experts, H});
   expect_expert_grad(g.d_w1, "grads.d_w1", {E, fc1, H});
   expect_expert_grad(g.d_w2, "grads.d_w2", {E, H, F});
+  if (g.accumulate) {  // the running sum stays fp32 (a bf16 one would round every micro-batch)
+    MOEFUSE_EXPECT(g.d_w1.dtype == DType::kFloat32, "grads.d_w1",
+                   "fp32 with grads.accumulate", std::string(dtype_name(g.d_w1.dtype)));
+    MOEFUSE_EXPECT(g.d_w2.dtype == DType::kFloat32, "grads.d_w2",
+                   "fp32 with grads.accumulate", std::string(dtype_name(g.d_w2.dtype)));
+  }
   const char* no_bias = "config.expert_bias is false";
   expect_optional(g.d_b1, "grads.d_b1", c.expert_bias, no_bias, DType::kFloat32, {E, fc1});
   expect_optional(g.d_b2, "grads.d_b2", c.expert_bias, no_bias, DType::kFloat32, {E, H});

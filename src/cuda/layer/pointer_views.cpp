@@ -44,7 +44,8 @@ MoeLayerGrads layer_grad_views(const MoeConfig& c, int64_t tokens, const MoeLaye
           .d_b2 = device_view(p.d_b2, f32, {E, H}),
           .d_shared_w1 = device_view(p.d_shared_w1, f32, {s.fc1_width(), H}),
           .d_shared_w2 = device_view(p.d_shared_w2, f32, {H, s.ffn}),
-          .loss_grads = device_view(p.loss_grads, f32, {2})};
+          .loss_grads = device_view(p.loss_grads, f32, {2}),
+          .accumulate = p.accumulate};
 }
 
 }  // namespace moefuse

@@ -43,10 +43,18 @@ void shared_expert_backward(const MoeConfig& c, const TensorView& x, const Tenso
                  .scaled_act = b.act_bwd},
                 fused, {}, b.g, stream);
   grouped_gemm_dgrad({.a = b.dpre, .b = sw1, .offsets = b.offsets, .d = b.dx}, stream);
-  grouped_gemm_wgrad(
-      {.a = dy, .b = b.act_bwd, .offsets = b.offsets, .d = one_expert(g.d_shared_w2)}, stream);
-  grouped_gemm_wgrad(
-      {.a = b.dpre, .b = x, .offsets = b.offsets, .d = one_expert(g.d_shared_w1)}, stream);
+  grouped_gemm_wgrad({.a = dy,
+                      .b = b.act_bwd,
+                      .offsets = b.offsets,
+                      .d = one_expert(g.d_shared_w2),
+                      .accumulate = g.accumulate},
+                     stream);
+  grouped_gemm_wgrad({.a = b.dpre,
+                      .b = x,
+                      .offsets = b.offsets,
+                      .d = one_expert(g.d_shared_w1),
+                      .accumulate = g.accumulate},
+                     stream);
 }
 
 }  // namespace moefuse::layer

@@ -48,14 +48,14 @@ void bind(cublasHandle_t cublas, void* workspace, size_t bytes, cudaStream_t str
   MOEFUSE_CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace, bytes));
 }
 
-// out[i] = Σ_p parts[p·n + i], p in order.
+// out[i] = Σ_p parts[p·n + i], p in order (accumulate: out[i] + that sum).
 __global__ void sum_parts_kernel(const float* __restrict__ parts, int64_t num_parts, int64_t n,
-                                 float* __restrict__ out) {
+                                 float* __restrict__ out, bool accumulate) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     float sum = 0;
     for (int64_t p = 0; p < num_parts; ++p) sum += parts[p * n + i];
-    out[i] = sum;
+    out[i] = accumulate ? out[i] + sum : sum;
   }
 }
 
@@ -94,24 +94,26 @@ void router_dw_gemm(const RouterGemmBackward& g, cudaStream_t stream) {
   const float one = 1.0f, zero = 0.0f;
   const int64_t H = g.hidden, E = g.experts;
   const DwSplit split = plan_dw_split(g.tokens, H, E, device_sm_count(), kDwPartialBytes);
-  // One GEMM of K = `tokens` rows of x and d_logits from token `first` on, into `out` [E, H].
-  auto gemm = [&](int64_t first, int64_t tokens, int batch, float* out) {
+  // One GEMM of K = `tokens` rows of x and d_logits from token `first` on, into `out` [E, H]
+  // (beta: 0 overwrites, 1 adds the old value).
+  auto gemm = [&](int64_t first, int64_t tokens, int batch, float* out, const float* beta) {
     MOEFUSE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         g.cublas, CUBLAS_OP_N, CUBLAS_OP_T, g.hidden, g.experts, static_cast<int>(tokens), &one,
         g.x + first * H, CUDA_R_16BF, g.hidden, split.chunk * H, g.d_logits16 + first * E,
-        CUDA_R_16BF, g.experts, split.chunk * E, &zero, out, CUDA_R_32F, g.hidden, E * H, batch,
+        CUDA_R_16BF, g.experts, split.chunk * E, beta, out, CUDA_R_32F, g.hidden, E * H, batch,
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
   if (split.parts == 1) {
-    gemm(0, g.tokens, 1, g.d_w_router);
+    gemm(0, g.tokens, 1, g.d_w_router, g.accumulate ? &one : &zero);
     return;
   }
   float* parts = reinterpret_cast<float*>(static_cast<unsigned char*>(g.gemm_workspace) +
                                           kBackwardCublas);
   const int64_t full = g.tokens / split.chunk, rest = g.tokens - full * split.chunk;
-  gemm(0, split.chunk, static_cast<int>(full), parts);
-  if (rest > 0) gemm(full * split.chunk, rest, 1, parts + full * E * H);
-  sum_parts_kernel<<<grid_for(E * H), 256, 0, stream>>>(parts, split.parts, E * H, g.d_w_router);
+  gemm(0, split.chunk, static_cast<int>(full), parts, &zero);
+  if (rest > 0) gemm(full * split.chunk, rest, 1, parts + full * E * H, &zero);
+  sum_parts_kernel<<<grid_for(E * H), 256, 0, stream>>>(parts, split.parts, E * H, g.d_w_router,
+                                                        g.accumulate);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
@@ -146,15 +148,16 @@ size_t router_logits_backward_workspace_size(int64_t tokens, int64_t num_experts
 void router_logits_backward(cublasHandle_t cublas, const TensorView& x, const TensorView& w_router,
                             const TensorView& d_logits, const TensorView& dx,
                             const TensorView& d_w_router, Workspace workspace,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, bool accumulate_d_w_router) {
   const cuda::GemmShape s =
       cuda::check_router_logits_backward(x, w_router, d_logits, dx, d_w_router);
   MOEFUSE_EXPECT(cublas != nullptr, "cublas", "a cuBLAS handle", "nullptr");
   cuda::expect_workspace(workspace, router_logits_backward_workspace_size(s.tokens, s.experts));
   cuda::expect_launchable(stream);
-  if (s.tokens == 0) {
-    MOEFUSE_CUDA_CHECK(cudaMemsetAsync(d_w_router.data, 0,
-                                       sizeof(float) * s.experts * s.hidden, stream));
+  if (s.tokens == 0) {  // no token: a zero gradient, nothing to add
+    if (!accumulate_d_w_router)
+      MOEFUSE_CUDA_CHECK(cudaMemsetAsync(d_w_router.data, 0,
+                                         sizeof(float) * s.experts * s.hidden, stream));
     return;
   }
   auto* dl16 = reinterpret_cast<__nv_bfloat16*>(static_cast<unsigned char*>(workspace.data) +
@@ -171,6 +174,7 @@ void router_logits_backward(cublasHandle_t cublas, const TensorView& x, const Te
       .tokens = static_cast<int>(s.tokens),
       .hidden = static_cast<int>(s.hidden),
       .experts = static_cast<int>(s.experts),
+      .accumulate = accumulate_d_w_router,
   };
   cuda::router_dx_gemm(g, stream);
   cuda::router_dw_gemm(g, stream);

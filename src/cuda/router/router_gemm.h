@@ -22,8 +22,9 @@ struct RouterGemmBackward {
   const __nv_bfloat16* w_router;    // [E, H]
   const __nv_bfloat16* d_logits16;  // [T, E]
   __nv_bfloat16* dx;                // [T, H], accumulated into
-  float* d_w_router;                // [E, H], overwritten
+  float* d_w_router;                // [E, H], overwritten (accumulate: added to)
   int tokens, hidden, experts;  // tokens ≥ 1
+  bool accumulate = false;
 };
 
 size_t router_gemm_workspace_size();
@@ -35,7 +36,8 @@ void round_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t 
 void router_dx_gemm(const RouterGemmBackward& g, cudaStream_t stream);
 
 // d_w_router = d_logits16ᵀ · x (m=H n=E k=T: a long-K GEMM with few output tiles), split along
-// T into plan_dw_split's parts (router_dw_split.h) and summed in part order.
+// T into plan_dw_split's parts (router_dw_split.h) and summed in part order; with accumulate the
+// old d_w_router is added to that sum (cuBLAS's beta = 1 when there is one part).
 void router_dw_gemm(const RouterGemmBackward& g, cudaStream_t stream);
 
 }  // namespace moefuse::cuda

@@ -80,23 +80,28 @@ void EpMoeLayer::routed_experts_backward(const MoeLayerWeights& w, const MoeLaye
   h.fork(h.fork_event, stream, h.side);
   const int64_t El = local_experts(), H = config_.hidden, fc1 = config_.fc1_width();
   layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
-    grouped_gemm_wgrad(
-        {.a = dys, .b = v.act_bwd, .offsets = offsets, .d = g.d_w2, .max_ctas = gemm_ctas},
-        h.side);
+    grouped_gemm_wgrad({.a = dys,
+                        .b = v.act_bwd,
+                        .offsets = offsets,
+                        .d = g.d_w2,
+                        .accumulate = g.accumulate,
+                        .max_ctas = gemm_ctas},
+                       h.side);
     if (config_.expert_bias)
       layer::segment_column_sum(dys.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
-                                g.d_b2.as<float>(), El, H, h.side);
+                                g.d_b2.as<float>(), El, H, g.accumulate, h.side);
   });
   layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
     grouped_gemm_wgrad({.a = v.dpre,
                         .b = v.xs_received,
                         .offsets = offsets,
                         .d = g.d_w1,
+                        .accumulate = g.accumulate,
                         .max_ctas = gemm_ctas},
                        h.side);
     if (config_.expert_bias)
       layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
-                                g.d_b1.as<float>(), El, fc1, h.side);
+                                g.d_b1.as<float>(), El, fc1, g.accumulate, h.side);
   });
   MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
   pass.return_rows(v.dxs, LayerStage::kEpReturnBackward);
@@ -146,7 +151,7 @@ void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLa
     router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
                          g.loss_grads, v.d_logits, stream);
     router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router,
-                           v.router_gemm, stream);
+                           v.router_gemm, stream, g.accumulate);
   });
   MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
 }
