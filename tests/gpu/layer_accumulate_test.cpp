@@ -19,11 +19,7 @@
 namespace moefuse {
 namespace {
 
-struct Case {
-  std::string name;
-  MoeConfig config;
-  LayerOptions options;
-};
+using Case = test::LayerCase;
 
 std::vector<Case> cases() {
   MoeConfig fp8 = test::scaled_preset("qwen3-30b-a3b");

@@ -14,11 +14,7 @@
 namespace moefuse {
 namespace {
 
-struct Case {
-  std::string name;
-  MoeConfig config;
-  LayerOptions options;
-};
+using Case = test::LayerCase;
 
 std::vector<Case> cases() {
   std::vector<Case> out;

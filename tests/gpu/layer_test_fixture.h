@@ -38,6 +38,13 @@ inline MoeConfig scaled_preset(const std::string& name) {
   return c;
 }
 
+// One case of a parameterised layer test: its name (the test's suffix), config and options.
+struct LayerCase {
+  std::string name;
+  MoeConfig config;
+  LayerOptions options;
+};
+
 // [gate; up] → interleaved rows on the host (GLU only; identity otherwise).
 inline std::vector<float> interleaved(const MoeConfig& c, const std::vector<float>& v,
                                       int64_t outer, int64_t rows, int64_t inner) {
