@@ -56,8 +56,10 @@ struct Options {
   // --fp8-wgrad fp8|bf16|both: the FP8 layer's wgrads (config.bf16_wgrad false, true, or a
   // variant of each)
   std::vector<bool> fp8_bf16_wgrad = {false};
-  // --expert-grads: d_w1 and d_w2 in fp32 (the default) or bf16.
+  // --expert-grads: d_w1 and d_w2 in fp32 (the default) or bf16; fp32-accumulate: fp32, every
+  // weight gradient added to (MoeLayerGrads::accumulate: main-grad accumulation).
   DType expert_grads = DType::kFloat32;
+  bool accumulate = false;
   int warmup = 5, iters = 30;
 };
 
@@ -132,7 +134,8 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
                                                         : "w1, w2 + transposes → e4m3",
                 prep_ms, plan.fp8_weight_bytes / 1048576.0);
   }
-  const MoeLayerGrads g = t.grads(o.expert_grads);
+  MoeLayerGrads g = t.grads(o.expert_grads);
+  g.accumulate = o.accumulate;
   const MoeLayerOutputs out = t.outputs();
   auto forward = [&](cudaStream_t s, const LayerRun& run) {
     layer.forward(t.xv(), w, out, cache, ws, s, run);
@@ -364,9 +367,12 @@ int run(Args& args) {
   o.recompute = args.flag("recompute");
   o.torch = !args.flag("no-torch");
   const std::string expert_grads = args.get("expert-grads", "fp32");
-  MOEFUSE_EXPECT(expert_grads == "fp32" || expert_grads == "bf16", "--expert-grads",
-                 "fp32 or bf16 (d_w1 and d_w2)", expert_grads);
+  MOEFUSE_EXPECT(expert_grads == "fp32" || expert_grads == "bf16" ||
+                     expert_grads == "fp32-accumulate",
+                 "--expert-grads", "fp32, bf16 or fp32-accumulate (d_w1 and d_w2)",
+                 expert_grads);
   o.expert_grads = expert_grads == "bf16" ? DType::kBFloat16 : DType::kFloat32;
+  o.accumulate = expert_grads == "fp32-accumulate";
   const std::string fp8_wgrad = args.get("fp8-wgrad", "fp8");
   MOEFUSE_EXPECT(fp8_wgrad == "fp8" || fp8_wgrad == "bf16" || fp8_wgrad == "both",
                  "--fp8-wgrad", "fp8, bf16 or both (the low-precision layer's wgrads)",
@@ -386,6 +392,7 @@ int run(Args& args) {
   r.totals.set_meta("timing", std::string(o.graph ? "one CUDA graph per pass" : "eager") +
                                   ", median of " + std::to_string(o.iters) + " after " +
                                   std::to_string(o.warmup) + " warm-up, CUDA events");
+  r.totals.set_meta("expert_grads", expert_grads);
   r.totals.set_meta("flops", "fwd 2·T·k·H·(fc1+F) (= 6·T·k·H·F with GLU), bwd 2× fwd, + shared "
                              "expert; of_dense = dense cuBLAS time / this time");
   r.memory.set_meta("columns", "cache: kept per layer from forward to backward (x excluded: the "
@@ -411,7 +418,8 @@ MOEFUSE_BENCH_MODE(layer, "layer",
                    "[--preset NAME|all] [--hidden H --ffn F --experts E --topk k] "
                    "[--tokens 16384] [--routing uniform|zipf] [--precision bf16|fp8|mxfp8] "
                    "[--fp8-wgrad fp8|bf16|both] [--mode both|fused|unfused] [--eager] "
-                   "[--recompute] [--expert-grads fp32|bf16] [--no-torch] [--warmup 5] "
+                   "[--recompute] [--expert-grads fp32|bf16|fp32-accumulate] [--no-torch] "
+                   "[--warmup 5] "
                    "[--iters 30] [--json FILE]",
                    run);
 
