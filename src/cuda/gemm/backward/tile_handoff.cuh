@@ -141,10 +141,11 @@ __device__ __forceinline__ void drain_rows(const uint8_t* tile, int tile_pitch, 
 // `ld` elements, `n` valid columns, rows < row_end; fp32 (two parts, kAdd possible) or bf16.
 // A part drained while the next tile's mainloop runs (a bf16 tile, an fp32 tile's part 1) goes
 // by bulk copies; part 0 of an fp32 tile, whose drain the consumers wait for before they write
-// part 1, and the accumulate's read-add-write go through the registers (drain_rows), which
-// finish sooner. Run 17 (gemm-backward A/B against register drains only): bf16 tiles 1-3%
-// faster (FC1 dgrad, the wgrads' bf16 out), fp32 wgrads 1.5-4% faster; bulk copies for part 0
-// as well made the fp32 wgrads 1-2% slower wherever K is short (qwen3, gpt-oss, deepseek).
+// part 1, goes through the registers (drain_rows), which finish sooner. Run 17 (gemm-backward
+// A/B against register drains only): bf16 tiles 1-3% faster (FC1 dgrad, the wgrads' bf16 out),
+// fp32 wgrads 1.5-4% faster; bulk copies for part 0 as well made the fp32 wgrads 1-2% slower
+// wherever K is short (qwen3, gpt-oss, deepseek). The accumulate's parts go by bulk reduce-adds
+// (the add in L2, no old value read into the SM).
 template <bool kAdd>
 __device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void* d, bool fp32,
                                              int64_t ld, int n, int row_first, int row_end,
@@ -153,11 +154,12 @@ __device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void
   uint8_t* dst = static_cast<uint8_t*>(d);
   const int byte_first = n0 * elt + part * kTileRowBytes;
   const int pitch = tile_pitch(fp32);
-  if (fp32 && (kAdd || part == 0))
-    drain_rows<kAdd>(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
+  if (fp32 && !kAdd && part == 0)
+    drain_rows<false>(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
   else
-    copy_rows_bulk(tile, pitch, dst + row_first * ld * elt + byte_first, ld * elt,
-                   min(kBlockM, row_end - row_first), min(kTileRowBytes, n * elt - byte_first));
+    copy_rows_bulk<kAdd>(tile, pitch, dst + row_first * ld * elt + byte_first, ld * elt,
+                         min(kBlockM, row_end - row_first),
+                         min(kTileRowBytes, n * elt - byte_first));
 }
 
 }  // namespace moefuse::gemm::bwd
