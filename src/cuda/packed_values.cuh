@@ -1,7 +1,6 @@
 // Values packed into 4-, 8- and 16-byte words, as fp32 in registers: a column pair (the unit of
 // the wgmma accumulator layout, where a thread owns adjacent columns) from / to bf16 or fp32
-// memory, an octet of bf16 in 16 bytes (the unit of 16-byte vector loads and stores), and the
-// lane-wise sum of four fp32 in 16 bytes (the wgrad's accumulate).
+// memory, and an octet of bf16 in 16 bytes (the unit of 16-byte vector loads and stores).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,12 +34,6 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
   return v;
-}
-
-__device__ __forceinline__ uint4 add_f32x4(const uint4& a, const uint4& b) {
-  const float4 x = *reinterpret_cast<const float4*>(&a), y = *reinterpret_cast<const float4*>(&b);
-  const float4 s = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-  return *reinterpret_cast<const uint4*>(&s);
 }
 
 }  // namespace moefuse::cuda

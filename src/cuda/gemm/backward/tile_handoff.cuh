@@ -90,49 +90,30 @@ __device__ __forceinline__ void receive_tile(TileHandoff& h, int parts, Drain&& 
   }
 }
 
-// Epilogue side: `rows` row segments of `bytes` bytes (a multiple of 16, 16-byte aligned), the
-// first at src and then every pitch_bytes, prefetched into L2 by the 96 epilogue threads (one
-// cp.async.bulk.prefetch per row), so that the drain's later loads hit L2 instead of HBM.
-__device__ __forceinline__ void prefetch_rows_l2(const void* src, int64_t pitch_bytes, int rows,
-                                                 int bytes) {
-  for (int r = static_cast<int>(threadIdx.x) - 32; r < rows; r += kEpilogueThreads)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(
-                     static_cast<const uint8_t*>(src) + r * pitch_bytes),
-                 "r"(bytes)
-                 : "memory");
-}
-
 // Epilogue side: buffer rows [0, 128) → dst rows row_first + r (< row_end), bytes [byte_first,
 // byte_first + 512) of each row clipped to row_bytes (a multiple of 16). Warp w takes rows w,
-// w + 3, ..., lane l the 16-byte piece l: a warp writes one 512-byte row segment. kAdd: dst +=
-// the fp32 piece (the wgrad's accumulate); each step loads kBatch rows' old values first, so the
-// loads are in flight together.
-template <bool kAdd>
+// w + 3, ..., lane l the 16-byte piece l: a warp writes one 512-byte row segment, kBatch rows'
+// loads in flight together.
 __device__ __forceinline__ void drain_rows(const uint8_t* tile, int tile_pitch, uint8_t* dst,
                                            int64_t row_pitch_bytes, int row_first, int row_end,
                                            int byte_first, int row_bytes) {
-  constexpr int kBatch = kAdd ? 8 : 4;
+  constexpr int kBatch = 4;
   const EpilogueLane me = EpilogueLane::of_thread();
   const int byte = byte_first + 16 * me.lane;
   if (byte >= row_bytes) return;  // no barrier below: idle lanes may leave
   const int rows = min(kBlockM, row_end - row_first);
   for (int r0 = me.warp; r0 < rows; r0 += kEpilogueWarps * kBatch) {
-    uint4 v[kBatch], old[kBatch];
+    uint4 v[kBatch];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int r = r0 + kEpilogueWarps * i;
-      if (r < rows) {
-        v[i] = *reinterpret_cast<const uint4*>(tile + r * tile_pitch + 16 * me.lane);
-        if constexpr (kAdd)
-          old[i] = *reinterpret_cast<const uint4*>(dst + (row_first + r) * row_pitch_bytes + byte);
-      }
+      if (r < rows) v[i] = *reinterpret_cast<const uint4*>(tile + r * tile_pitch + 16 * me.lane);
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int r = r0 + kEpilogueWarps * i;
       if (r < rows)
-        *reinterpret_cast<uint4*>(dst + (row_first + r) * row_pitch_bytes + byte) =
-            kAdd ? cuda::add_f32x4(old[i], v[i]) : v[i];
+        *reinterpret_cast<uint4*>(dst + (row_first + r) * row_pitch_bytes + byte) = v[i];
     }
   }
 }
@@ -144,8 +125,11 @@ __device__ __forceinline__ void drain_rows(const uint8_t* tile, int tile_pitch, 
 // part 1, goes through the registers (drain_rows), which finish sooner. Run 17 (gemm-backward
 // A/B against register drains only): bf16 tiles 1-3% faster (FC1 dgrad, the wgrads' bf16 out),
 // fp32 wgrads 1.5-4% faster; bulk copies for part 0 as well made the fp32 wgrads 1-2% slower
-// wherever K is short (qwen3, gpt-oss, deepseek). The accumulate's parts go by bulk reduce-adds
-// (the add in L2, no old value read into the SM).
+// wherever K is short (qwen3, gpt-oss, deepseek). The accumulate's parts go by bulk reduce-adds,
+// the add done in L2: run 28 (call 5, the layer's step with fp32-accumulate) measured them
+// 0.88 / 0.94 / 0.95× the time of the register read-add-write (gpt-oss / qwen3 / deepseek),
+// which had the old D prefetched into L2 a tile ahead; the reduce-adds with that prefetch kept
+// were 0.96-0.98×, so it went.
 template <bool kAdd>
 __device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void* d, bool fp32,
                                              int64_t ld, int n, int row_first, int row_end,
@@ -155,7 +139,7 @@ __device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void
   const int byte_first = n0 * elt + part * kTileRowBytes;
   const int pitch = tile_pitch(fp32);
   if (fp32 && !kAdd && part == 0)
-    drain_rows<false>(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
+    drain_rows(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
   else
     copy_rows_bulk<kAdd>(tile, pitch, dst + row_first * ld * elt + byte_first, ld * elt,
                          min(kBlockM, row_end - row_first),

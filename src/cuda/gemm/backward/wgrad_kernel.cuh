@@ -198,34 +198,21 @@ __device__ __forceinline__ uint8_t* wgrad_tile_origin(const WgradProblem& p, con
           c.n_block * kBlockN) * elt;
 }
 
-// Accumulate mode: the old D of tile c into L2 (fp32 rows of up to 1 KiB).
-__device__ __forceinline__ void prefetch_old_d(const WgradProblem& p, const TileCoord& c) {
-  prefetch_rows_l2(wgrad_tile_origin(p, c), int64_t{p.n_out} * 4,
-                   min(kBlockM, p.m_out - c.m_block * kBlockM),
-                   min(kBlockN, p.n_out - c.n_block * kBlockN) * 4);
-}
-
-// TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. With
-// accumulate, the old D of this CTA's next tile is prefetched into L2 when a drain starts.
+// TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
 __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
                                                      const WgradLayout& smem,
                                                      const WgradTiles& tiles, int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
-  if (p.accumulate && static_cast<int>(blockIdx.x) < total_tiles)
-    prefetch_old_d(p, tiles.coord(blockIdx.x));
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     if (skip_tile(p, ceil_div(expert_rows(p, c.expert).count, WgradStages::kBlockK))) continue;
     uint8_t* d = wgrad_tile_origin(p, c);
     const int rows = p.m_out - c.m_block * kBlockM, cols = p.n_out - c.n_block * kBlockN;
     receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
-      if (!p.accumulate) {
+      if (p.accumulate)
+        drain_output<true>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
+      else
         drain_output<false>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
-        return;
-      }
-      if (part == 0 && t + static_cast<int>(gridDim.x) < total_tiles)
-        prefetch_old_d(p, tiles.coord(t + gridDim.x));
-      drain_output<true>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
     });
   }
 }

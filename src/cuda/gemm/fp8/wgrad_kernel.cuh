@@ -20,9 +20,10 @@
 //     empty[s] (count 256). The two consumer warpgroups interleave, so one's promotion overlaps
 //     the other's wgmmas.
 //   hand-off (common/tile_handoff.cuh): the finished tile goes as fp32 (bf16 d: rounded to bf16)
-//     into the tile buffer in one part; warps 1-3 drain it (bwd::drain_output, plain or += with
-//     accumulate) while the consumers run the next tile. An empty expert's tile hands over zeros, or with accumulate
-//     nothing at all (both sides skip it by the same rule).
+//     into the tile buffer in one part; warps 1-3 drain it (bwd::drain_output, plain or, with
+//     accumulate, by bulk reduce-adds) while the consumers run the next tile. An empty expert's
+//     tile hands over zeros, or with accumulate nothing at all (both sides skip it by the same
+//     rule).
 #pragma once
 
 #include <cuda.h>
@@ -166,31 +167,21 @@ struct OutputTile {
                       .rows = min(kBlockM, p.n_a - c.m_block * kBlockM),
                       .cols = min(kBlockN, p.n_b - c.n_block * kBlockN)};
   }
-  // Accumulate mode: the old values into L2 before the drain reads them.
-  __device__ void prefetch_l2(int64_t n_b) const {
-    bwd::prefetch_rows_l2(origin, n_b * 4, rows, cols * 4);
-  }
 };
 
-// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. With accumulate,
-// the old D of this CTA's next tile is prefetched into L2 when a drain starts.
+// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
 __device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const SharedLayout& smem,
                                                const bwd::WgradTiles& tiles, int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
-  if (p.accumulate && static_cast<int>(blockIdx.x) < total_tiles)
-    OutputTile::of(p, tiles.coord(blockIdx.x)).prefetch_l2(p.n_b);
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
     if (skip_tile(p, expert_groups(smem, c.expert).count)) continue;
     const OutputTile out = OutputTile::of(p, c);
     bwd::receive_tile(h, 1, [&](int, const uint8_t* tile) {
-      if (!p.accumulate) {
+      if (p.accumulate)
+        bwd::drain_output<true>(tile, 0, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
+      else
         bwd::drain_output<false>(tile, 0, out.origin, p.fp32, p.n_b, out.cols, 0, out.rows, 0);
-        return;
-      }
-      if (t + static_cast<int>(gridDim.x) < total_tiles)
-        OutputTile::of(p, tiles.coord(t + gridDim.x)).prefetch_l2(p.n_b);
-      bwd::drain_output<true>(tile, 0, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
     });
   }
 }
