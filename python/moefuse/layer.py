@@ -318,6 +318,72 @@ def _backward(ctx, dy, d_losses, d_cache):
 torch.library.register_autograd("moefuse::layer_forward", _backward, setup_context=_setup_context)
 
 
+# ---- Fused weight-gradient accumulation (MoE(fuse_wgrad_accumulation=True), eager) ----------------
+
+def main_grads_of(params: dict[str, Optional[Tensor]]) -> list[Tensor]:
+    """Each present parameter's `main_grad` (GRAD_NAMES' order, no score_bias), checked: an fp32
+    tensor of the parameter's shape, contiguous, on its device. Megatron-style training allocates
+    them; the layer adds every micro-batch's weight gradients into them."""
+    out = []
+    for name, p in params.items():
+        if name == "score_bias" or p is None:
+            continue
+        g = getattr(p, "main_grad", None)
+        if g is None:
+            raise ValueError(f"moefuse: fuse_wgrad_accumulation needs {name}.main_grad, an fp32 "
+                             f"tensor of {name}'s shape, set before the forward")
+        _expect_tensor(f"{name}.main_grad", g, tuple(p.shape), torch.float32, p.device)
+        out.append(g)
+    return out
+
+
+class _AccumulatingLayer(torch.autograd.Function):
+    """layer_forward, with a backward that adds the weight gradients into the parameters'
+    main_grad (the C layer's MoeLayerGrads::accumulate: the wgrads' epilogues do the adds) and
+    returns only dx. A parameter whose `grad_added_to_main_grad` attribute exists gets it set and
+    an empty dummy gradient, Transformer Engine's convention, so that hooks on its gradient (a
+    data-parallel reducer's) still run; the others get None."""
+
+    @staticmethod
+    def forward(ctx, handle, x, fp8, main_grads, *weights):
+        y, losses, cache = layer_forward(handle, x, *weights, fp8)
+        ctx.handle, ctx.main_grads = handle, main_grads
+        ctx.save_for_backward(x, cache, fp8, *weights)
+        return y, losses
+
+    @staticmethod
+    def backward(ctx, dy, d_losses):
+        x, cache, fp8, *weights = ctx.saved_tensors
+        dy = torch.zeros_like(x) if dy is None else dy.to(torch.bfloat16).contiguous()
+        tokens = x.shape[0]
+        cache_bytes, workspace_bytes = _sizes(ctx.handle, tokens)
+        with torch.cuda.device(x.device):
+            dx = torch.empty_like(x)
+            present = iter(ctx.main_grads)
+            grads = [dx] + [next(present) if w is not None else None
+                            for name, w in zip(WEIGHT_NAMES, weights) if name != "score_bias"]
+            s = _capi.LayerGradsStruct(*(_ptr(g) for g in grads))
+            s.expert_grads = _capi.ExpertGrads.FP32
+            s.loss_grads = _loss_grads(d_losses, x).data_ptr()
+            s.accumulate = 1
+            workspace = _bytes_tensor(workspace_bytes, x.device)
+            w = _weights_struct(*weights)
+            _point_at_fp8(w, ctx.handle, fp8)
+            _capi.layer_backward(ctx.handle, tokens, x.data_ptr(), dy.data_ptr(), w, s,
+                                 cache.data_ptr(), cache_bytes, workspace.data_ptr(),
+                                 workspace_bytes, torch.cuda.current_stream().cuda_stream)
+        out = []
+        for name, w in zip(WEIGHT_NAMES, weights):
+            if w is None or name == "score_bias":
+                out.append(None)
+            elif hasattr(w, "grad_added_to_main_grad"):
+                w.grad_added_to_main_grad = True
+                out.append(torch.empty_like(w))
+            else:
+                out.append(None)
+        return None, dx, None, None, *out
+
+
 # ---- The module --------------------------------------------------------------------------------
 
 class _Handles:
@@ -493,13 +559,22 @@ class MoE(_Weights):
     an optimiser step, is an error, not a stale copy; one through .data is not seen), None
     quantises without reading or replacing the kept copy. Eager only; no effect with bf16
     precision.
+
+    fuse_wgrad_accumulation=True (eager only, as Transformer Engine's): every parameter needs a
+    `main_grad`, an fp32 tensor of its shape (Megatron's data-parallel wrapper makes them); the
+    backward adds the micro-batch's weight gradients into them inside the layer's kernels (old +
+    new rounded once an element) and leaves .grad alone (None, or an empty dummy where the
+    parameter has a `grad_added_to_main_grad` attribute, which it sets). dx and the losses'
+    gradient follow autograd as usual.
     """
 
     def __init__(self, config: MoeConfig, *, mode: LayerMode = LayerMode.FUSED,
-                 recompute_pre: bool = False, device=None):
+                 recompute_pre: bool = False, fuse_wgrad_accumulation: bool = False,
+                 device=None):
         super().__init__(config, weight_specs(config), device)
         self.mode = LayerMode(mode)
         self.recompute_pre = bool(recompute_pre)
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         self._handles = _Handles()
         self._kept_fp8 = _KeptFp8Weights()
         self._ensure_handle()
@@ -533,7 +608,15 @@ class MoE(_Weights):
         validate_inputs(self.config, flat, weights)
         handle = self._handle(flat.device)
         fp8 = self._fp8_weights(handle, weights, is_first_microbatch)
-        y, losses, _ = layer_forward(handle, flat, *(weights[n] for n in WEIGHT_NAMES), fp8)
+        ordered = (weights[n] for n in WEIGHT_NAMES)
+        if self.fuse_wgrad_accumulation:
+            if torch.compiler.is_compiling():
+                raise RuntimeError("moefuse: fuse_wgrad_accumulation is for eager mode "
+                                   "(torch.compile does not see main_grad)")
+            main = main_grads_of(weights)
+            y, losses = _AccumulatingLayer.apply(handle, flat, fp8, main, *ordered)
+        else:
+            y, losses, _ = layer_forward(handle, flat, *ordered, fp8)
         return y.view(x.shape), losses
 
     def _fp8_weights(self, handle: int, weights: dict[str, Optional[Tensor]],
@@ -555,4 +638,5 @@ class MoE(_Weights):
         return region
 
     def extra_repr(self) -> str:
-        return f"{self.config}, mode={self.mode.name}, recompute_pre={self.recompute_pre}"
+        return (f"{self.config}, mode={self.mode.name}, recompute_pre={self.recompute_pre}"
+                + (", fuse_wgrad_accumulation=True" if self.fuse_wgrad_accumulation else ""))

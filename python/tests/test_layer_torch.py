@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from moefuse import (PRESETS, Activation, LayerMode, MoE, MoeConfig, Precision,  # noqa: E402
                      RouterKind)
 from moefuse.layer import (_KeptFp8Weights, deinterleave_glu, interleave_glu,  # noqa: E402
-                           prepare_fp8_weights)
+                           main_grads_of, prepare_fp8_weights)
 from moefuse.reference import moe_forward  # noqa: E402
 
 
@@ -181,6 +181,21 @@ def test_kept_fp8_weights_are_reused_only_while_the_weights_are_unchanged():
         kept.reuse(w)
 
 
+def test_fused_wgrad_accumulation_needs_fp32_main_grads():
+    moe = MoE(scaled("gpt-oss-120b"), fuse_wgrad_accumulation=True)
+    with pytest.raises(ValueError, match="needs w_router.main_grad"):
+        main_grads_of(moe._tensors())
+    b2 = {"b2": moe.b2}  # one parameter at a time: the device check comes last (CPU here)
+    for main_grad, error, match in [
+            (torch.zeros(moe.b2.shape, dtype=torch.bfloat16), TypeError, "must be torch.float32"),
+            (torch.zeros(3), ValueError, "b2.main_grad must have shape"),
+            (torch.zeros(moe.b2.shape), ValueError, "b2.main_grad must be on a CUDA device")]:
+        moe.b2.main_grad = main_grad
+        with pytest.raises(error, match=match):
+            main_grads_of(b2)
+    assert "fuse_wgrad_accumulation=True" in repr(moe)
+
+
 def test_reusing_fp8_weights_needs_a_first_microbatch():
     moe = MoE(scaled("qwen3-30b-a3b", precision=Precision.FP8_BLOCKWISE))
     with pytest.raises(RuntimeError, match="is_first_microbatch=True; there was none"):
@@ -299,6 +314,45 @@ def test_router_loss_gradients_follow_autograd(name):
     rescaled = grads(dataclasses.replace(c, aux_loss_coeff=0.02, z_loss_coeff=0.0005),
                      lambda dot, losses: dot + losses.sum())
     expect_equal(weighted, rescaled, "2 aux + 0.5 z")
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "deepseek-v3"])
+def test_fused_wgrad_accumulation_adds_into_main_grad(name):
+    """fuse_wgrad_accumulation: two micro-batches of the same data leave exactly twice the first's
+    main_grad ((0 + G) + G), G matching the plain module's bf16 .grad to its rounding; dx and y
+    are the plain module's bit for bit; .grad stays None, or an empty dummy with
+    grad_added_to_main_grad set where that attribute exists (the shared expert's here)."""
+    c = scaled(name)
+    w = gate_up_weights(c)
+    plain = MoE(c, device="cuda").load_from_gate_up(**w)
+    fused = MoE(c, fuse_wgrad_accumulation=True, device="cuda").load_from_gate_up(**w)
+    for p in fused.parameters():
+        p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    flagged = fused.shared_w1 if c.shared_expert_ffn else fused.w2
+    flagged.grad_added_to_main_grad = False
+    x = dyadic((T, c.hidden), 8).bfloat16()
+    dy = torch.randn(T, c.hidden, device="cuda").bfloat16()
+
+    def step(moe):
+        xx = x.clone().requires_grad_()
+        y, losses = moe(xx)
+        torch.autograd.backward([y, losses.sum()], [dy, None])
+        return y, xx.grad
+
+    y_plain, dx_plain = step(plain)
+    y_fused, dx_fused = step(fused)
+    assert torch.equal(y_fused, y_plain) and torch.equal(dx_fused, dx_plain)
+    first = {n: p.main_grad.clone() for n, p in fused.named_parameters()}
+    for n, p in plain.named_parameters():
+        expect_close(n + ".main_grad", first[n], p.grad.float(), 1e-2)
+    step(fused)
+    for n, p in fused.named_parameters():
+        assert torch.equal(p.main_grad, 2 * first[n]), f"{n}: main_grad is not (0 + G) + G"
+        if p is flagged:
+            assert p.grad_added_to_main_grad and p.grad is not None
+        else:
+            assert p.grad is None, f"{n}.grad was written"
 
 
 @needs_hopper
