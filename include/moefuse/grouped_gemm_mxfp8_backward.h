@@ -18,10 +18,10 @@
 //             row, quantize_mxfp8_cols with the call's offsets (moefuse/quant.h): a wgrad's K is
 //             an expert's rows, and a block never spans two experts. No per-expert padding.
 // Why not transposed, unlike the DeepSeek recipe's FP8 operands (moefuse/grouped_gemm_fp8_dgrad.h,
-// _wgrad.h): Hopper's FP8 wgmma reads both operands K-major, which the MXFP8 calls below never
-// use; an MX tensor core (sm_100) reads 8-bit operands MN-major too, and Transformer Engine keeps
-// its MXFP8 column-wise data untransposed. So the weights are the forward's own [E, N, K] arrays
-// re-quantised along the other axis, not copies in another layout.
+// _wgrad.h): those follow Hopper's FP8 wgmma, which reads both operands K-major and which the
+// MXFP8 calls below never use; Transformer Engine, too, keeps its MXFP8 column-wise data in the
+// tensor's own layout. So the weights are the forward's own arrays re-quantised along the other
+// axis, not copies in another layout.
 //
 // How the GPU computes them (the MXFP8 forward's emulation, moefuse/grouped_gemm_fp8.h): both
 // operands are dequantised into `workspace` as bf16 — an E4M3 value times a power of two is a bf16
@@ -38,8 +38,8 @@
 // shape), args' operand fields empty, no gather_index in the wgrad (its b is the permuted rows
 // already quantised), codes 16-byte aligned, and a workspace of at least
 // mxfp8_backward_workspace_size bytes, 256-byte aligned, overlapping no tensor of the call.
-// Asynchronous on `stream` (three launches and the BF16 call's), allocate nothing, never
-// synchronise, read no device memory on the host: CUDA-graph safe.
+// Asynchronous on `stream` (two dequantise launches, then the BF16 call's), allocate nothing,
+// never synchronise, read no device memory on the host: CUDA-graph safe.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -87,8 +87,8 @@ void qdq_mxfp8_cols(const TensorView& x, const TensorView& offsets, const Tensor
 // MXFP8 column layout: the operands of the MXFP8 backward GEMMs whose K runs down the rows
 // (moefuse/grouped_gemm_mxfp8_backward.h): a wgrad's, whose K is an expert's rows, and the
 // dgrads' weights [E, K, N] (viewed as [E·K, N]). Blocks of 32 consecutive rows of one column,
-// qdq_mxfp8_cols's blocks; the codes stay in x's places (nothing is transposed: an MX tensor core
-// reads 8-bit operands MN-major, and Transformer Engine keeps its MXFP8 column-wise data so too):
+// qdq_mxfp8_cols's blocks; the codes stay in x's places (nothing is transposed, as Transformer
+// Engine keeps its MXFP8 column-wise data):
 //   x       [M, N]                          bf16, N % 8 == 0, M below 2^31
 //   q       [M, N]                          e4m3 out
 //   scales  [mxfp8_col_blocks(M, E), N]     e8m0 out; row g holds block g's 32-row scales

@@ -318,7 +318,7 @@ def _backward(ctx, dy, d_losses, d_cache):
 torch.library.register_autograd("moefuse::layer_forward", _backward, setup_context=_setup_context)
 
 
-# ---- Fused weight-gradient accumulation (MoE(fuse_wgrad_accumulation=True), eager) ----------------
+# ---- Fused weight-gradient accumulation (MoE(fuse_wgrad_accumulation=True), eager) -----------
 
 def main_grads_of(params: dict[str, Optional[Tensor]]) -> list[Tensor]:
     """Each present parameter's `main_grad` (GRAD_NAMES' order, no score_bias), checked: an fp32

@@ -97,22 +97,21 @@ TEST(RouterTopkArgs, RejectsBadBackwardTensors) {
              counts = dev(DType::kInt32, {E}), dp = dev(DType::kFloat32, {T, K}),
              dl = dev(DType::kFloat32, {T, E});
   const TensorView none{};
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dev(DType::kFloat32, {T, 1}), none, dl, nullptr); },
-                 "d_probs");
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, none, dev(DType::kFloat32, {T, E + 1}), nullptr); },
-                 "d_logits");
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, dev(DType::kInt32, {E, 1}), dp, none, dl, nullptr); },
-                 "counts");
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, dev(DType::kFloat32, {3}), dl, nullptr); },
-                 "loss_grads");
-  expect_invalid([&] { router_topk_backward(o, K, logits, idx, counts, dp, dev(DType::kBFloat16, {2}), dl, nullptr); },
-                 "loss_grads");
+  // The call with one argument replaced; the rest valid.
+  auto call = [&](TensorView counts_, TensorView dp_, TensorView loss_grads, TensorView dl_) {
+    return [=] {
+      router_topk_backward(o, K, logits, idx, counts_, dp_, loss_grads, dl_, nullptr);
+    };
+  };
+  expect_invalid(call(counts, dev(DType::kFloat32, {T, 1}), none, dl), "d_probs");
+  expect_invalid(call(counts, dp, none, dev(DType::kFloat32, {T, E + 1})), "d_logits");
+  expect_invalid(call(dev(DType::kInt32, {E, 1}), dp, none, dl), "counts");
+  expect_invalid(call(counts, dp, dev(DType::kFloat32, {3}), dl), "loss_grads");
+  expect_invalid(call(counts, dp, dev(DType::kBFloat16, {2}), dl), "loss_grads");
   // The upstream gradient inside d_logits, which the kernel writes while others read it.
-  expect_invalid([&] {
-    router_topk_backward(o, K, logits, idx, counts, dp,
-                         TensorView::contiguous(dl.data, DType::kFloat32, {2}, Device::kCuda), dl,
-                         nullptr);
-  }, "d_logits");
+  expect_invalid(
+      call(counts, dp, TensorView::contiguous(dl.data, DType::kFloat32, {2}, Device::kCuda), dl),
+      "d_logits");
 }
 
 TEST(RouterLogitsArgs, RejectsBadGemmArguments) {

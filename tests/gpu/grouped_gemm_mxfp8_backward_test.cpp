@@ -264,7 +264,8 @@ TEST(GroupedGemmMxfp8Backward, Fc2DgradIsTheBf16CallOnTheDequantisedOperands) {
   DeviceBuffer<float> partial(m_cap * dp_blocks);
   const Mxfp8Operand mdys{ddys.codes.view(kCodes, {m_cap, h}),
                           ddys.scales.view(kScales, {h / 32, mxfp8_scale_rows(m_cap)})};
-  const Mxfp8Operand mw2{dw2.codes.view(kCodes, {e, h, f}), dw2.scales.view(kScales, {e, h / 32, f})};
+  const Mxfp8Operand mw2{dw2.codes.view(kCodes, {e, h, f}),
+                         dw2.scales.view(kScales, {e, h / 32, f})};
   DeviceBuffer<uint8_t> ws(mxfp8_backward_workspace_size(mdys, mw2));
   ws.poison();
   for (int i = 0; i < 2; ++i) {

@@ -19,8 +19,13 @@
 namespace moefuse {
 namespace {
 
-// Every gradient of one forward + backward (y and the losses dropped: the forward of the scaled
-// layer computes other losses).
+// r without the forward's outputs (y and the losses: the scaled layers compute other losses).
+test::StepResult gradients_of(test::StepResult r) {
+  std::erase_if(r.tensors, [](const auto& t) { return t.first == "y" || t.first == "losses"; });
+  return r;
+}
+
+// Every gradient of one forward + backward.
 test::StepResult gradients(MoeLayer& layer, test::DeviceLayer& d, const TensorView& loss_grads,
                            cudaStream_t stream) {
   d.poison();
@@ -30,9 +35,7 @@ test::StepResult gradients(MoeLayer& layer, test::DeviceLayer& d, const TensorVi
   layer.backward(d.x_view(), d.dy_view(), d.weights(), g, d.cache_region(),
                  d.workspace_region(), stream);
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  test::StepResult r = test::download(d);
-  std::erase_if(r.tensors, [](const auto& t) { return t.first == "y" || t.first == "losses"; });
-  return r;
+  return gradients_of(test::download(d));
 }
 
 MoeConfig scaled_losses(MoeConfig c, float ga, float gz) {
@@ -70,9 +73,7 @@ TEST(LayerLossGrads, ScaleTheRouterLossGradientsOnTheDevice) {
     test::StepResult got = gradients(layer, d, gamma_view, stream);
     test::LayerData scaled_data = data;
     scaled_data.c = scaled_losses(c, 2.0f, 0.0f);
-    test::StepResult want = test::reference_step(scaled_data);
-    std::erase_if(want.tensors, [](const auto& t) { return t.first == "y" || t.first == "losses"; });
-    test::expect_matches(got, want);
+    test::expect_matches(got, gradients_of(test::reference_step(scaled_data)));
   }
 }
 
@@ -103,9 +104,7 @@ TEST(LayerLossGrads, AGraphReadsTheUpstreamGradientAtReplay) {
     gamma.upload({ga, gz});
     MOEFUSE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    test::StepResult replayed = test::download(d);
-    std::erase_if(replayed.tensors,
-                  [](const auto& t) { return t.first == "y" || t.first == "losses"; });
+    const test::StepResult replayed = gradients_of(test::download(d));
     MoeLayer scaled(scaled_losses(c, ga, gz), {});
     test::expect_same_bits(replayed, gradients(scaled, d, TensorView{}, stream), what);
   }

@@ -1,7 +1,8 @@
 // Argument checks of the MXFP8 quantise-dequantise passes and of the MXFP8 column layout
 // (moefuse/quant.h), shared by the GPU entry points (bf16, Device::kCuda, 16-byte-aligned data)
-// and the CPU references (src/ref/quant.h: fp32, Device::kCpu), so both reject the same calls. The offsets' values are the caller's to
-// check: the reference reads them on the host, the GPU pass never does.
+// and the CPU references (src/ref/quant.h: fp32, Device::kCpu), so both reject the same calls.
+// The offsets' values are the caller's to check: the reference reads them on the host, the GPU
+// pass never does.
 #pragma once
 
 #include <cstdint>
