@@ -67,11 +67,13 @@ __device__ __forceinline__ void send_part(const float (&acc)[kAcc], TileHandoff&
 }
 
 // Consumer side of one 128 × 256 tile of a plain output (drain_output): fp32 in two parts, or
-// bf16 in one; all but an fp32 tile's part 0 are drained by bulk copies.
+// bf16 in one; all but an fp32 tile's part 0 are drained by bulk copies, and that one too with
+// accumulate (bulk reduce-adds).
 __device__ __forceinline__ void hand_off_tile(const float (&acc)[128], TileHandoff& h, int slab,
-                                              bool fp32) {
+                                              bool fp32, bool accumulate = false) {
   if (fp32) {
-    send_part<float, 0, kTilePitchF32>(acc, h, slab);
+    if (accumulate) send_part<float, 0, kTilePitchF32, true>(acc, h, slab);
+    else send_part<float, 0, kTilePitchF32>(acc, h, slab);
     send_part<float, 1, kTilePitchF32, true>(acc, h, slab);
   } else {
     send_part<__nv_bfloat16, 0, kTilePitch, true>(acc, h, slab);

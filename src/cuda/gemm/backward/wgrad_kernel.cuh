@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         });
     if (skip_tile(p, k_blocks)) continue;
     if constexpr (kGather) wgrad_store(acc, p, &tmap_d, buffers, slab, c);
-    else hand_off_tile(acc, handoff, slab, p.d_fp32);
+    else hand_off_tile(acc, handoff, slab, p.d_fp32, p.accumulate);
   }
   if constexpr (kGather) wait_slab_stores();
 }

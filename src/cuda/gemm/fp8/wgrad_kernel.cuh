@@ -224,9 +224,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int groups = expert_groups(smem, c.expert).count;
     consume_tile(acc, groups, smem, pipe, slab);
     if (skip_tile(p, groups)) continue;
-    // The 64 × 128 slab as one buffer part: fp32, drained through the registers, or bf16,
-    // drained by bulk copies (bwd::drain_output's choice).
-    if (p.fp32)
+    // The 64 × 128 slab as one buffer part: fp32, drained through the registers or, with
+    // accumulate, by bulk reduce-adds; or bf16, drained by bulk copies (bwd::drain_output's
+    // choice). What the async proxy reads is fenced for it (send_part's kBulk).
+    if (p.fp32 && p.accumulate)
+      bwd::send_part<float, 0, bwd::kTilePitchF32, true>(acc, handoff, slab);
+    else if (p.fp32)
       bwd::send_part<float, 0, bwd::kTilePitchF32>(acc, handoff, slab);
     else
       bwd::send_part<__nv_bfloat16, 0, bwd::kTilePitch, true>(acc, handoff, slab);
