@@ -30,7 +30,8 @@ from torch import Tensor
 from moefuse import _capi, _capi_ep
 from moefuse.config import MoeConfig
 from moefuse.layer import (WEIGHT_NAMES, _bytes_tensor, _grad_buffers, _grads_struct, _loss_grads,
-                           _Weights, _weights_struct, validate_inputs, weight_specs)
+                           _main_grad_results, _main_grads_struct, _Weights, _weights_struct,
+                           main_grads_of, validate_inputs, weight_specs)
 
 
 class _EpLayer:
@@ -46,8 +47,11 @@ class _EpLayer:
 
 
 class _EpFunction(torch.autograd.Function):
+    """The EP layer's forward and backward; main_grads (fuse_wgrad_accumulation) or None."""
+
     @staticmethod
-    def forward(ctx, layer: _EpLayer, x: Tensor, *weights: Optional[Tensor]):
+    def forward(ctx, layer: _EpLayer, x: Tensor, main_grads: Optional[list[Tensor]],
+                *weights: Optional[Tensor]):
         tokens = x.shape[0]
         y = torch.empty_like(x)
         losses = torch.empty(2, dtype=torch.float32, device=x.device)
@@ -57,7 +61,7 @@ class _EpFunction(torch.autograd.Function):
                                y.data_ptr(), losses.data_ptr(), cache.data_ptr(),
                                layer.cache_bytes, workspace.data_ptr(), layer.workspace_bytes,
                                torch.cuda.current_stream(x.device).cuda_stream)
-        ctx.layer = layer
+        ctx.layer, ctx.main_grads = layer, main_grads
         ctx.save_for_backward(x, cache, *weights)
         return y, losses
 
@@ -66,17 +70,22 @@ class _EpFunction(torch.autograd.Function):
         layer: _EpLayer = ctx.layer
         x, cache, *weights = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.to(torch.bfloat16).contiguous()
-        by_name = dict(zip(WEIGHT_NAMES, weights))
-        grads = _grad_buffers(x, by_name)
+        loss_grads = _loss_grads(d_losses, x)
+        if ctx.main_grads is not None:
+            grads = [torch.empty_like(x)]
+            s = _main_grads_struct(grads[0], weights, ctx.main_grads, loss_grads)
+        else:
+            grads = _grad_buffers(x, dict(zip(WEIGHT_NAMES, weights)))
+            s = _grads_struct(grads, loss_grads)
         workspace = _bytes_tensor(layer.workspace_bytes, x.device)
         _capi_ep.layer_backward(layer.handle, x.shape[0], x.data_ptr(), dy.data_ptr(),
-                                _weights_struct(*weights),
-                                _grads_struct(grads, _loss_grads(d_losses, x)),
-                                cache.data_ptr(), layer.cache_bytes, workspace.data_ptr(),
-                                layer.workspace_bytes,
+                                _weights_struct(*weights), s, cache.data_ptr(), layer.cache_bytes,
+                                workspace.data_ptr(), layer.workspace_bytes,
                                 torch.cuda.current_stream(x.device).cuda_stream)
+        if ctx.main_grads is not None:
+            return None, grads[0], None, *_main_grad_results(weights)
         d_by_name = dict(zip([n for n in WEIGHT_NAMES if n != "score_bias"], grads[1:]))
-        out = [None, grads[0]]
+        out = [None, grads[0], None]
         for name, w in zip(WEIGHT_NAMES, weights):
             g = d_by_name.get(name)
             out.append(None if w is None or g is None else g.to(w.dtype))
@@ -91,12 +100,13 @@ class ExpertParallelMoE(_Weights):
     bounds T of every forward (buffers and NCCL windows are sized by it); chunks > 1 pipelines
     the transfers with the expert GEMMs on transfer_sms SMs; fp8_dispatch sends the forward's rows
     as FP8 (1x128 blocks, about half the bytes; the experts then see x quantised) (moefuse/
-    ep_layer.h).
+    ep_layer.h). fuse_wgrad_accumulation: as MoE's (every parameter's fp32 main_grad added to).
     """
 
     def __init__(self, config: MoeConfig, group: Optional[dist.ProcessGroup] = None, *,
                  max_tokens_per_rank: int, receive_capacity_rows: int = 0, chunks: int = 1,
-                 transfer_sms: int = 16, fp8_dispatch: bool = False):
+                 transfer_sms: int = 16, fp8_dispatch: bool = False,
+                 fuse_wgrad_accumulation: bool = False):
         group = group if group is not None else dist.group.WORLD
         if dist.get_backend(group) != "nccl":
             raise ValueError(f"moefuse: the process group must use the NCCL backend, "
@@ -121,6 +131,7 @@ class ExpertParallelMoE(_Weights):
             self._layer = _EpLayer(_capi_ep.layer_create(config.to_c(), box[0], ranks, rank,
                                                          options), config)
         self.ranks, self.rank = ranks, rank
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
 
     @property
     def first_expert(self) -> int:
@@ -144,7 +155,9 @@ class ExpertParallelMoE(_Weights):
         weights = self._tensors()
         # More tokens than max_tokens_per_rank: the C layer names x (InvalidArgument).
         validate_inputs(self.config, flat, weights, self.local_experts)
-        y, losses = _EpFunction.apply(self._layer, flat, *(weights[n] for n in WEIGHT_NAMES))
+        main = main_grads_of(weights) if self.fuse_wgrad_accumulation else None
+        y, losses = _EpFunction.apply(self._layer, flat, main,
+                                      *(weights[n] for n in WEIGHT_NAMES))
         return y.view(x.shape), losses
 
     def extra_repr(self) -> str:

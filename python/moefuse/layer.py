@@ -337,6 +337,33 @@ def main_grads_of(params: dict[str, Optional[Tensor]]) -> list[Tensor]:
     return out
 
 
+def _main_grads_struct(dx: Tensor, weights, main_grads: list[Tensor],
+                       loss_grads: Tensor) -> _capi.LayerGradsStruct:
+    """The C struct of an accumulating backward: dx, then each present weight's main_grad (fp32,
+    added to), and the losses' upstream gradient."""
+    present = iter(main_grads)
+    grads = [dx] + [next(present) if w is not None else None
+                    for name, w in zip(WEIGHT_NAMES, weights) if name != "score_bias"]
+    s = _capi.LayerGradsStruct(*(_ptr(g) for g in grads))
+    s.expert_grads = _capi.ExpertGrads.FP32
+    s.loss_grads = loss_grads.data_ptr()
+    s.accumulate = 1
+    return s
+
+
+def _main_grad_results(weights) -> list[Optional[Tensor]]:
+    """What autograd gets for the weights once their gradients went into main_grad: None, or an
+    empty dummy (setting the flag) where the weight has a `grad_added_to_main_grad` attribute."""
+    out = []
+    for name, w in zip(WEIGHT_NAMES, weights):
+        if w is None or name == "score_bias" or not hasattr(w, "grad_added_to_main_grad"):
+            out.append(None)
+        else:
+            w.grad_added_to_main_grad = True
+            out.append(torch.empty_like(w))
+    return out
+
+
 class _AccumulatingLayer(torch.autograd.Function):
     """layer_forward, with a backward that adds the weight gradients into the parameters'
     main_grad (the C layer's MoeLayerGrads::accumulate: the wgrads' epilogues do the adds) and
@@ -359,29 +386,15 @@ class _AccumulatingLayer(torch.autograd.Function):
         cache_bytes, workspace_bytes = _sizes(ctx.handle, tokens)
         with torch.cuda.device(x.device):
             dx = torch.empty_like(x)
-            present = iter(ctx.main_grads)
-            grads = [dx] + [next(present) if w is not None else None
-                            for name, w in zip(WEIGHT_NAMES, weights) if name != "score_bias"]
-            s = _capi.LayerGradsStruct(*(_ptr(g) for g in grads))
-            s.expert_grads = _capi.ExpertGrads.FP32
-            s.loss_grads = _loss_grads(d_losses, x).data_ptr()
-            s.accumulate = 1
+            loss_grads = _loss_grads(d_losses, x)
+            s = _main_grads_struct(dx, weights, ctx.main_grads, loss_grads)
             workspace = _bytes_tensor(workspace_bytes, x.device)
             w = _weights_struct(*weights)
             _point_at_fp8(w, ctx.handle, fp8)
             _capi.layer_backward(ctx.handle, tokens, x.data_ptr(), dy.data_ptr(), w, s,
                                  cache.data_ptr(), cache_bytes, workspace.data_ptr(),
                                  workspace_bytes, torch.cuda.current_stream().cuda_stream)
-        out = []
-        for name, w in zip(WEIGHT_NAMES, weights):
-            if w is None or name == "score_bias":
-                out.append(None)
-            elif hasattr(w, "grad_added_to_main_grad"):
-                w.grad_added_to_main_grad = True
-                out.append(torch.empty_like(w))
-            else:
-                out.append(None)
-        return None, dx, None, None, *out
+        return None, dx, None, None, *_main_grad_results(weights)
 
 
 # ---- The module --------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ its own tokens and its experts' weights, and compares with the fp32 torch refere
 expert) against the reference on the rank's own tokens (they are data-parallel), the gradients of
 the rank's experts (w1, w2, b1, b2) against the reference's summed over every rank's tokens.
 Three presets' kinds of layer scaled down (softmax; clamped SwiGLU with expert biases; sigmoid
-groups with a score bias and a shared expert), one also pipelined, one with the FP8 dispatch.
+groups with a score bias and a shared expert), one also pipelined, one with the FP8 dispatch, one
+with fuse_wgrad_accumulation (main_grad after one step against the plain module's gradients,
+after two exactly twice that).
 Tolerances as tests/test_layer_torch.py; with the FP8 dispatch the experts see x quantised to
 E4M3 (about 3% an element), so everything downstream of them is held to 0.1. Skipped without two sm_90 GPUs or without libmoefuse_ep_c.so."""
 
@@ -49,7 +51,8 @@ def _free_port() -> int:
 EXPERT_WEIGHTS = ("w1", "w2", "b1", "b2")
 
 
-def _rank_main(rank: int, port: int, preset: str, chunks: int, fp8_dispatch: bool) -> None:
+def _rank_main(rank: int, port: int, preset: str, chunks: int, fp8_dispatch: bool,
+               accumulate: bool) -> None:
     from moefuse import MoefuseInvalidArgument
     from moefuse.ep import ExpertParallelMoE
     from moefuse.reference import moe_forward
@@ -111,20 +114,51 @@ def _rank_main(rank: int, port: int, preset: str, chunks: int, fp8_dispatch: boo
                 expect_close(*check)
             except AssertionError as e:
                 failures.append(f"rank {rank}: {e}")
+        if accumulate:
+            failures += _check_fused_accumulation(c, w, moe, x.grad, xs[rank], dys[rank], chunks)
         assert not failures, "\n".join(failures)
     finally:
         dist.destroy_process_group()
 
 
+def _check_fused_accumulation(c, w, plain, dx_plain, x, dy, chunks) -> list[str]:
+    """fuse_wgrad_accumulation against `plain`'s step on the same data: dx bit for bit, main_grad
+    within bf16 rounding of plain's gradients, and exactly twice that after a second step."""
+    from moefuse.ep import ExpertParallelMoE
+    fused = ExpertParallelMoE(c, max_tokens_per_rank=max(TOKENS), chunks=chunks, transfer_sms=8,
+                              fuse_wgrad_accumulation=True).load_from_gate_up(**w)
+    for p in fused.parameters():
+        p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+
+    def step():
+        xx = x.clone().requires_grad_()
+        y, losses = fused(xx)
+        ((y.float() * dy.float()).sum() + losses.sum()).backward()
+        return xx.grad
+
+    failures = [] if torch.equal(step(), dx_plain) else ["dx differs from the plain module's"]
+    first = {n: p.main_grad.clone() for n, p in fused.named_parameters()}
+    for n, p in plain.named_parameters():
+        try:
+            expect_close(n + ".main_grad", first[n], p.grad.float(), 1e-2)
+        except AssertionError as e:
+            failures.append(str(e))
+    step()
+    failures += [f"{n}: main_grad is not (0 + G) + G" for n, p in fused.named_parameters()
+                 if not torch.equal(p.main_grad, 2 * first[n])]
+    failures += [f"{n}.grad was written" for n, p in fused.named_parameters() if p.grad is not None]
+    return failures
+
+
 @pytest.mark.skipif(_no_two_hoppers_reason() is not None,
                     reason=_no_two_hoppers_reason() or "")
-@pytest.mark.parametrize("preset, chunks, fp8_dispatch",
-                         [("qwen3-30b-a3b", 1, False), ("qwen3-30b-a3b", 2, False),
-                          ("gpt-oss-120b", 1, False), ("deepseek-v3", 1, False),
-                          ("qwen3-30b-a3b", 2, True)])
-def test_expert_parallel_matches_torch_reference(preset, chunks, fp8_dispatch):
-    mp.spawn(_rank_main, args=(_free_port(), preset, chunks, fp8_dispatch), nprocs=RANKS,
-             join=True)
+@pytest.mark.parametrize("preset, chunks, fp8_dispatch, accumulate",
+                         [("qwen3-30b-a3b", 1, False, False), ("qwen3-30b-a3b", 2, False, False),
+                          ("gpt-oss-120b", 1, False, True), ("deepseek-v3", 1, False, False),
+                          ("qwen3-30b-a3b", 2, True, False)])
+def test_expert_parallel_matches_torch_reference(preset, chunks, fp8_dispatch, accumulate):
+    mp.spawn(_rank_main, args=(_free_port(), preset, chunks, fp8_dispatch, accumulate),
+             nprocs=RANKS, join=True)
 
 
 def test_a_group_without_nccl_is_refused():
