@@ -259,6 +259,20 @@ def _loss_grads(d_losses: Optional[Tensor], x: Tensor) -> Tensor:
     return d_losses.to(device=x.device, dtype=torch.float32).contiguous()
 
 
+def _run_layer_backward(handle: int, x: Tensor, dy: Tensor, weights, cache: Tensor,
+                        fp8: Optional[Tensor], grads: _capi.LayerGradsStruct) -> None:
+    """moefuse_layer_backward on the current stream (of x's device, current), with a fresh
+    workspace; `weights` in WEIGHT_NAMES' order."""
+    tokens = x.shape[0]
+    cache_bytes, workspace_bytes = _sizes(handle, tokens)
+    workspace = _bytes_tensor(workspace_bytes, x.device)
+    w = _weights_struct(*weights)
+    _point_at_fp8(w, handle, fp8)
+    _capi.layer_backward(handle, tokens, x.data_ptr(), dy.data_ptr(), w, grads, cache.data_ptr(),
+                         cache_bytes, workspace.data_ptr(), workspace_bytes,
+                         torch.cuda.current_stream().cuda_stream)
+
+
 @torch.library.custom_op("moefuse::layer_backward", mutates_args=())
 def layer_backward(handle: int, x: Tensor, dy: Tensor, loss_grads: Tensor, w_router: Tensor,
                    score_bias: Optional[Tensor], w1: Tensor, b1: Optional[Tensor], w2: Tensor,
@@ -269,19 +283,10 @@ def layer_backward(handle: int, x: Tensor, dy: Tensor, loss_grads: Tensor, w_rou
     and d_w2 bf16), an absent weight's gradient being an empty tensor. GLU gradients come back
     interleaved. loss_grads: the gradient of layer_forward's losses, [2] fp32 on the device.
     cache and fp8: layer_forward's."""
-    tokens = x.shape[0]
-    cache_bytes, workspace_bytes = _sizes(handle, tokens)
+    weights = (w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
     with torch.cuda.device(x.device):
-        grads = _grad_buffers(x, dict(zip(WEIGHT_NAMES, (
-            w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2))))
-        workspace = _bytes_tensor(workspace_bytes, x.device)
-        weights = _weights_struct(w_router, score_bias, w1, b1, w2, b2, shared_w1, shared_w2)
-        _point_at_fp8(weights, handle, fp8)
-        stream = torch.cuda.current_stream().cuda_stream
-        _capi.layer_backward(
-            handle, tokens, x.data_ptr(), dy.data_ptr(), weights,
-            _grads_struct(grads, loss_grads), cache.data_ptr(), cache_bytes,
-            workspace.data_ptr(), workspace_bytes, stream)
+        grads = _grad_buffers(x, dict(zip(WEIGHT_NAMES, weights)))
+        _run_layer_backward(handle, x, dy, weights, cache, fp8, _grads_struct(grads, loss_grads))
     return tuple(grads)
 
 
@@ -382,18 +387,10 @@ class _AccumulatingLayer(torch.autograd.Function):
     def backward(ctx, dy, d_losses):
         x, cache, fp8, *weights = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.to(torch.bfloat16).contiguous()
-        tokens = x.shape[0]
-        cache_bytes, workspace_bytes = _sizes(ctx.handle, tokens)
         with torch.cuda.device(x.device):
             dx = torch.empty_like(x)
-            loss_grads = _loss_grads(d_losses, x)
-            s = _main_grads_struct(dx, weights, ctx.main_grads, loss_grads)
-            workspace = _bytes_tensor(workspace_bytes, x.device)
-            w = _weights_struct(*weights)
-            _point_at_fp8(w, ctx.handle, fp8)
-            _capi.layer_backward(ctx.handle, tokens, x.data_ptr(), dy.data_ptr(), w, s,
-                                 cache.data_ptr(), cache_bytes, workspace.data_ptr(),
-                                 workspace_bytes, torch.cuda.current_stream().cuda_stream)
+            s = _main_grads_struct(dx, weights, ctx.main_grads, _loss_grads(d_losses, x))
+            _run_layer_backward(ctx.handle, x, dy, weights, cache, fp8, s)
         return None, dx, None, None, *_main_grad_results(weights)
 
 

@@ -73,9 +73,14 @@ struct Wgrad {  // dW2 [E, H, F] from dys and scaled_act
   void validate() const { validate_grouped_gemm_wgrad_mxfp8(a, b, args, ws); }
 };
 
-template <class Call>
-void expect_rejects(Call edit, const std::string& argument) {
-  expect_invalid(edit, argument);
+// A call of Case's validation after `edit` to a valid Case.
+template <class Case>
+auto bad(std::function<void(Case&)> edit) {
+  return [edit] {
+    Case c;
+    edit(c);
+    c.validate();
+  };
 }
 
 TEST(GemmMxfp8BackwardValidation, WorkspaceHoldsBothBf16CopiesAt256ByteOffsets) {
@@ -96,93 +101,72 @@ TEST(GemmMxfp8BackwardValidation, AcceptsValidArguments) {
 }
 
 TEST(GemmMxfp8BackwardValidation, DgradRejectsBadOperands) {
-  auto bad = [](std::function<void(Dgrad&)> edit) {
-    return [edit] {
-      Dgrad c;
-      edit(c);
-      c.validate();
-    };
-  };
   // The BF16 call's operand slots must stay empty.
-  expect_rejects(bad([](Dgrad& c) { c.args.a = dev(DType::kBFloat16, {kM, 2 * kF}); }), "a");
-  expect_rejects(bad([](Dgrad& c) { c.args.b = dev(DType::kBFloat16, {kE, 2 * kF, kH}); }), "b");
-  expect_rejects(bad([](Dgrad& c) { c.a.codes = dev(DType::kBFloat16, {kM, 2 * kF}); }), "a");
-  expect_rejects(bad([](Dgrad& c) { c.a = rows(kM, 2 * kF + 16); }), "a");  // K % 32 != 0
-  expect_rejects(bad([](Dgrad& c) { c.a.scales = dev(kScales, {6, kM}); }), "a_scales");
-  expect_rejects(bad([](Dgrad& c) { c.a.scales = dev(DType::kUInt8, {6, 112}); }), "a_scales");
-  expect_rejects(bad([](Dgrad& c) { c.b.scales = dev(kScales, {kE, 2 * kF, kH}); }), "b_scales");
-  expect_rejects(bad([](Dgrad& c) { c.b.codes = dev(kCodes, {kE, 2 * kF}); }), "b");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.args.a = dev(DType::kBFloat16, {kM, 2 * kF}); }), "a");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.args.b = dev(DType::kBFloat16, {kE, 2 * kF, kH}); }),
+                 "b");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.a.codes = dev(DType::kBFloat16, {kM, 2 * kF}); }),
+                 "a");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.a = rows(kM, 2 * kF + 16); }), "a");  // K % 32 != 0
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.a.scales = dev(kScales, {6, kM}); }), "a_scales");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.a.scales = dev(DType::kUInt8, {6, 112}); }),
+                 "a_scales");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.b.scales = dev(kScales, {kE, 2 * kF, kH}); }),
+                 "b_scales");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.b.codes = dev(kCodes, {kE, 2 * kF}); }), "b");
   // K of a against K of b: the BF16 call's check on the copies names its "a".
-  expect_rejects(bad([](Dgrad& c) { c.a = rows(kM, 2 * kF - 32); }), "a");
-  expect_rejects(bad([](Dgrad& c) { c.args.d = dev(DType::kBFloat16, {kM, kH + 8}); }), "d");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.a = rows(kM, 2 * kF - 32); }), "a");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.args.d = dev(DType::kBFloat16, {kM, kH + 8}); }), "d");
   // d over the codes of a.
-  expect_rejects(bad([](Dgrad& c) {
+  expect_invalid(bad<Dgrad>([](Dgrad& c) {
                    c.args.d = TensorView::contiguous(c.a.codes.data, DType::kBFloat16, {kM, kH},
                                                      Device::kCuda);
                  }), "d");
 }
 
 TEST(GemmMxfp8BackwardValidation, RejectsABadWorkspace) {
-  auto bad = [](std::function<void(Dgrad&)> edit) {
-    return [edit] {
-      Dgrad c;
-      edit(c);
-      c.validate();
-    };
-  };
-  expect_rejects(bad([](Dgrad& c) { c.ws.bytes -= 1; }), "workspace");
-  expect_rejects(bad([](Dgrad& c) { c.ws.data = static_cast<char*>(c.ws.data) + 16; }),
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.ws.bytes -= 1; }), "workspace");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.ws.data = static_cast<char*>(c.ws.data) + 16; }),
                  "workspace");
-  expect_rejects(bad([](Dgrad& c) { c.ws.data = nullptr; }), "workspace");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.ws.data = nullptr; }), "workspace");
   // The copies over d, over the offsets, over a's scales.
-  expect_rejects(bad([](Dgrad& c) { c.ws.data = c.args.d.data; }), "workspace");
-  expect_rejects(bad([](Dgrad& c) { c.ws.data = c.args.offsets.data; }), "workspace");
-  expect_rejects(bad([](Dgrad& c) { c.ws.data = c.a.scales.data; }), "workspace");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.ws.data = c.args.d.data; }), "workspace");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.ws.data = c.args.offsets.data; }), "workspace");
+  expect_invalid(bad<Dgrad>([](Dgrad& c) { c.ws.data = c.a.scales.data; }), "workspace");
 }
 
 TEST(GemmMxfp8BackwardValidation, Fc2DgradRejectsBadOperands) {
-  auto bad = [](std::function<void(Fc2&)> edit) {
-    return [edit] {
-      Fc2 c;
-      edit(c);
-      c.validate();
-    };
-  };
-  expect_rejects(bad([](Fc2& c) { c.args.dys = dev(DType::kBFloat16, {kM, kH}); }), "dys");
-  expect_rejects(bad([](Fc2& c) { c.args.w2 = dev(DType::kBFloat16, {kE, kH, kF}); }), "w2");
-  expect_rejects(bad([](Fc2& c) { c.dys.scales = dev(kScales, {kH / 32, kM}); }), "dys_scales");
-  expect_rejects(bad([](Fc2& c) { c.w2.scales = dev(kScales, {kE, kF / 32, kH}); }), "w2_scales");
-  expect_rejects(bad([](Fc2& c) {  // F against pre's 2F
+  expect_invalid(bad<Fc2>([](Fc2& c) { c.args.dys = dev(DType::kBFloat16, {kM, kH}); }), "dys");
+  expect_invalid(bad<Fc2>([](Fc2& c) { c.args.w2 = dev(DType::kBFloat16, {kE, kH, kF}); }), "w2");
+  expect_invalid(bad<Fc2>([](Fc2& c) { c.dys.scales = dev(kScales, {kH / 32, kM}); }),
+                 "dys_scales");
+  expect_invalid(bad<Fc2>([](Fc2& c) { c.w2.scales = dev(kScales, {kE, kF / 32, kH}); }),
+                 "w2_scales");
+  expect_invalid(bad<Fc2>([](Fc2& c) {  // F against pre's 2F
                    c.w2 = weights(kH, kF + 8);
                    c.ws = workspace(mxfp8_backward_workspace_size(c.dys, c.w2));
                  }), "pre");
-  expect_rejects(bad([](Fc2& c) { c.scratch.dp_partial = dev(DType::kFloat32, {kM, 7}); }),
+  expect_invalid(bad<Fc2>([](Fc2& c) { c.scratch.dp_partial = dev(DType::kFloat32, {kM, 7}); }),
                  "scratch.dp_partial");
-  expect_rejects(bad([](Fc2& c) { c.ws.data = c.scratch.dp_partial.data; }), "workspace");
-  expect_rejects(bad([](Fc2& c) {
+  expect_invalid(bad<Fc2>([](Fc2& c) { c.ws.data = c.scratch.dp_partial.data; }), "workspace");
+  expect_invalid(bad<Fc2>([](Fc2& c) {
                    c.args.d_pre = TensorView::contiguous(c.w2.codes.data, DType::kBFloat16,
                                                          {kM, 2 * kF}, Device::kCuda);
                  }), "d_pre");
 }
 
 TEST(GemmMxfp8BackwardValidation, WgradRejectsBadOperands) {
-  auto bad = [](std::function<void(Wgrad&)> edit) {
-    return [edit] {
-      Wgrad c;
-      edit(c);
-      c.validate();
-    };
-  };
-  expect_rejects(bad([](Wgrad& c) { c.args.gather_index = dev(DType::kInt32, {kM}); }),
+  expect_invalid(bad<Wgrad>([](Wgrad& c) { c.args.gather_index = dev(DType::kInt32, {kM}); }),
                  "gather_index");
-  expect_rejects(bad([](Wgrad& c) { c.args.a = dev(DType::kBFloat16, {kM, kH}); }), "a");
+  expect_invalid(bad<Wgrad>([](Wgrad& c) { c.args.a = dev(DType::kBFloat16, {kM, kH}); }), "a");
   // Scales for blocks from row 0 (ceil(M / 32)), not restarting at each expert.
-  expect_rejects(bad([](Wgrad& c) { c.a.scales = dev(kScales, {(kM + 31) / 32, kH}); }),
+  expect_invalid(bad<Wgrad>([](Wgrad& c) { c.a.scales = dev(kScales, {(kM + 31) / 32, kH}); }),
                  "a_scales");
-  expect_rejects(bad([](Wgrad& c) { c.b.scales = dev(kScales, {mxfp8_col_blocks(kM, kE), 8}); }),
-                 "b_scales");
-  expect_rejects(bad([](Wgrad& c) { c.args.offsets = dev(DType::kInt32, {1}); }), "offsets");
-  expect_rejects(bad([](Wgrad& c) { c.args.d = dev(DType::kInt32, {kE, kH, kF}); }), "d");
+  expect_invalid(
+      bad<Wgrad>([](Wgrad& c) { c.b.scales = dev(kScales, {mxfp8_col_blocks(kM, kE), 8}); }),
+      "b_scales");
+  expect_invalid(bad<Wgrad>([](Wgrad& c) { c.args.offsets = dev(DType::kInt32, {1}); }), "offsets");
+  expect_invalid(bad<Wgrad>([](Wgrad& c) { c.args.d = dev(DType::kInt32, {kE, kH, kF}); }), "d");
 }
 
 TEST(GemmMxfp8BackwardValidation, QuantizeColsRejectsBadArguments) {

@@ -29,4 +29,31 @@ __device__ __forceinline__ float high_bf16(uint32_t w) {
   return formats::bits_float(w & 0xFFFF0000u);
 }
 
+// A lane's 4 columns of one 32-row block (the column passes): w[r] holds row r's 4 bf16 (8 bytes
+// at x + r·pitch; rows at or past `rows` are zeros, which no amax sees), s each column's scale.
+// kReadOnly: loads through the read-only path (a pass that does not write x).
+template <bool kReadOnly>
+__device__ __forceinline__ void load_column_block(const uint2* x, int64_t pitch, int rows,
+                                                  uint2 (&w)[formats::kMxBlock],
+                                                  MxScale (&s)[4]) {
+#pragma unroll
+  for (int r = 0; r < formats::kMxBlock; ++r) {
+    w[r] = uint2{};
+    if (r < rows) {
+      if constexpr (kReadOnly) w[r] = __ldg(x + r * pitch);
+      else w[r] = x[r * pitch];
+    }
+  }
+  float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < formats::kMxBlock; ++r) {
+    amax[0] = fmaxf(amax[0], fabsf(low_bf16(w[r].x)));
+    amax[1] = fmaxf(amax[1], fabsf(high_bf16(w[r].x)));
+    amax[2] = fmaxf(amax[2], fabsf(low_bf16(w[r].y)));
+    amax[3] = fmaxf(amax[3], fabsf(high_bf16(w[r].y)));
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) s[j] = mx_scale(amax[j]);
+}
+
 }  // namespace moefuse::cuda::quant

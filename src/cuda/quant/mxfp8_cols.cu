@@ -42,19 +42,8 @@ struct QuantizeColumns {
     if (quad >= quads) return;  // N % 8 == 0: a lane's 4 columns are inside N or past it
     const int64_t at = int64_t{b.first} * quads + quad;
     uint2 w[kColumnBlock];
-#pragma unroll
-    for (int r = 0; r < kColumnBlock; ++r)
-      w[r] = r < b.rows ? __ldg(x + at + int64_t{r} * quads) : uint2{};
-    float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows past the block's end are zeros: no effect
-#pragma unroll
-    for (int r = 0; r < kColumnBlock; ++r) {
-      amax[0] = fmaxf(amax[0], fabsf(low_bf16(w[r].x)));
-      amax[1] = fmaxf(amax[1], fabsf(high_bf16(w[r].x)));
-      amax[2] = fmaxf(amax[2], fabsf(low_bf16(w[r].y)));
-      amax[3] = fmaxf(amax[3], fabsf(high_bf16(w[r].y)));
-    }
-    const MxScale s[4] = {mx_scale(amax[0]), mx_scale(amax[1]), mx_scale(amax[2]),
-                          mx_scale(amax[3])};
+    MxScale s[4];
+    load_column_block<true>(x + at, quads, b.rows, w, s);
 #pragma unroll
     for (int r = 0; r < kColumnBlock; ++r)
       if (r < b.rows)

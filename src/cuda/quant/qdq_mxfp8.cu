@@ -112,19 +112,8 @@ struct QdqColumns {
     if (q >= quads) return;  // N % 8 == 0: a lane's 4 columns are inside N or past it
     const int64_t at = int64_t{b.first} * quads + q;
     uint2 w[kColumnBlock];
-    const uint2* src = x + at;
-#pragma unroll
-    for (int r = 0; r < kColumnBlock; ++r, src += quads) w[r] = r < b.rows ? *src : uint2{};
-    float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows past the block's end are zeros: no effect
-#pragma unroll
-    for (int r = 0; r < kColumnBlock; ++r) {
-      amax[0] = fmaxf(amax[0], fabsf(low_bf16(w[r].x)));
-      amax[1] = fmaxf(amax[1], fabsf(high_bf16(w[r].x)));
-      amax[2] = fmaxf(amax[2], fabsf(low_bf16(w[r].y)));
-      amax[3] = fmaxf(amax[3], fabsf(high_bf16(w[r].y)));
-    }
-    const MxScale s[4] = {mx_scale(amax[0]), mx_scale(amax[1]), mx_scale(amax[2]),
-                          mx_scale(amax[3])};
+    MxScale s[4];
+    load_column_block<false>(x + at, quads, b.rows, w, s);  // x may be out: plain loads
     uint2* dst = out + at;
 #pragma unroll
     for (int r = 0; r < kColumnBlock; r += 2, dst += 2 * int64_t{quads}) {

@@ -87,26 +87,32 @@ Copies copies_in(const Workspace& ws, const Mxfp8Operand& first, const Mxfp8Oper
   return {bf16_like(first.codes, base), bf16_like(second.codes, base + bf16_bytes(first.codes))};
 }
 
-// The workspace's size and alignment, and the copies (which the call writes first) against every
-// tensor it reads or writes.
-Copies expect_workspace(const Workspace& ws, const Mxfp8Operand& first,
-                        const Mxfp8Operand& second, std::span<const NamedView> others) {
-  cuda::expect_workspace(ws, mxfp8_backward_workspace_size(first, second));
-  const Copies c = copies_in(ws, first, second);
-  const NamedView copies[] = {{c.first, "workspace"}, {c.second, "workspace"}};
-  expect_outputs_disjoint(copies, others);
-  return c;
-}
+// One operand of a call: where it lies, how it is quantised, what the errors call it.
+struct Operand {
+  const Mxfp8Operand& op;
+  Layout layout;
+  OperandNames names;
+};
 
-// The codes and scales against the call's outputs.
-void expect_operands_apart(const Mxfp8Operand& first, OperandNames first_names,
-                           const Mxfp8Operand& second, OperandNames second_names,
-                           std::span<const NamedView> outputs) {
-  const NamedView operands[] = {{first.codes, first_names.codes},
-                                {first.scales, first_names.scales},
-                                {second.codes, second_names.codes},
-                                {second.scales, second_names.scales}};
+// Both operands' checks (`experts` sizes a grouped operand's scales), their codes and scales
+// against the call's outputs, and the workspace (size, alignment) with its copies, which the
+// call writes first, against every tensor of the call. Returns the copies.
+Copies checked_operands(const Operand& first, const Operand& second, int64_t experts,
+                        const Workspace& ws, std::span<const NamedView> outputs,
+                        std::span<const NamedView> inputs) {
+  expect_operand(first.op, first.layout, first.names, experts);
+  expect_operand(second.op, second.layout, second.names, experts);
+  const NamedView operands[] = {{first.op.codes, first.names.codes},
+                                {first.op.scales, first.names.scales},
+                                {second.op.codes, second.names.codes},
+                                {second.op.scales, second.names.scales}};
   expect_outputs_disjoint(outputs, operands);
+  cuda::expect_workspace(ws, mxfp8_backward_workspace_size(first.op, second.op));
+  const Copies c = copies_in(ws, first.op, second.op);
+  const NamedView copies[] = {{c.first, "workspace"}, {c.second, "workspace"}};
+  for (std::span<const NamedView> others : {std::span<const NamedView>(operands), outputs, inputs})
+    expect_outputs_disjoint(copies, others);
+  return c;
 }
 
 void dequantize(const Mxfp8Operand& op, Layout layout, const TensorView& offsets,
@@ -135,13 +141,10 @@ GroupedGemmDgradArgs checked_dgrad(const Mxfp8Operand& a, const Mxfp8Operand& b,
                                    const GroupedGemmDgradArgs& args, const Workspace& ws) {
   expect_slot_empty(args.a, "a");
   expect_slot_empty(args.b, "b");
-  expect_operand(a, Layout::kRows, kA, 0);
-  expect_operand(b, Layout::kWeights, kB, 0);
   const NamedView outputs[] = {{args.d, "d"}};
-  expect_operands_apart(a, kA, b, kB, outputs);
-  const NamedView others[] = {{a.codes, "a"},   {a.scales, "a_scales"},     {b.codes, "b"},
-                              {b.scales, "b_scales"}, {args.offsets, "offsets"}, {args.d, "d"}};
-  const Copies c = expect_workspace(ws, a, b, others);
+  const NamedView inputs[] = {{args.offsets, "offsets"}};
+  const Copies c = checked_operands({a, Layout::kRows, kA}, {b, Layout::kWeights, kB}, 0, ws,
+                                    outputs, inputs);
   GroupedGemmDgradArgs bf16 = args;
   bf16.a = c.first;
   bf16.b = c.second;
@@ -154,24 +157,19 @@ Fc2DgradArgs checked_fc2_dgrad(const Mxfp8Operand& dys, const Mxfp8Operand& w2,
                                const Workspace& ws) {
   expect_slot_empty(args.dys, "dys");
   expect_slot_empty(args.w2, "w2");
-  expect_operand(dys, Layout::kRows, kDys, 0);
-  expect_operand(w2, Layout::kWeights, kW2, 0);
+  if (!is_absent(args.d_row_scale))  // the BF16 call's check, before the workspace's against it
+    expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
+                  {dys.codes.size(0), fc2_dgrad_dp_blocks(w2.codes.size(2))});
   const NamedView outputs[] = {{args.d_pre, "d_pre"},
                                {args.scaled_act, "scaled_act"},
                                {args.d_row_scale, "d_row_scale"},
                                {scratch.dp_partial, "scratch.dp_partial"}};
-  expect_operands_apart(dys, kDys, w2, kW2, outputs);
-  if (!is_absent(args.d_row_scale))  // the BF16 call's check, before the workspace's against it
-    expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
-                  {dys.codes.size(0), fc2_dgrad_dp_blocks(w2.codes.size(2))});
-  const NamedView others[] = {{dys.codes, "dys"},         {dys.scales, "dys_scales"},
-                              {w2.codes, "w2"},           {w2.scales, "w2_scales"},
-                              {args.offsets, "offsets"},  {args.pre, "pre"},
-                              {args.row_scale, "row_scale"}, {args.b2, "b2"},
-                              {args.d_pre, "d_pre"},      {args.scaled_act, "scaled_act"},
-                              {args.d_row_scale, "d_row_scale"},
-                              {scratch.dp_partial, "scratch.dp_partial"}};
-  const Copies c = expect_workspace(ws, dys, w2, others);
+  const NamedView inputs[] = {{args.offsets, "offsets"},
+                              {args.pre, "pre"},
+                              {args.row_scale, "row_scale"},
+                              {args.b2, "b2"}};
+  const Copies c = checked_operands({dys, Layout::kRows, kDys}, {w2, Layout::kWeights, kW2}, 0,
+                                    ws, outputs, inputs);
   Fc2DgradArgs bf16 = args;
   bf16.dys = c.first;
   bf16.w2 = c.second;
@@ -188,13 +186,10 @@ GroupedGemmWgradArgs checked_wgrad(const Mxfp8Operand& a, const Mxfp8Operand& b,
                  "an empty view (an MXFP8 b holds the permuted rows, quantised per expert)",
                  "a tensor");
   *experts = gemm::expect_expert_offsets(args.offsets, Device::kCuda);
-  expect_operand(a, Layout::kGrouped, kA, *experts);
-  expect_operand(b, Layout::kGrouped, kB, *experts);
   const NamedView outputs[] = {{args.d, "d"}};
-  expect_operands_apart(a, kA, b, kB, outputs);
-  const NamedView others[] = {{a.codes, "a"},   {a.scales, "a_scales"},     {b.codes, "b"},
-                              {b.scales, "b_scales"}, {args.offsets, "offsets"}, {args.d, "d"}};
-  const Copies c = expect_workspace(ws, a, b, others);
+  const NamedView inputs[] = {{args.offsets, "offsets"}};
+  const Copies c = checked_operands({a, Layout::kGrouped, kA}, {b, Layout::kGrouped, kB},
+                                    *experts, ws, outputs, inputs);
   GroupedGemmWgradArgs bf16 = args;
   bf16.a = c.first;
   bf16.b = c.second;
