@@ -59,7 +59,12 @@ struct Kernel {
 
 using TorchTimes = std::optional<std::map<std::string, double>>;
 
-TorchTimes torch_times(const MoeConfig& c, int64_t T) {
+// The torch step's times, or none (with the reason printed) when it cannot run or is not wanted.
+TorchTimes torch_times(const MoeConfig& c, int64_t T, bool wanted) {
+  if (!wanted) {
+    std::printf("torch: skipped (--no-torch)\n");
+    return std::nullopt;
+  }
   const bool sigmoid = c.router.kind == RouterKind::kSigmoidGroupTopK;
   char args[320];
   std::snprintf(args, sizeof args,
@@ -123,7 +128,8 @@ void time_kernels(std::string_view preset_name, const std::vector<Kernel>& kerne
 // hidden > 0 replaces the preset's H (rows named "<preset> H=<hidden>"): the same kernels on rows
 // of another width, e.g. to tell a row-alignment effect from a size one.
 void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, RoutingDistribution dist,
-                uint64_t seed, cublasHandle_t cublas, Report& report, cudaStream_t stream) {
+                uint64_t seed, bool torch_wanted, cublasHandle_t cublas, Report& report,
+                cudaStream_t stream) {
   MoeConfig c = preset(preset_name);
   std::string name(preset_name);
   if (hidden > 0) {
@@ -301,7 +307,7 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
               xs_scales.view(DType::kFloat32, {scale_groups, scale_pitch}), none, t, s);
         });
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const TorchTimes torch = torch_times(c, T);
+  const TorchTimes torch = torch_times(c, T, torch_wanted);
   time_kernels(name, kernels, torch, report, stream);
 }
 
@@ -316,6 +322,7 @@ int run_dispatch(Args& args) {
   const RoutingDistribution dist = parse_routing(routing);
   const std::string json = args.get("json", "");
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 1234, 0, INT64_MAX));
+  const bool torch = !args.flag("no-torch");
   args.finish();
   if (gpu_missing("dispatch")) return 0;
   std::vector<std::string_view> presets;
@@ -338,7 +345,8 @@ int run_dispatch(Args& args) {
     std::printf("dispatch: could not create a cuBLAS handle\n");
     return 1;
   }
-  for (auto name : presets) run_preset(name, hidden, T, dist, seed, cublas, report, stream);
+  for (auto name : presets)
+    run_preset(name, hidden, T, dist, seed, torch, cublas, report, stream);
   MOEFUSE_CUDA_CHECK(cudaStreamSynchronize(stream));
   cublasDestroy(cublas);
   cudaStreamDestroy(stream);
@@ -352,7 +360,7 @@ int run_dispatch(Args& args) {
 MOEFUSE_BENCH_MODE(dispatch, "dispatch",
                    "router top-k, maps, permute, combine (+ backward) vs copy bandwidth and torch",
                    "[--preset NAME|all] [--tokens 16384] [--hidden H] [--routing uniform|zipf] "
-                   "[--seed 1234] [--json FILE]",
+                   "[--seed 1234] [--json FILE] [--no-torch]",
                    run_dispatch);
 
 }  // namespace moefuse::bench

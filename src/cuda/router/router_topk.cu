@@ -8,7 +8,7 @@
 //      to workspace slot b. Block 0 also zeroes the ticket the next kernel counts with.
 //   2. router_finalize_kernel, ceil(E/32) blocks of 32×32 threads: sums the G partials per expert
 //      in a fixed tree, writes counts, f, P; the last block to finish (ticket) sums the per-block
-//      Σ f·P and the Σ lse² partials in block order into the two losses.
+//      Σ f·P and the Σ lse² partials in a fixed tree into the two losses.
 // No floating-point atomics anywhere, so every output is bitwise repeatable for a given T and
 // device (G depends on the SM count).
 #include <cuda_runtime.h>
@@ -127,6 +127,17 @@ __device__ void restrict_to_groups(uint64_t (&key)[S], const TopkParams& p, int 
   }
 }
 
+// Lane `lane`'s best key among its S slots and that expert (kNoCandidateKey and ~0u: none left).
+// Strict comparison: of equal keys the lower slot, i.e. the lower expert index, wins.
+template <int S>
+__device__ __forceinline__ ArgMax lane_best(const uint64_t (&key)[S], int lane) {
+  ArgMax best{.key = kNoCandidateKey, .index = ~0u};
+#pragma unroll
+  for (int i = 0; i < S; ++i)
+    if (key[i] > best.key) best = {.key = key[i], .index = static_cast<unsigned>(i * 32 + lane)};
+  return best;
+}
+
 // S: expert slots per lane (E <= 32·S); lane l holds experts l, l+32, ... (coalesced loads).
 template <int S>
 __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) {
@@ -168,10 +179,11 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
 
     uint64_t key[S];
     if (!p.sigmoid) {
+      const float inv_sum = __frcp_rn(sum_exp);
 #pragma unroll
       for (int i = 0; i < S; ++i) {
         key[i] = i * 32 + lane < E ? ordered_key(static_cast<double>(v[i])) : kNoCandidateKey;
-        p_acc[i] += ex[i] / sum_exp;
+        p_acc[i] += ex[i] * inv_sum;
       }
     } else {
       float s32[S];
@@ -200,31 +212,32 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
       if (p.num_groups > 1) restrict_to_groups(key, p, lane);
     }
 
-    // k rounds of arg-max; lane j keeps the j-th choice. Weights in fp64 as the reference.
-    double w_sum = 0, my_w = 0;
-    unsigned my_idx = 0;
+    // k rounds of arg-max over the lanes' best keys; lane r keeps the r-th choice. Only the
+    // lane whose key was taken looks for its next best, and no weight is computed inside the
+    // rounds.
+    ArgMax mine = lane_best(key, lane);
+    unsigned my_idx = ~0u;
     for (int r = 0; r < p.top_k; ++r) {
-      uint64_t best = kNoCandidateKey;
-      unsigned best_e = ~0u;
+      const ArgMax a = warp_argmax(mine.key, mine.index);
+      if (lane == r) my_idx = a.index;
+      if (lane == static_cast<int>(a.index & 31u)) {
 #pragma unroll
-      for (int i = 0; i < S; ++i)
-        if (key[i] > best) best = key[i], best_e = i * 32 + lane;  // strict: lower index wins
-      const ArgMax a = warp_argmax(best, best_e);
-      const unsigned owner = a.index & 31u, slot = a.index >> 5;
-      double w = 0;
-      if (lane == owner) {
-#pragma unroll
-        for (int i = 0; i < S; ++i) {
-          if (i != static_cast<int>(slot)) continue;
-          key[i] = kNoCandidateKey;  // taken
-          w = p.sigmoid ? 1.0 / (1.0 + exp(-static_cast<double>(v[i])))
-                        : static_cast<double>(ex[i] / sum_exp);
-        }
+        for (int i = 0; i < S; ++i)
+          key[i] = i == static_cast<int>(a.index >> 5) ? kNoCandidateKey : key[i];
+        mine = lane_best(key, lane);
       }
-      w = __shfl_sync(kFullMask, w, owner);
-      w_sum += w;
-      if (lane == r) my_w = w, my_idx = a.index;
     }
+    // Each choice's weight in fp64 as the reference, from its logit read again (the expression
+    // the scores came from, on the same value), summed in choice order. A choice of none (~0u,
+    // fewer candidates than k) weighs 0.
+    double my_w = 0;
+    if (lane < p.top_k && my_idx < static_cast<unsigned>(E)) {
+      const float l = row[my_idx];
+      my_w = p.sigmoid ? 1.0 / (1.0 + exp(-static_cast<double>(l)))
+                       : static_cast<double>(expf(l - m) / sum_exp);
+    }
+    double w_sum = 0;
+    for (int r = 0; r < p.top_k; ++r) w_sum += __shfl_sync(kFullMask, my_w, r);
     if (lane < p.top_k) {
       double w = my_w;
       if (p.renormalize) w /= w_sum;
@@ -289,17 +302,27 @@ __global__ void __launch_bounds__(1024) router_finalize_kernel(FinalizeParams p)
     fp = warp_sum(fp);
     if (tx == 0) p.partial_fp[blockIdx.x] = fp;
   }
-  // The last block to arrive sums the per-block terms in block order (the result does not
-  // depend on which block is last).
+  // The last block to arrive sums the per-block terms: thread i (of 1024) the terms i, i + 1024,
+  // ..., then a fixed tree over the threads. Which block is last does not change the result.
+  // (One thread summing the G ≈ 4·SMs partials in order took ~10 µs of L2 round trips.)
   __threadfence();
   __syncthreads();
   if (tx == 0 && ty == 0) is_last = atomicAdd(p.ticket, 1u) == gridDim.x - 1;
   __syncthreads();
-  if (!is_last || tx != 0 || ty != 0) return;
+  if (!is_last) return;
   __threadfence();
-  double fp = 0, z = 0;
-  for (int b = 0; b < static_cast<int>(gridDim.x); ++b) fp += __ldcg(&p.partial_fp[b]);
-  for (int b = 0; b < p.blocks; ++b) z += p.partial_z[b];
+  const int tid = ty * 32 + tx;
+  double fp_part = 0, z_part = 0;
+  for (int b = tid; b < static_cast<int>(gridDim.x); b += 1024)
+    fp_part += __ldcg(&p.partial_fp[b]);
+  for (int b = tid; b < p.blocks; b += 1024) z_part += __ldcg(&p.partial_z[b]);
+  fp_part = warp_sum(fp_part);
+  z_part = warp_sum(z_part);
+  if (tx == 0) s_P[0][ty] = fp_part, s_P[1][ty] = z_part;  // s_P is free again
+  __syncthreads();
+  if (ty != 0) return;
+  const double fp = warp_sum(s_P[0][tx]), z = warp_sum(s_P[1][tx]);
+  if (tx != 0) return;
   const bool any = p.tokens > 0;
   p.losses[0] = any ? static_cast<float>(p.aux_coeff * p.experts * fp) : 0.0f;
   p.losses[1] = any ? static_cast<float>(p.z_coeff * z / p.tokens) : 0.0f;
