@@ -36,11 +36,11 @@ namespace moefuse::gemm::bwd {
 static_assert(kTileRowBytes == kBlockN * 2, "a buffer row is one bf16 tile row");
 
 // Consumer side: part kPart of warpgroup `slab`'s 64 × N accumulators (kAcc = N / 2 a thread) as
-// T (a part is at most 512 bytes of a row: columns [kPart · 512 / sizeof(T), ...) of the tile)
-// into the buffer's rows 64·slab .. 64·slab + 63, kPitch bytes apart.
-template <class T, int kPart, int kPitch, int kAcc>
+// T (a part is at most kRowBytes of a row: columns [kPart · kRowBytes / sizeof(T), ...) of the
+// tile) into the buffer's rows 64·slab .. 64·slab + 63, kPitch bytes apart.
+template <class T, int kPart, int kPitch, int kRowBytes, int kAcc>
 __device__ __forceinline__ void stage_part(const float (&acc)[kAcc], uint8_t* tile, int slab) {
-  constexpr int kJ = std::min(kAcc / 4, kTileRowBytes / int{sizeof(T)} / 8);  // column octets
+  constexpr int kJ = std::min(kAcc / 4, kRowBytes / int{sizeof(T)} / 8);  // column octets
   static_assert(kJ * 8 * int{sizeof(T)} + 16 <= kPitch, "a part's row fits the pitch");
   const AccPosition pos = AccPosition::of_thread();
   uint8_t* row0 = tile + (slab * (kBlockM / 2) + pos.row) * kPitch;
@@ -56,12 +56,14 @@ __device__ __forceinline__ void stage_part(const float (&acc)[kAcc], uint8_t* ti
 }
 
 // kBulk: the part is drained by bulk copies (drain_output), which read the buffer through the
-// async proxy, so the writes are fenced for it before the publish.
-template <class T, int kPart, int kPitch, bool kBulk = false, int kAcc>
+// async proxy, so the writes are fenced for it before the publish. kRowBytes: a part's bytes of
+// a tile row (the buffer's row, kTileRowBytes, or a whole fp32 row, kWholeRowBytesF32).
+template <class T, int kPart, int kPitch, bool kBulk = false, int kRowBytes = kTileRowBytes,
+          int kAcc>
 __device__ __forceinline__ void send_part(const float (&acc)[kAcc], TileHandoff& h, int slab) {
   h.acquire();
   assume_shared(h.tile);
-  stage_part<T, kPart, kPitch>(acc, h.tile, slab);
+  stage_part<T, kPart, kPitch, kRowBytes>(acc, h.tile, slab);
   if constexpr (kBulk) cute::tma_store_fence();
   h.publish();
 }

@@ -54,7 +54,10 @@ __device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) 
   return ExpertRows{.first = first, .count = max(0, min(__ldg(p.offsets + e + 1), p.m_cap) - first)};
 }
 
-using WgradLayout = StagedLayout<WgradStages>;  // config.h: the stage geometries
+// The TMA wgrad's ring G (config.h): WgradStages (128 × 256 tiles; fp32 D in two hand-offs) or,
+// where wgrad_narrow(n_out), WgradNarrowStages (128 × 192, the whole tile in one hand-off).
+template <class G>
+inline constexpr bool kNarrowWgrad = G::kN == kWgradNarrowN;
 using GatherWgradLayout = StagedLayout<GatherWgradStages>;
 
 struct WgradTiles {
@@ -68,12 +71,13 @@ struct WgradTiles {
   }
 };
 
-// TMA producer (one thread): 2 boxes of A (128 m) and 4 of B (256 n) per K block.
+// TMA producer (one thread): 2 boxes of A (128 m) and G::kN / 64 of B per K block.
+template <class G>
 __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
                                                   const CUtensorMap* tmap_b,
-                                                  const WgradProblem& p, const WgradLayout& smem,
+                                                  const WgradProblem& p,
+                                                  const StagedLayout<G>& smem,
                                                   const WgradTiles& tiles, int total_tiles) {
-  using G = WgradStages;
   PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
@@ -86,8 +90,8 @@ __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
       const int k0 = rows.first + kb * G::kBlockK;
       tma_mn_major_2d<G>(tmap_a, full, smem.a_stage(pipe.stage), kBlockM / kMnChunk,
                          c.m_block * kBlockM, k0);
-      tma_mn_major_2d<G>(tmap_b, full, smem.b_stage(pipe.stage), kBlockN / kMnChunk,
-                         c.n_block * kBlockN, k0);
+      tma_mn_major_2d<G>(tmap_b, full, smem.b_stage(pipe.stage), G::kN / kMnChunk,
+                         c.n_block * G::kN, k0);
       pipe.advance();
     }
   }
@@ -152,11 +156,11 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// Zeroes K rows [valid, 64) of every MN chunk of the stage (2 of A, 4 of B): 16-byte stores by
-// the 256 consumer threads, then the proxy fence and the consumers' named barrier.
+// Zeroes K rows [valid, 64) of every MN chunk of the stage (2 of A, G::kN / 64 of B): 16-byte
+// stores by the 256 consumer threads, then the proxy fence and the consumers' named barrier.
 template <class G>
 __device__ __forceinline__ void zero_tail_rows(const StagedLayout<G>& smem, int stage, int valid) {
-  constexpr int kChunksA = kBlockM / kMnChunk, kChunks = kChunksA + kBlockN / kMnChunk;
+  constexpr int kChunksA = kBlockM / kMnChunk, kChunks = kChunksA + G::kN / kMnChunk;
   const int per_chunk = (G::kBlockK - valid) * (128 / 16);
   const int ctid = threadIdx.x - kWarpgroupThreads;
   for (int i = ctid; i < kChunks * per_chunk; i += kConsumerThreads) {
@@ -190,24 +194,43 @@ __device__ __forceinline__ void wgrad_store(const float (&acc)[128], const Wgrad
   }
 }
 
-// D[e]'s tile at (m-block, n-block) of tile c: its first row and column.
-__device__ __forceinline__ uint8_t* wgrad_tile_origin(const WgradProblem& p, const TileCoord& c) {
+// D[e]'s tile at (m-block, n-block) of tile c (tiles block_n wide): its first row and column.
+__device__ __forceinline__ uint8_t* wgrad_tile_origin(const WgradProblem& p, const TileCoord& c,
+                                                      int block_n) {
   const int elt = p.d_fp32 ? 4 : 2;
   return static_cast<uint8_t*>(p.d) +
          ((static_cast<int64_t>(c.expert) * p.m_out + c.m_block * kBlockM) * p.n_out +
-          c.n_block * kBlockN) * elt;
+          c.n_block * block_n) * elt;
+}
+
+// A narrow tile (kNarrowWgrad), staged whole, out to D by bulk copies or bulk reduce-adds, a row
+// each: `rows` and `cols` (bytes cols · elt) of it are D's.
+template <bool kAdd>
+__device__ __forceinline__ void drain_narrow(const uint8_t* tile, bool fp32, uint8_t* d,
+                                             int n_out, int rows, int cols) {
+  const int elt = fp32 ? 4 : 2;
+  copy_rows_bulk<kAdd>(tile, fp32 ? kNarrowPitchF32 : kNarrowPitchBf16, d, int64_t{n_out} * elt,
+                       min(kBlockM, rows), min(kWgradNarrowN, cols) * elt);
 }
 
 // TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
+template <class G>
 __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
-                                                     const WgradLayout& smem,
+                                                     const StagedLayout<G>& smem,
                                                      const WgradTiles& tiles, int total_tiles) {
   TileHandoff h = TileHandoff::of(smem);
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
-    if (skip_tile(p, ceil_div(expert_rows(p, c.expert).count, WgradStages::kBlockK))) continue;
-    uint8_t* d = wgrad_tile_origin(p, c);
-    const int rows = p.m_out - c.m_block * kBlockM, cols = p.n_out - c.n_block * kBlockN;
+    if (skip_tile(p, ceil_div(expert_rows(p, c.expert).count, G::kBlockK))) continue;
+    uint8_t* d = wgrad_tile_origin(p, c, G::kN);
+    const int rows = p.m_out - c.m_block * kBlockM, cols = p.n_out - c.n_block * G::kN;
+    if constexpr (kNarrowWgrad<G>) {
+      receive_tile(h, 1, [&](int, const uint8_t* tile) {
+        if (p.accumulate) drain_narrow<true>(tile, true, d, p.n_out, rows, cols);
+        else drain_narrow<false>(tile, p.d_fp32, d, p.n_out, rows, cols);
+      });
+      continue;
+    }
     receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
       if (p.accumulate)
         drain_output<true>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
@@ -217,16 +240,17 @@ __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
   }
 }
 
-template <bool kGather>
+// G: the stage ring and tile width (config.h): GatherWgradStages with kGather, else
+// WgradStages or WgradNarrowStages (the launcher chooses by wgrad_narrow(n_out)).
+template <bool kGather, class G>
 __global__ void __launch_bounds__(kThreads, 1)
     wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
                  const __grid_constant__ CUtensorMap tmap_b,
                  const __grid_constant__ CUtensorMap tmap_d, const WgradProblem p) {
-  using G = std::conditional_t<kGather, GatherWgradStages, WgradStages>;
   extern __shared__ uint8_t smem_raw[];
   const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
-  const int n_blocks = ceil_div(p.n_out, kBlockN), m_blocks = ceil_div(p.m_out, kBlockM);
-  const WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
+  const int n_blocks = ceil_div(p.n_out, G::kN), m_blocks = ceil_div(p.m_out, kBlockM);
+  const WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = G::kN, .group_m = kGroupM,
                                    .n_blocks = n_blocks},
                          .m_blocks = m_blocks,
                          .per_expert = m_blocks * n_blocks};
@@ -238,8 +262,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kProducerRegs>();
     if constexpr (kGather) wgrad_produce_gather(&tmap_a, p, smem, tiles, total_tiles);
-    else if (threadIdx.x == 0) wgrad_produce_tma(&tmap_a, &tmap_b, p, smem, tiles, total_tiles);
-    else if (threadIdx.x >= 32) wgrad_epilogue_warps(p, smem, tiles, total_tiles);
+    else if (threadIdx.x == 0) wgrad_produce_tma<G>(&tmap_a, &tmap_b, p, smem, tiles, total_tiles);
+    else if (threadIdx.x >= 32) wgrad_epilogue_warps<G>(p, smem, tiles, total_tiles);
     return;
   }
 
@@ -247,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int slab = warpgroup - 1;
   TileHandoff handoff = TileHandoff::of(smem);
   uint8_t* buffers = smem.tile + slab * 2 * kSlabSubTileBytes;  // the gather variant's
-  float acc[128];
+  float acc[G::kN / 2];
   PipelineState<G::kStages> pipe;
   for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
     const TileCoord c = tiles.coord(t);
@@ -261,8 +285,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (kb == k_blocks - 1 && tail < G::kBlockK) zero_tail_rows<G>(smem, stage, tail);
         });
     if (skip_tile(p, k_blocks)) continue;
-    if constexpr (kGather) wgrad_store(acc, p, &tmap_d, buffers, slab, c);
-    else hand_off_tile(acc, handoff, slab, p.d_fp32, p.accumulate);
+    if constexpr (kGather) {
+      wgrad_store(acc, p, &tmap_d, buffers, slab, c);
+    } else if constexpr (kNarrowWgrad<G>) {  // whole, drained by bulk copies (drain_narrow)
+      if (p.d_fp32)
+        send_part<float, 0, kNarrowPitchF32, true, kNarrowRowBytesF32>(acc, handoff, slab);
+      else
+        send_part<__nv_bfloat16, 0, kNarrowPitchBf16, true, kWgradNarrowN * 2>(acc, handoff, slab);
+    } else {
+      hand_off_tile(acc, handoff, slab, p.d_fp32, p.accumulate);
+    }
   }
   if constexpr (kGather) wait_slab_stores();
 }
