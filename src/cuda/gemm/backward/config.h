@@ -104,20 +104,23 @@ static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 22
 // - Gather wgrad: its producer needs all of warpgroup 0, so its consumers store their tiles, by
 //   asynchronous TMA stores through small sub-tile buffers; four stages fit beside them (run 21:
 //   0.90-0.99x the time of three beside a synchronous in-consumer epilogue).
-// - TMA wgrad, narrow (`wgrad_narrow`): tiles 128 × 192 where n_out is a multiple of 192 but
-//   not of 256 (gpt-oss's 2880 = 15 × 192, which 256-wide tiles cover with a 64-column tail,
-//   6.7% of the work). The whole tile then goes over in one hand-off in either dtype (fp32 rows
-//   768 bytes, 800 apart; bf16 384, 400 apart: the pitches' rule above), beside three 40 KiB
-//   stages. The 256-wide fp32 tile in one hand-off would leave room for only 72 KiB of stages,
-//   which cost the mainloop more than the hand-off saved (run 29, call 1).
+// - TMA wgrad with fp32 D, narrow (`wgrad_narrow`): tiles 128 × 192 where n_out is a multiple
+//   of 192 but not of 256 (gpt-oss's 2880 = 15 × 192, which 256-wide tiles cover with a
+//   64-column tail, 6.7% of the work). The whole fp32 tile then goes over in one hand-off (rows
+//   768 bytes, 800 apart: the pitches' rule above), beside three 40 KiB stages, so the
+//   consumers no longer wait for a first half's drain. Run 29 (H200, gpt-oss, three interleaved
+//   rounds): dW1 0.94×, dW2 0.91× the time; the layer's step with fp32 expert gradients 0.96×.
+//   With bf16 D, one hand-off already, the narrow tile measured 0.98-1.02×: not used there.
+//   The 256-wide fp32 tile in one hand-off leaves room for only 72 KiB of stages, which cost the
+//   mainloop more than the hand-off saved (run 29, call 1: 1.10-1.19× on qwen3, deepseek,
+//   mixtral).
 using WgradStages = Stages<64, 3>;
 inline constexpr int kWgradNarrowN = 192;
-inline constexpr int kNarrowRowBytesF32 = kWgradNarrowN * 4;
-inline constexpr int kNarrowPitchF32 = kNarrowRowBytesF32 + 32;
-inline constexpr int kNarrowPitchBf16 = kWgradNarrowN * 2 + 16;
-using WgradNarrowStages = Stages<64, 3, kWgradNarrowN, kBlockM * kNarrowPitchF32>;
-constexpr bool wgrad_narrow(int64_t n_out) {
-  return n_out % kBlockN != 0 && n_out % kWgradNarrowN == 0;
+inline constexpr int kNarrowRowBytes = kWgradNarrowN * 4;
+inline constexpr int kNarrowPitch = kNarrowRowBytes + 32;
+using WgradNarrowStages = Stages<64, 3, kWgradNarrowN, kBlockM * kNarrowPitch>;
+constexpr bool wgrad_narrow(int64_t n_out, bool d_fp32) {
+  return d_fp32 && n_out % kBlockN != 0 && n_out % kWgradNarrowN == 0;
 }
 using GatherWgradStages = Stages<64, 4, kBlockN, kSlabBuffersBytes>;
 static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");

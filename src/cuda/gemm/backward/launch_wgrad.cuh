@@ -55,7 +55,8 @@ void launch_wgrad_kernel(const WgradLaunch& launch, cudaStream_t stream) {
     return;
   }
   if constexpr (kGather) launch_wgrad_ring<true, GatherWgradStages>(launch, stream);
-  else if (wgrad_narrow(p.n_out)) launch_wgrad_ring<false, WgradNarrowStages>(launch, stream);
+  else if (wgrad_narrow(p.n_out, p.d_fp32))
+    launch_wgrad_ring<false, WgradNarrowStages>(launch, stream);
   else launch_wgrad_ring<false, WgradStages>(launch, stream);
 }
 

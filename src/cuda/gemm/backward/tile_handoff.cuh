@@ -8,7 +8,9 @@
 // apart: config.h says why the pitch follows the type). The narrow dGLU dgrad's (config.h
 // DgluNarrowShape): 128 rows × 400 bytes, a 192-column bf16 row. A tile therefore goes over in
 // `parts` = 1 (bf16 staging: the dGLU's g, bf16 outputs) or 2 (fp32 outputs: columns 0-127,
-// then 128-255) hand-offs. `parts` is a function of kernel parameters only, so both sides agree.
+// then 128-255) hand-offs; the narrow wgrad's 128 × 192 fp32 tile goes in one, from its own,
+// larger buffer (config.h WgradNarrowStages). `parts` is a function of kernel parameters only,
+// so both sides agree.
 //
 // Protocol, and its walk by hand, in common/tile_handoff.cuh; here a hand-off is one part. Both
 // sides walk the same tiles (same scheduler, same skip rule: the wgrad's empty experts in

@@ -22,8 +22,8 @@
 // arrive.expect_tx for A's TMA) + 128 (cp.async.mbarrier.arrive.noinc).
 //
 // Epilogue: the TMA variant hands each finished tile to warps 1-3 of warpgroup 0
-// (tile_handoff.cuh: fp32 D in two halves, bf16 D in one) and its consumers go on with the next
-// tile; the epilogue warps store it, or add it to the old D with accumulate. The gather variant,
+// (tile_handoff.cuh: fp32 D in two halves, bf16 D in one; the narrow 128 × 192 fp32 tile, where
+// config.h wgrad_narrow chooses it, in one) and its consumers go on with the next tile; the epilogue warps store it, or add it to the old D with accumulate. The gather variant,
 // whose producer needs all of warpgroup 0, stores from the consumers by asynchronous TMA stores
 // of sub-tiles (slab_tma_store.cuh), which leave room for a fourth stage (config.h). Both skip
 // an empty expert's tile in accumulate mode.
@@ -55,7 +55,7 @@ __device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) 
 }
 
 // The TMA wgrad's ring G (config.h): WgradStages (128 × 256 tiles; fp32 D in two hand-offs) or,
-// where wgrad_narrow(n_out), WgradNarrowStages (128 × 192, the whole tile in one hand-off).
+// where wgrad_narrow (fp32 D), WgradNarrowStages (128 × 192, the whole tile in one hand-off).
 template <class G>
 inline constexpr bool kNarrowWgrad = G::kN == kWgradNarrowN;
 using GatherWgradLayout = StagedLayout<GatherWgradStages>;
@@ -203,14 +203,13 @@ __device__ __forceinline__ uint8_t* wgrad_tile_origin(const WgradProblem& p, con
           c.n_block * block_n) * elt;
 }
 
-// A narrow tile (kNarrowWgrad), staged whole, out to D by bulk copies or bulk reduce-adds, a row
-// each: `rows` and `cols` (bytes cols · elt) of it are D's.
+// A narrow fp32 tile (kNarrowWgrad), staged whole, out to D by bulk copies or bulk reduce-adds,
+// a row each: `rows` and `cols` of it are D's.
 template <bool kAdd>
-__device__ __forceinline__ void drain_narrow(const uint8_t* tile, bool fp32, uint8_t* d,
-                                             int n_out, int rows, int cols) {
-  const int elt = fp32 ? 4 : 2;
-  copy_rows_bulk<kAdd>(tile, fp32 ? kNarrowPitchF32 : kNarrowPitchBf16, d, int64_t{n_out} * elt,
-                       min(kBlockM, rows), min(kWgradNarrowN, cols) * elt);
+__device__ __forceinline__ void drain_narrow(const uint8_t* tile, uint8_t* d, int n_out, int rows,
+                                             int cols) {
+  copy_rows_bulk<kAdd>(tile, kNarrowPitch, d, int64_t{n_out} * 4, min(kBlockM, rows),
+                       min(kWgradNarrowN, cols) * 4);
 }
 
 // TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
@@ -226,8 +225,8 @@ __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
     const int rows = p.m_out - c.m_block * kBlockM, cols = p.n_out - c.n_block * G::kN;
     if constexpr (kNarrowWgrad<G>) {
       receive_tile(h, 1, [&](int, const uint8_t* tile) {
-        if (p.accumulate) drain_narrow<true>(tile, true, d, p.n_out, rows, cols);
-        else drain_narrow<false>(tile, p.d_fp32, d, p.n_out, rows, cols);
+        if (p.accumulate) drain_narrow<true>(tile, d, p.n_out, rows, cols);
+        else drain_narrow<false>(tile, d, p.n_out, rows, cols);
       });
       continue;
     }
@@ -241,7 +240,7 @@ __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
 }
 
 // G: the stage ring and tile width (config.h): GatherWgradStages with kGather, else
-// WgradStages or WgradNarrowStages (the launcher chooses by wgrad_narrow(n_out)).
+// WgradStages or WgradNarrowStages (the launcher chooses by wgrad_narrow).
 template <bool kGather, class G>
 __global__ void __launch_bounds__(kThreads, 1)
     wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
@@ -287,11 +286,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (skip_tile(p, k_blocks)) continue;
     if constexpr (kGather) {
       wgrad_store(acc, p, &tmap_d, buffers, slab, c);
-    } else if constexpr (kNarrowWgrad<G>) {  // whole, drained by bulk copies (drain_narrow)
-      if (p.d_fp32)
-        send_part<float, 0, kNarrowPitchF32, true, kNarrowRowBytesF32>(acc, handoff, slab);
-      else
-        send_part<__nv_bfloat16, 0, kNarrowPitchBf16, true, kWgradNarrowN * 2>(acc, handoff, slab);
+    } else if constexpr (kNarrowWgrad<G>) {  // fp32, whole, drained by bulk copies
+      send_part<float, 0, kNarrowPitch, true, kNarrowRowBytes>(acc, handoff, slab);
     } else {
       hand_off_tile(acc, handoff, slab, p.d_fp32, p.accumulate);
     }
