@@ -255,5 +255,16 @@ TEST(GemmBackwardValidation, WgradNarrowTilesByWidth) {
     EXPECT_FALSE(wgrad_narrow(n, true)) << "N " << n;
 }
 
+// The plain dgrad's narrow tiles likewise, for bf16 D (the layer's FC1 dgrad).
+TEST(GemmBackwardValidation, DgradNarrowTilesByWidth) {
+  using gemm::bwd::dgrad_narrow;
+  for (int64_t n : {192, 576, 2880}) {
+    EXPECT_TRUE(dgrad_narrow(n, false)) << "N " << n;
+    EXPECT_FALSE(dgrad_narrow(n, true)) << "fp32 D, N " << n;
+  }
+  for (int64_t n : {256, 768, 2048, 4096, 7168, 328, 520})
+    EXPECT_FALSE(dgrad_narrow(n, false)) << "N " << n;
+}
+
 }  // namespace
 }  // namespace moefuse

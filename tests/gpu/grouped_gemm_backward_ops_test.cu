@@ -201,6 +201,12 @@ TEST(GroupedGemmBackward, DgradRaggedRowsAndTails) {
   run_dgrad({.counts = hot, .k = 64, .n = 256}, "one expert holds every row");
   run_dgrad({.counts = std::vector<int>(8, 0), .spare_rows = 40}, "no rows at all");
   run_dgrad({.counts = std::vector<int>(4, 0), .k = 64, .n = 64}, "M_cap = 0");
+  // N = 576 = 3 × 192 with bf16 D: the narrow 128 × 192 tiles (config.h dgrad_narrow); fp32 D
+  // keeps the 256-wide ones.
+  for (bool fp32 : {false, true})
+    run_dgrad({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
+               .k = 200, .n = 576, .fp32 = fp32},
+              fp32 ? "N 576 fp32" : "N 576 bf16, narrow");
 }
 
 
@@ -577,6 +583,8 @@ TEST(GroupedGemmBackward, SeveralTilesPerCtaHandOff) {
   for (bool fp32 : {false, true})
     run_dgrad({.counts = rows, .row_base = 3, .spare_rows = 21, .k = 200, .n = 520, .fp32 = fp32},
               fp32 ? "dgrad fp32 (two parts)" : "dgrad bf16 (one part)");
+  run_dgrad({.counts = rows, .row_base = 3, .spare_rows = 21, .k = 200, .n = 576},
+            "dgrad bf16, narrow tiles");
   for (Activation act : {Activation::kSwiGLU, Activation::kSquaredReLU})
     run_fc2({.counts = rows, .row_base = 1, .spare_rows = 9, .h = 136, .f = 520, .act = act},
             std::string("fc2 dgrad ") + std::string(activation_name(act)));

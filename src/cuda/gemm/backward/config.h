@@ -173,6 +173,13 @@ struct DgradShape {
   static_assert(kBlockM * kTilePitch <= G::kTileBytes);
 };
 using DgradStoreShape = DgradShape<DgradStages, kEpilogueWarps, false, 1>;
+// The plain dgrad with bf16 D in the narrow dGLU shape's 128 × 192 tiles and ring, where 192
+// divides N and 256 does not (gpt-oss's FC1 dgrad, N = H = 2880: no 64-column tail), three
+// epilogue warps.
+using DgradNarrowStoreShape = DgradShape<GluStages, kEpilogueWarps, false, 1>;
+constexpr bool dgrad_narrow(int64_t n, bool d_fp32) {
+  return !d_fp32 && n % kBlockN != 0 && n % kGluBlockN == 0;
+}
 using DgluWideShape = DgradShape<DgradStages, kEpilogueWarps, true, kClusterSize>;
 using DgluNarrowShape = DgradShape<GluStages, kGluEpilogueWarps, true, kClusterSize>;
 static_assert(DgluWideShape::kTilePitch == kTilePitch && DgluNarrowShape::kThreads == kGluThreads);

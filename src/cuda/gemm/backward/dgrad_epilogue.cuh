@@ -51,23 +51,32 @@ __device__ __forceinline__ void dglu_epilogue_warps(const DgradProblem& p, const
 }
 
 // The plain dgrad's warps 1-3 of warpgroup 0: every live tile of this CTA, in the consumers'
-// order.
-template <int kCluster>
+// order. A narrow shape's bf16 tile (DgradNarrowStoreShape) goes out by bulk copies, a row each.
+template <class S>
 __device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p,
-                                                           const SharedLayout& smem,
+                                                           const StagedLayout<typename S::G>& smem,
                                                            const TileShape& shape,
                                                            const ClusterUnits& units) {
+  constexpr int kN = S::G::kN;
   TileHandoff h = TileHandoff::of(smem);
   for (int u = units.first; u < units.total; u += units.step) {
-    const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
-                                                   shape, units.rank);
+    const UnitTile w = cluster_unit_tile<S::kCluster>(u, p.offsets, smem.tile_start,
+                                                      p.num_experts, shape, units.rank);
     if (!w.live) continue;
     const TileCoord& c = w.tile;
     const TileRows rows = tile_rows<kBlockM>(p, c);
-    receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
-      drain_output<false>(tile, part, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end,
-                          c.n_block * kBlockN);
-    });
+    const int n0 = c.n_block * kN;
+    if constexpr (kN != kBlockN) {
+      receive_tile(h, 1, [&](int, const uint8_t* tile) {
+        auto* d = static_cast<uint8_t*>(p.d) + (int64_t{rows.first} * p.n + n0) * 2;
+        copy_rows_bulk(tile, S::kTilePitch, d, int64_t{p.n} * 2,
+                       min(kBlockM, rows.end - rows.first), min(kN, p.n - n0) * 2);
+      });
+    } else {
+      receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
+        drain_output<false>(tile, part, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end, n0);
+      });
+    }
   }
 }
 

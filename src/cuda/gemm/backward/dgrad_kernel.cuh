@@ -105,7 +105,8 @@ __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const C
   }
 }
 
-// S: the shape (config.h DgradShape): DgradStoreShape, DgluWideShape or DgluNarrowShape.
+// S: the shape (config.h DgradShape): DgradStoreShape, DgradNarrowStoreShape, DgluWideShape or
+// DgluNarrowShape.
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, 1)
     dgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     if constexpr (S::kMovesRegisters) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (threadIdx.x >= 32) {
       if constexpr (S::kGlu) dglu_epilogue_warps<S>(p, ep, smem, shape, units);
-      else dgrad_store_epilogue_warps<S::kCluster>(p, smem, shape, units);
+      else dgrad_store_epilogue_warps<S>(p, smem, shape, units);
     } else if (threadIdx.x == 0) {
       produce_dgrad<G, S::kCluster>(&tmap_a, &tmap_b, p, smem, shape, units);
     }
@@ -160,8 +161,13 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       }
       consume_tile<Major::K, Major::MN, G, S::kCluster>(acc, k_blocks, smem, pipe, slab,
                                                         [](int, int) {});
-      if constexpr (S::kGlu) send_part<__nv_bfloat16, 0, S::kTilePitch>(acc, handoff, slab);
-      else hand_off_tile(acc, handoff, slab, p.d_fp32);
+      if constexpr (S::kGlu) {
+        send_part<__nv_bfloat16, 0, S::kTilePitch>(acc, handoff, slab);
+      } else if constexpr (G::kN != kBlockN) {  // bf16, drained by bulk copies
+        send_part<__nv_bfloat16, 0, S::kTilePitch, true, G::kN * 2>(acc, handoff, slab);
+      } else {
+        hand_off_tile(acc, handoff, slab, p.d_fp32);
+      }
     }
   }
   if constexpr (S::kCluster > 1) cluster_sync_all();

@@ -38,7 +38,11 @@ void launch_shape(const DgradLaunch& launch, cudaStream_t stream) {
 
 void launch_dgrad(const DgradLaunch& launch, cudaStream_t stream) {
   if (launch.problem.m_cap == 0) return;  // nothing can be written
-  if (!launch.dglu.pre) launch_shape<DgradStoreShape>(launch, stream);
+  const DgradProblem& p = launch.problem;
+  if (!launch.dglu.pre && dgrad_narrow(p.n, p.d_fp32))
+    launch_shape<DgradNarrowStoreShape>(launch, stream);
+  else if (!launch.dglu.pre)
+    launch_shape<DgradStoreShape>(launch, stream);
   else if (dglu_block_n(launch.problem.k) == kGluBlockN)
     launch_shape<DgluNarrowShape>(launch, stream);
   else
