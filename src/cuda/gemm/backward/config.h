@@ -13,6 +13,10 @@ namespace moefuse::gemm::bwd {
 
 inline constexpr int kBlockM = 128;  // output rows per tile: 2 consumer warpgroups × 64
 inline constexpr int kBlockN = 256;  // output columns per tile: one wgmma m64n256k16 row slab
+// The narrow tile width (m64n192): the FC2 dgrad's dGLU up to kDgluNarrowMaxK, and the plain
+// dgrad and the TMA wgrad where it divides N and 256 does not (narrow_width).
+inline constexpr int kNarrowBlockN = 192;
+constexpr bool narrow_width(int64_t n) { return n % kBlockN != 0 && n % kNarrowBlockN == 0; }
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
 // An MN-major operand arrives as TMA boxes of 64 MN-contiguous elements (128 bytes: one
@@ -115,13 +119,10 @@ static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 22
 //   mainloop more than the hand-off saved (run 29, call 1: 1.10-1.19× on qwen3, deepseek,
 //   mixtral).
 using WgradStages = Stages<64, 3>;
-inline constexpr int kWgradNarrowN = 192;
-inline constexpr int kNarrowRowBytes = kWgradNarrowN * 4;
+inline constexpr int kNarrowRowBytes = kNarrowBlockN * 4;
 inline constexpr int kNarrowPitch = kNarrowRowBytes + 32;
-using WgradNarrowStages = Stages<64, 3, kWgradNarrowN, kBlockM * kNarrowPitch>;
-constexpr bool wgrad_narrow(int64_t n_out, bool d_fp32) {
-  return d_fp32 && n_out % kBlockN != 0 && n_out % kWgradNarrowN == 0;
-}
+using WgradNarrowStages = Stages<64, 3, kNarrowBlockN, kBlockM * kNarrowPitch>;
+constexpr bool wgrad_narrow(int64_t n_out, bool d_fp32) { return d_fp32 && narrow_width(n_out); }
 using GatherWgradStages = Stages<64, 4, kBlockN, kSlabBuffersBytes>;
 static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 static_assert(WgradNarrowStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB");
@@ -138,7 +139,7 @@ static_assert(GatherWgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's
 //   there the mainloop bounds the kernel and 192-column tiles load 11% more per flop.
 // Run 15 (H200, fused FC2 dgrad, narrow against wide): qwen3 (H 2048) 1.155 → 1.034 ms, gpt-oss
 // (2880) 3.34 → 3.00, deepseek (7168) 3.25 → 3.43.
-inline constexpr int kGluBlockN = 192;
+inline constexpr int kGluBlockN = kNarrowBlockN;
 inline constexpr int kGluThreads = 4 * kWarpgroupThreads;
 inline constexpr int kGluEpilogueWarps = kEpilogueWarps + 4;
 inline constexpr int kGluTileBufferBytes = kBlockM * (kGluBlockN * 2 + 16);
@@ -177,9 +178,7 @@ using DgradStoreShape = DgradShape<DgradStages, kEpilogueWarps, false, 1>;
 // divides N and 256 does not (gpt-oss's FC1 dgrad, N = H = 2880: no 64-column tail), three
 // epilogue warps.
 using DgradNarrowStoreShape = DgradShape<GluStages, kEpilogueWarps, false, 1>;
-constexpr bool dgrad_narrow(int64_t n, bool d_fp32) {
-  return !d_fp32 && n % kBlockN != 0 && n % kGluBlockN == 0;
-}
+constexpr bool dgrad_narrow(int64_t n, bool d_fp32) { return !d_fp32 && narrow_width(n); }
 using DgluWideShape = DgradShape<DgradStages, kEpilogueWarps, true, kClusterSize>;
 using DgluNarrowShape = DgradShape<GluStages, kGluEpilogueWarps, true, kClusterSize>;
 static_assert(DgluWideShape::kTilePitch == kTilePitch && DgluNarrowShape::kThreads == kGluThreads);

@@ -23,7 +23,8 @@
 //
 // Epilogue: the TMA variant hands each finished tile to warps 1-3 of warpgroup 0
 // (tile_handoff.cuh: fp32 D in two halves, bf16 D in one; the narrow 128 × 192 fp32 tile, where
-// config.h wgrad_narrow chooses it, in one) and its consumers go on with the next tile; the epilogue warps store it, or add it to the old D with accumulate. The gather variant,
+// config.h wgrad_narrow chooses it, in one) and its consumers go on with the next tile; the
+// epilogue warps store it, or add it to the old D with accumulate. The gather variant,
 // whose producer needs all of warpgroup 0, stores from the consumers by asynchronous TMA stores
 // of sub-tiles (slab_tma_store.cuh), which leave room for a fourth stage (config.h). Both skip
 // an empty expert's tile in accumulate mode.
@@ -57,7 +58,7 @@ __device__ __forceinline__ ExpertRows expert_rows(const WgradProblem& p, int e) 
 // The TMA wgrad's ring G (config.h): WgradStages (128 × 256 tiles; fp32 D in two hand-offs) or,
 // where wgrad_narrow (fp32 D), WgradNarrowStages (128 × 192, the whole tile in one hand-off).
 template <class G>
-inline constexpr bool kNarrowWgrad = G::kN == kWgradNarrowN;
+inline constexpr bool kNarrowWgrad = G::kN == kNarrowBlockN;
 using GatherWgradLayout = StagedLayout<GatherWgradStages>;
 
 struct WgradTiles {
@@ -209,7 +210,7 @@ template <bool kAdd>
 __device__ __forceinline__ void drain_narrow(const uint8_t* tile, uint8_t* d, int n_out, int rows,
                                              int cols) {
   copy_rows_bulk<kAdd>(tile, kNarrowPitch, d, int64_t{n_out} * 4, min(kBlockM, rows),
-                       min(kWgradNarrowN, cols) * 4);
+                       min(kNarrowBlockN, cols) * 4);
 }
 
 // TMA variant, warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
