@@ -99,6 +99,17 @@ void permute_backward(const TensorView& dxs, const TensorView& row_of, const Ten
 void combine(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
              const TensorView& y, const TensorView& health, cudaStream_t stream);
 
+// combine and permute_backward with a term added to each token's fp32 sum before its one
+// rounding: y = Σ_j probs[t, j] · ys[row_of[t, j]] + add[t], dx = Σ_j dxs[...] + add[t].
+// add [T, H] bf16 (the MoE layer's: a shared expert's output, or its dx): y (dx) itself, or
+// memory apart from it. One pass over [T, H] instead of combine and then an add. CUDA-graph
+// safe: yes.
+void combine_add(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
+                 const TensorView& add, const TensorView& y, const TensorView& health,
+                 cudaStream_t stream);
+void permute_backward_add(const TensorView& dxs, const TensorView& row_of, const TensorView& add,
+                          const TensorView& dx, const TensorView& health, cudaStream_t stream);
+
 // Backward of combine. With probs [T, k]: dys[row_of[t, j]] = probs[t, j] · dy[t] and
 // d_probs [T, k] fp32 = <dy[t], ys[row_of[t, j]]> (fp32 accumulation, fixed reduction tree).
 // With probs and d_probs empty (weights applied by FC2; the FC2 dgrad computes d_probs):

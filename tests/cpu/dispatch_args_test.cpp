@@ -197,6 +197,14 @@ TEST(DispatchArgs, RejectsBadRowTensors) {
                  "y");
   expect_invalid([&] { combine(xs, probs, dev(DType::kInt32, {T, 0}), x, none, nullptr); },
                  "row_of.shape[1]");
+  // The added term of combine_add and permute_backward_add: bf16 [T, H], the output itself or
+  // apart from it (here a part of it: 16 bytes on).
+  const auto wide = dev(DType::kBFloat16, {T, H + 8}), f32 = dev(DType::kFloat32, {T, H}),
+             shifted = dev(DType::kBFloat16, {T, H}, static_cast<char*>(kFake) + 16);
+  expect_invalid([&] { combine_add(xs, probs, row_of, wide, x, none, nullptr); }, "add");
+  expect_invalid([&] { combine_add(xs, probs, row_of, f32, x, none, nullptr); }, "add");
+  expect_invalid([&] { combine_add(xs, probs, row_of, shifted, x, none, nullptr); }, "add");
+  expect_invalid([&] { permute_backward_add(xs, row_of, shifted, x, none, nullptr); }, "add");
   const auto dp = dev(DType::kFloat32, {T, K});
   expect_invalid([&] { combine_backward(x, xs, none, row_of, tor, xs, dp, none, nullptr); },
                  "d_probs");

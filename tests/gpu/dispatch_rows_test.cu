@@ -1,6 +1,7 @@
-// GPU permute, combine and their backward vs the CPU reference: H 8..7168 (with a partial last
-// chunk), k 1..16, T 0..16384 (T = 4096 gives blocks of the persistent permute several token
-// groups, so its shared-memory stages and mbarrier parities are reused), padded maps (align 8);
+// GPU permute, combine and their backward (also with an added term) vs the CPU reference: H
+// 8..7168 (with a partial last chunk), k 1..16, T 0..16384 (T = 4096 gives blocks of the
+// persistent permute several token groups, so its shared-memory stages and mbarrier parities are
+// reused), padded maps (align 8);
 // permute bitwise, the sums within bf16 rounding; bitwise repeatability.
 #include <gtest/gtest.h>
 
@@ -138,6 +139,57 @@ TEST(DispatchRows, CombineAndBackwardMatchReference) {
                      g_row_of.view(DType::kInt32, {T, k}), g_tor.view(DType::kInt32, {R}),
                      g_dys.view(DType::kBFloat16, {R, H}), TensorView{}, hv, nullptr);
     EXPECT_TRUE(test::same_bits(test::from_bf16(g_dys.download()), dys1, "dys (unweighted)"));
+    EXPECT_EQ(read_health_flags(hv, nullptr), 0);
+  }
+}
+
+// combine_add and permute_backward_add: the sum plus the added term, rounded once, against the
+// reference's sum plus the term; in place (add is the output) bit for bit as apart.
+TEST(DispatchRows, AddedTermMatchesReferenceInPlaceOrApart) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (const Case& c : {kCases[0], kCases[1], kCases[3], kCases[5], kCases[8]}) {
+    SCOPED_TRACE(c.name() + " seed=" + std::to_string(test::seed()));
+    test::RefMaps m = test::make_ref_maps(c.T, c.E, c.k, c.align);
+    const int64_t T = c.T, H = c.H, k = c.k, R = m.R;
+    std::vector<float> rows = test::bf16_rounded(test::random_normal(R * H)),
+                       probs = test::random_uniform(T * k, 0.0f, 1.0f),
+                       add = test::bf16_rounded(test::random_normal(T * H));
+    DeviceBuffer<Bf16> g_rows(test::to_bf16(rows)), g_add(test::to_bf16(add)), g_out(T * H);
+    DeviceBuffer<float> g_probs(probs);
+    DeviceBuffer<int32_t> g_row_of(m.row_of), health(1);
+    const auto hv = health.view(DType::kInt32, {1});
+    const auto rows_v = g_rows.view(DType::kBFloat16, {R, H}),
+               add_v = g_add.view(DType::kBFloat16, {T, H}),
+               out_v = g_out.view(DType::kBFloat16, {T, H}),
+               row_of_v = g_row_of.view(DType::kInt32, {T, k});
+    reset_health_flags(hv, nullptr);
+    for (bool weighted : {true, false}) {
+      SCOPED_TRACE(weighted ? "combine_add" : "permute_backward_add");
+      std::vector<float> want(T * H);
+      const auto want_v = test::host_view(want, DType::kFloat32, {T, H});
+      if (weighted)
+        ref::combine(test::host_view(rows, DType::kFloat32, {R, H}),
+                     test::host_view(probs, DType::kFloat32, {T, k}),
+                     test::host_view(m.row_of, DType::kInt32, {T, k}), want_v);
+      else
+        ref::permute_backward(test::host_view(rows, DType::kFloat32, {R, H}),
+                              test::host_view(m.row_of, DType::kInt32, {T, k}), want_v);
+      for (int64_t i = 0; i < T * H; ++i) want[i] += add[i];
+      // Apart: into a poisoned output. In place: the output holds the term.
+      auto run = [&](const TensorView& term) {
+        if (weighted)
+          combine_add(rows_v, g_probs.view(DType::kFloat32, {T, k}), row_of_v, term, out_v, hv,
+                      nullptr);
+        else
+          permute_backward_add(rows_v, row_of_v, term, out_v, hv, nullptr);
+        return test::from_bf16(g_out.download());
+      };
+      g_out.poison();
+      const std::vector<float> apart = run(add_v);
+      EXPECT_LE(test::rel_norm_error(apart, want), kBf16Tolerance);
+      g_out.upload(test::to_bf16(add));
+      EXPECT_TRUE(test::same_bits(run(out_v), apart, "in place against apart"));
+    }
     EXPECT_EQ(read_health_flags(hv, nullptr), 0);
   }
 }

@@ -1,7 +1,8 @@
-// combine (and permute_backward, its unweighted case) and combine_backward. One warp per token,
-// gather-based: the warp reads its k rows and writes its own output row, so no output element is
-// touched by two warps and no atomics decide anything. Sums run in j order with fp32
-// accumulation; the d_probs dot products reduce over lanes with a fixed butterfly.
+// combine (and permute_backward, its unweighted case; both also with an added term) and
+// combine_backward. One warp per token, gather-based: the warp reads its k rows and writes its
+// own output row, so no output element is touched by two warps and no atomics decide anything.
+// Sums run in j order with fp32 accumulation, the added term last, then one rounding; the
+// d_probs dot products reduce over lanes with a fixed butterfly.
 #include <cuda_runtime.h>
 
 #include "cuda/check.h"
@@ -23,6 +24,7 @@ struct CombineParams {
   const uint4* ys;
   const float* probs;  // nullptr: weight 1
   const int32_t* row_of;
+  const uint4* add;    // nullptr: none; else [T, H], y itself or apart from it
   uint4* y;
   int tokens, top_k, rows, vecs;
   int32_t* health;
@@ -71,7 +73,14 @@ __global__ void __launch_bounds__(kRowWarps * 32) combine_kernel(CombineParams p
 #pragma unroll
     for (int q = 0; q < kVecsPerLane; ++q) {
       const int c = c0 + q * 32 + lane;
-      if (c < p.vecs) dst[c] = pack_bf16x8(acc[q]);
+      if (c >= p.vecs) continue;
+      if (p.add) {  // read before this lane writes the same piece when add is y
+        float a[8];
+        unpack_bf16x8(__ldcs(p.add + static_cast<int64_t>(t) * p.vecs + c), a);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[q][i] += a[i];
+      }
+      dst[c] = pack_bf16x8(acc[q]);
     }
   }
 }
@@ -161,14 +170,16 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
 }
 
+// add: an empty view, or the added term (checked by check_added_term).
 void launch_combine(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
-                    const TensorView& y, int32_t* health, const RowsShape& s,
-                    cudaStream_t stream) {
+                    const TensorView& add, const TensorView& y, int32_t* health,
+                    const RowsShape& s, cudaStream_t stream) {
   if (s.tokens == 0) return;
   const CombineParams p{
       .ys = ys.as<const uint4>(),
       .probs = is_absent(probs) ? nullptr : probs.as<const float>(),
       .row_of = row_of.as<const int32_t>(),
+      .add = is_absent(add) ? nullptr : add.as<const uint4>(),
       .y = y.as<uint4>(),
       .tokens = static_cast<int>(s.tokens),
       .top_k = static_cast<int>(s.top_k),
@@ -186,18 +197,31 @@ void launch_combine(const TensorView& ys, const TensorView& probs, const TensorV
 
 void combine(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
              const TensorView& y, const TensorView& health, cudaStream_t stream) {
+  combine_add(ys, probs, row_of, TensorView{}, y, health, stream);
+}
+
+void combine_add(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
+                 const TensorView& add, const TensorView& y, const TensorView& health,
+                 cudaStream_t stream) {
   const cuda::RowsShape s = cuda::check_combine(ys, probs, row_of, y);
+  if (!is_absent(add)) cuda::check_added_term(add, s, y, "y");
   int32_t* flag = cuda::expect_health(health);
   cuda::expect_launchable(stream);
-  cuda::launch_combine(ys, probs, row_of, y, flag, s, stream);
+  cuda::launch_combine(ys, probs, row_of, add, y, flag, s, stream);
 }
 
 void permute_backward(const TensorView& dxs, const TensorView& row_of, const TensorView& dx,
                       const TensorView& health, cudaStream_t stream) {
+  permute_backward_add(dxs, row_of, TensorView{}, dx, health, stream);
+}
+
+void permute_backward_add(const TensorView& dxs, const TensorView& row_of, const TensorView& add,
+                          const TensorView& dx, const TensorView& health, cudaStream_t stream) {
   const cuda::RowsShape s = cuda::check_permute_backward(dxs, row_of, dx);
+  if (!is_absent(add)) cuda::check_added_term(add, s, dx, "dx");
   int32_t* flag = cuda::expect_health(health);
   cuda::expect_launchable(stream);
-  cuda::launch_combine(dxs, TensorView{}, row_of, dx, flag, s, stream);
+  cuda::launch_combine(dxs, TensorView{}, row_of, add, dx, flag, s, stream);
 }
 
 void combine_backward(const TensorView& dy, const TensorView& ys, const TensorView& probs,

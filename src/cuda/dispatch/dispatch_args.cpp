@@ -129,6 +129,12 @@ RowsShape check_combine(const TensorView& ys, const TensorView& probs, const Ten
   return {.tokens = T, .top_k = k, .rows = R, .hidden = H};
 }
 
+void check_added_term(const TensorView& add, const RowsShape& s, const TensorView& out,
+                      std::string_view out_name) {
+  expect_rows(add, "add", s.tokens, s.hidden);
+  if (add.data != out.data) expect_disjoint(add, "add", out, out_name);
+}
+
 RowsShape check_combine_backward(const TensorView& dy, const TensorView& ys,
                                  const TensorView& probs, const TensorView& row_of,
                                  const TensorView& token_of_row, const TensorView& dys,

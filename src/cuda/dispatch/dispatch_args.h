@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "moefuse/dispatch.h"
 #include "moefuse/tensor.h"
@@ -34,6 +35,10 @@ RowsShape check_permute_backward(const TensorView& dxs, const TensorView& row_of
                                  const TensorView& dx);
 RowsShape check_combine(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
                         const TensorView& y);
+// The added term of combine_add and permute_backward_add: bf16 [T, H] of s, `out` itself or
+// apart from it (out_name: "y" or "dx").
+void check_added_term(const TensorView& add, const RowsShape& s, const TensorView& out,
+                      std::string_view out_name);
 RowsShape check_combine_backward(const TensorView& dy, const TensorView& ys,
                                  const TensorView& probs, const TensorView& row_of,
                                  const TensorView& token_of_row, const TensorView& dys,

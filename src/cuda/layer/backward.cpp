@@ -3,7 +3,7 @@
 // Main stream (the critical path):
 //   [recompute FC1 pre-activation] → combine_bwd (dys[row] = dy[t]: the weights were applied by
 //   FC2, or by the combine — the same function of p either way) → FC2 dgrad (+ dGLU → d_pre,
-//   + p·act for dW2, + dp per row) → FC1 dgrad → permute_bwd (dx) → dx += shared dx →
+//   + p·act for dW2, + dp per row) → FC1 dgrad → permute_bwd (dx, + shared dx: _add) →
 //   d_probs = dp gathered to [T,k] → router_topk_bwd (+ aux, z) → router_logits_bwd (dx +=, dWr)
 // Second stream: the shared expert's backward (from the start), then, once d_pre exists, the
 // k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·xs (xs = x[token_of_row], permuted by the
@@ -180,11 +180,10 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                        stream);
   });
   layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
-    permute_backward(v.dxs, v.row_of, g.dx, run.health, stream);
-    if (shared) {
-      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
-      layer::add_bf16(g.dx.as<__nv_bfloat16>(), v.shared_dx.as<__nv_bfloat16>(), T * H, stream);
-    }
+    // The shared expert's dx is added inside the permute's backward (one pass over [T, H]).
+    if (shared) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
+    permute_backward_add(v.dxs, v.row_of, shared ? v.shared_dx : TensorView{}, g.dx, run.health,
+                         stream);
   });
   layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
     layer::gather_row_prob_grad(v.d_row_prob.as<float>(), v.row_of.as<int32_t>(),

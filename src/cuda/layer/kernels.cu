@@ -34,23 +34,6 @@ __global__ void gather_row_prob_grad_kernel(const float* __restrict__ d_row_prob
   }
 }
 
-__global__ void add_bf16_kernel(uint4* __restrict__ y, const uint4* __restrict__ other,
-                                int64_t vectors) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint4 a = y[i];
-    const uint4 b = other[i];
-    auto* pa = reinterpret_cast<__nv_bfloat162*>(&a);
-    const auto* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
-      pa[j] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
-    }
-    y[i] = a;
-  }
-}
-
 // The row count is read on the device: grid-stride over the vectors of its rows only.
 __global__ void copy_leading_rows_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
                                          const int32_t* __restrict__ rows,
@@ -140,14 +123,6 @@ void gather_row_prob_grad(const float* d_row_prob, const int32_t* row_of, float*
   if (assignments == 0) return;
   gather_row_prob_grad_kernel<<<blocks_for(assignments), kThreads, 0, stream>>>(
       d_row_prob, row_of, d_probs, assignments, rows);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
-}
-
-void add_bf16(__nv_bfloat16* y, const __nv_bfloat16* other, int64_t n, cudaStream_t stream) {
-  const int64_t vectors = n / 8;
-  if (vectors == 0) return;
-  add_bf16_kernel<<<blocks_for(vectors, kThreads, 8192), kThreads, 0, stream>>>(
-      reinterpret_cast<uint4*>(y), reinterpret_cast<const uint4*>(other), vectors);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 

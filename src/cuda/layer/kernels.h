@@ -18,9 +18,6 @@ void scatter_row_prob(const float* probs, const int32_t* row_of, float* row_prob
 void gather_row_prob_grad(const float* d_row_prob, const int32_t* row_of, float* d_probs,
                           int64_t assignments, int64_t rows, cudaStream_t stream);
 
-// y[i] = bf16(y[i] + other[i]) for n elements (n % 8 == 0, 16-byte aligned pointers).
-void add_bf16(__nv_bfloat16* y, const __nv_bfloat16* other, int64_t n, cudaStream_t stream);
-
 // dst[r, :] = src[r, :] for the first min(*rows, max_rows) rows of `width` bf16 (width % 8 == 0,
 // 16-byte aligned pointers), *rows read on the device: a buffer's filled rows, whose count the
 // host never learns (expert parallelism's received rows).

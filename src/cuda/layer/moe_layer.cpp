@@ -4,8 +4,8 @@
 //   router_logits → router_topk → dispatch_maps → scatter_row_prob
 //   → FC1 (GLU + bias in the epilogue; saves pre), reading x through token_of_row itself, or,
 //     for wide FC1s, a permuted copy xs made first (layer::fc1_gathers_x)
-//   → FC2 (bias, row scale = routing prob in the epilogue) → combine (Σ_j, no weights)
-//   → y += shared expert's output (joined from the second stream)
+//   → FC2 (bias, row scale = routing prob in the epilogue) → combine (Σ_j, no weights; with a
+//     shared expert, combine_add: + its output, joined from the second stream)
 // Unfused mode: permute → FC1 plain GEMM → activation kernel → FC2 plain GEMM → bias kernel →
 // combine weighted by the probs (the scaling pass). Second stream: the shared expert's MLP.
 // FP8 (config.precision kFP8Blockwise, fused only): permute_quantize_fp8 (x → E4M3 xs + K-major
@@ -161,7 +161,7 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
   const bool fused = options_.mode == LayerMode::kFused;
   const bool fp8 = config_.precision == PrecisionRecipe::kFP8Blockwise;
   const bool shared = config_.shared_expert_ffn > 0;
-  const int64_t k = config_.top_k, H = config_.hidden;
+  const int64_t k = config_.top_k;
   LayerObserver* obs = run.observer;
   layer::LayerHandles& h = *handles_;
 
@@ -225,11 +225,10 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
     });
   }
   layer::run_stage(LayerStage::kCombine, stream, obs, [&] {
-    combine(v.ys, fused ? TensorView{} : v.probs, v.row_of, out.y, run.health, stream);
-    if (shared) {
-      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
-      layer::add_bf16(out.y.as<__nv_bfloat16>(), v.shared_y.as<__nv_bfloat16>(), T * H, stream);
-    }
+    // The shared expert's output is added inside the combine (one pass over [T, H]).
+    if (shared) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
+    combine_add(v.ys, fused ? TensorView{} : v.probs, v.row_of,
+                shared ? v.shared_y : TensorView{}, out.y, run.health, stream);
   });
 }
 

@@ -243,15 +243,15 @@ void EpMoeLayer::forward(const TensorView& x, const MoeLayerWeights& w,
   const bool side_work = shared || !options_.fp8_dispatch;
   if (side_work) MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
   layer::run_stage(LayerStage::kCombine, stream, obs, [&] {
-    combine(ep.returned(), v.probs, v.row_of, out.y, run.health, stream);
+    // The shared expert's output is added inside the combine (as MoeLayer does, bit for bit).
+    if (side_work) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
+    combine_add(ep.returned(), v.probs, v.row_of, shared ? v.shared_y : TensorView{}, out.y,
+                run.health, stream);
     // d_probs' operand, kept past this rank's next transfer (which overwrites returned()): the
     // R = T·k rows that hold outputs.
     MOEFUSE_CUDA_CHECK(cudaMemcpyAsync(v.ys_returned.data, ep.returned().data,
                                        size_t(p.rows * H) * sizeof(__nv_bfloat16),
                                        cudaMemcpyDeviceToDevice, stream));
-    if (side_work) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
-    if (shared)
-      layer::add_bf16(out.y.as<__nv_bfloat16>(), v.shared_y.as<__nv_bfloat16>(), T * H, stream);
   });
 }
 

@@ -118,7 +118,7 @@ void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLa
   const dist::EpLayerViews v = dist::make_ep_layer_views(config_, p, cache, workspace);
   dist::EpComm& ep = *comm_;
   const bool shared = config_.shared_expert_ffn > 0;
-  const int64_t k = config_.top_k, H = config_.hidden;
+  const int64_t k = config_.top_k;
   LayerObserver* obs = run.observer;
 
   if (shared) {
@@ -141,11 +141,9 @@ void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLa
   });
   routed_experts_backward(w, g, v, obs, stream);
   layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
-    permute_backward(ep.returned(), v.row_of, g.dx, run.health, stream);
-    if (shared) {
-      MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
-      layer::add_bf16(g.dx.as<__nv_bfloat16>(), v.shared_dx.as<__nv_bfloat16>(), T * H, stream);
-    }
+    if (shared) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
+    permute_backward_add(ep.returned(), v.row_of, shared ? v.shared_dx : TensorView{}, g.dx,
+                         run.health, stream);
   });
   layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
     router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
