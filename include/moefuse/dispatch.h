@@ -102,8 +102,8 @@ void combine(const TensorView& ys, const TensorView& probs, const TensorView& ro
 // combine and permute_backward with a term added to each token's fp32 sum before its one
 // rounding: y = Σ_j probs[t, j] · ys[row_of[t, j]] + add[t], dx = Σ_j dxs[...] + add[t].
 // add [T, H] bf16 (the MoE layer's: a shared expert's output, or its dx): y (dx) itself, or
-// memory apart from it. One pass over [T, H] instead of combine and then an add. CUDA-graph
-// safe: yes.
+// memory apart from it; an empty view adds nothing. One pass over [T, H] instead of combine and
+// then an add. CUDA-graph safe: yes.
 void combine_add(const TensorView& ys, const TensorView& probs, const TensorView& row_of,
                  const TensorView& add, const TensorView& y, const TensorView& health,
                  cudaStream_t stream);
