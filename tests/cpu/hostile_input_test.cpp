@@ -14,6 +14,7 @@
 #include "common/test_util.h"
 #include "cuda/device.h"
 #include "cuda/layer/layer_args.h"
+#include "moefuse/dispatch.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -125,11 +126,18 @@ TEST(HostileInput, ValidCallWithoutHopperThrowsNotSupported) {
       .recipe = Fp8Recipe::kMxfp8};
   mxfp8.workspace = {.data = reinterpret_cast<void*>(base * 11),
                      .bytes = grouped_gemm_fp8_workspace_size(mxfp8)};
+  // combine_add with its term the output itself (in place: validation lets it through).
+  const int64_t T = 4, H = 64, k = 2;
+  const TensorView ys = at(base * 12, DType::kBFloat16, {T * k, H}),
+                   probs = at(base * 13, DType::kFloat32, {T, k}),
+                   row_of = at(base * 14, DType::kInt32, {T, k}),
+                   y = at(base * 15, DType::kBFloat16, {T, H});
   const std::vector<std::pair<std::string, std::function<void()>>> calls = {
       {"grouped_gemm_dgrad", [&] { grouped_gemm_dgrad(dgrad, nullptr); }},
       {"grouped_gemm_fp8 (MXFP8: before its dequantise passes)",
        [&] { grouped_gemm_fp8(mxfp8, nullptr); }},
-      {"reset_health_flags", [&] { reset_health_flags(health, nullptr); }}};
+      {"reset_health_flags", [&] { reset_health_flags(health, nullptr); }},
+      {"combine_add (in place)", [&] { combine_add(ys, probs, row_of, y, y, health, nullptr); }}};
   for (const auto& [name, call] : calls) {
     SCOPED_TRACE(name);
     try {
