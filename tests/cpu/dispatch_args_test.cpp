@@ -205,6 +205,7 @@ TEST(DispatchArgs, RejectsBadRowTensors) {
   expect_invalid([&] { combine_add(xs, probs, row_of, f32, x, none, nullptr); }, "add");
   expect_invalid([&] { combine_add(xs, probs, row_of, shifted, x, none, nullptr); }, "add");
   expect_invalid([&] { permute_backward_add(xs, row_of, shifted, x, none, nullptr); }, "add");
+  expect_invalid([&] { permute_backward_add(xs, row_of, wide, x, none, nullptr); }, "add");
   const auto dp = dev(DType::kFloat32, {T, K});
   expect_invalid([&] { combine_backward(x, xs, none, row_of, tor, xs, dp, none, nullptr); },
                  "d_probs");

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <type_traits>
 
 #include "cuda/check.h"
 #include "cuda/gemm/backward/launch.h"

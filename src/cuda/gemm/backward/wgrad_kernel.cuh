@@ -34,8 +34,6 @@
 
 #include <cutlass/arch/reg_reconfig.h>
 
-#include <type_traits>
-
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/slab_tma_store.cuh"
