@@ -1,14 +1,21 @@
 // MoeLayer::backward. The gradient of <y, dy> + aux_loss + z_loss.
 //
-// Main stream (the critical path):
+// Main stream:
 //   [recompute FC1 pre-activation] → combine_bwd (dys[row] = dy[t]: the weights were applied by
 //   FC2, or by the combine — the same function of p either way) → FC2 dgrad (+ dGLU → d_pre,
 //   + p·act for dW2, + dp per row) → FC1 dgrad → permute_bwd (dx, + shared dx: _add) →
 //   d_probs = dp gathered to [T,k] → router_topk_bwd (+ aux, z) → router_logits_bwd (dx +=, dWr)
-// Second stream: the shared expert's backward (from the start), then, once d_pre exists, the
-// k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·xs (xs = x[token_of_row], permuted by the
-// recompute or gathered by the wgrad first: faster than gathering inside the wgrad) and the
-// bias gradients. The main stream joins it at the end.
+//   → the bias gradients and the k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·xs
+//   (xs = x[token_of_row], permuted by the recompute or gathered by the wgrad first: faster than
+//   gathering inside the wgrad).
+// Second stream: the shared expert's backward, from the start; the main stream joins it before
+// permute_bwd, which adds its dx.
+// The routed wgrads once ran on the second stream beside FC1 dgrad. But each of these GEMMs is a
+// persistent grid holding every SM (one CTA an SM, ~220 KiB of shared memory each): two of them
+// cannot share SMs, so running them together only interleaves their CTAs, which then start at
+// scattered times and walk their static tile orders out of step, losing the weight tiles' L2
+// reuse. In order on one stream the step measured 0.947× the time on gpt-oss, 0.992× on mixtral
+// and 1.00× on qwen3 (docs/measurements.md, run 30).
 // FP8 layers (config.precision kFP8Blockwise): the same stages, streams and joins; the routed
 // experts' GEMMs run in FP8 (backward_fp8.h): pre cached by the forward's FP8 FC1 (with
 // recompute_pre: recomputed in FP8 from x), dys and d_pre quantised row-wise for the dgrads (on
@@ -20,7 +27,7 @@
 // MXFP8 layers (config.precision kMXFP8): the bf16 path on quantise-dequantised operands
 // (ref/layer_mxfp8.h): the recompute's x rows, dys and d_pre row-wise for the dgrads (into
 // scratch, on the main stream) with the weights' dgrad copies; for the wgrads dys, p·act, d_pre
-// and x's permuted rows column-wise, in place on the second stream after the bias sums.
+// and x's permuted rows column-wise, in place, after the bias sums.
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -120,56 +127,10 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                           .d_row_scale = v.d_row_prob,
                           .b2 = w.b2},
                          fused, v.dp_partial, v.g, stream);
-    // FC1 dgrad's operand, before the second stream quantises d_pre column-wise in place.
+    // FC1 dgrad's operand, before the wgrads quantise d_pre column-wise in place.
     if (mx) qdq_mxfp8_rows(v.dpre, v.dpre_qdq, stream);
   });
 
-  // dys, p·act and d_pre exist: the weight gradients go to the second stream.
-  h.fork(h.fork_event, stream, h.side);
-  // The bias sums read dys and d_pre first: MXFP8 then quantises them in place, column-wise.
-  layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
-    if (config_.expert_bias)
-      layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
-                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, g.accumulate,
-                                h.side);
-    if (fp8_wgrad) return layer::fc2_wgrad_fp8(dy, g, v, h.side);
-    if (mx_wgrad) {
-      qdq_mxfp8_cols(v.dys, v.offsets, v.dys, h.side);
-      qdq_mxfp8_cols(v.act_bwd, v.offsets, v.act_bwd, h.side);
-    }
-    grouped_gemm_wgrad({.a = v.dys,
-                        .b = v.act_bwd,
-                        .offsets = v.offsets,
-                        .d = g.d_w2,
-                        .accumulate = g.accumulate},
-                       h.side);
-  });
-  layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
-    if (config_.expert_bias)
-      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
-                                g.d_b1.as<float>(), E, fc1, g.accumulate, h.side);
-    if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, h.side);
-    const GroupedGemmWgradArgs args{
-        .a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1, .accumulate = g.accumulate};
-    if (mx_wgrad) {
-      // x's rows, permuted unquantised by the recompute or here.
-      if (!recompute) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, h.side);
-      qdq_mxfp8_cols(v.xs_bwd, v.offsets, v.xs_bwd, h.side);
-      qdq_mxfp8_cols(v.dpre, v.offsets, v.dpre, h.side);
-      grouped_gemm_wgrad(args, h.side);
-    } else if (recompute && !fp8) {  // the bf16 recompute permuted x into xs_bwd
-      grouped_gemm_wgrad(args, h.side);
-    } else {
-      grouped_gemm_wgrad_unfused({.a = v.dpre,
-                                  .b = x,
-                                  .offsets = v.offsets,
-                                  .d = g.d_w1,
-                                  .accumulate = g.accumulate,
-                                  .gather_index = v.token_of_row},
-                                 {.gathered_b = v.xs_bwd}, h.side);
-    }
-  });
-  MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
 
   layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
     if (fp8) return layer::fc1_dgrad_fp8(v, stream);
@@ -193,7 +154,50 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router, v.router_gemm,
                            stream, g.accumulate);
   });
-  MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
+  // The weight gradients. The dgrads are done with dys, p·act and d_pre, so MXFP8 may quantise
+  // them in place, column-wise, once the bias sums have read dys and d_pre.
+  layer::run_stage(LayerStage::kFc2Wgrad, stream, obs, [&] {
+    if (config_.expert_bias)
+      layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
+                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, g.accumulate,
+                                stream);
+    if (fp8_wgrad) return layer::fc2_wgrad_fp8(dy, g, v, stream);
+    if (mx_wgrad) {
+      qdq_mxfp8_cols(v.dys, v.offsets, v.dys, stream);
+      qdq_mxfp8_cols(v.act_bwd, v.offsets, v.act_bwd, stream);
+    }
+    grouped_gemm_wgrad({.a = v.dys,
+                        .b = v.act_bwd,
+                        .offsets = v.offsets,
+                        .d = g.d_w2,
+                        .accumulate = g.accumulate},
+                       stream);
+  });
+  layer::run_stage(LayerStage::kFc1Wgrad, stream, obs, [&] {
+    if (config_.expert_bias)
+      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
+                                g.d_b1.as<float>(), E, fc1, g.accumulate, stream);
+    if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, stream);
+    const GroupedGemmWgradArgs args{
+        .a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1, .accumulate = g.accumulate};
+    if (mx_wgrad) {
+      // x's rows, permuted unquantised by the recompute or here.
+      if (!recompute) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, stream);
+      qdq_mxfp8_cols(v.xs_bwd, v.offsets, v.xs_bwd, stream);
+      qdq_mxfp8_cols(v.dpre, v.offsets, v.dpre, stream);
+      grouped_gemm_wgrad(args, stream);
+    } else if (recompute && !fp8) {  // the bf16 recompute permuted x into xs_bwd
+      grouped_gemm_wgrad(args, stream);
+    } else {
+      grouped_gemm_wgrad_unfused({.a = v.dpre,
+                                  .b = x,
+                                  .offsets = v.offsets,
+                                  .d = g.d_w1,
+                                  .accumulate = g.accumulate,
+                                  .gather_index = v.token_of_row},
+                                 {.gathered_b = v.xs_bwd}, stream);
+    }
+  });
 }
 
 }  // namespace moefuse
