@@ -78,8 +78,8 @@ enum class LayerStage : uint8_t {
   kEpReturnBackward,    // expert parallelism: dxs rows back to their tokens' ranks
   kPermuteBackward,     // d x = Σ_j d xs
   kRouterBackward,      // d probs → d logits (+ aux, z) → d x +=, d w_router
-  kFc2Wgrad,            // d w2 (+ d b2)   (second stream)
-  kFc1Wgrad,            // d w1 (+ d b1)   (second stream)
+  kFc2Wgrad,            // d w2 (+ d b2)   (EpMoeLayer: second stream, beside the returns)
+  kFc1Wgrad,            // d w1 (+ d b1)   (EpMoeLayer: second stream)
   kSharedExpertBackward,
   kCount
 };
