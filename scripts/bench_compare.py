@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Side-by-side comparison of moefuse-bench JSON reports from builds under test (A/B runs).
 
-    python3 scripts/bench_compare.py [--metric median_ms,ms] LABEL:FILE [LABEL:FILE ...]
+    python3 scripts/bench_compare.py [--metric median_ms,ms,median_us] LABEL:FILE [...]
 
 Every row of every report is keyed by its identifying columns (preset, op, variant, mode, stage,
 pass, ... : the string-valued ones); a key's metric is averaged over the files of each label
 (interleaved rounds of one build share a label) and printed with one column per label, in the
 order the labels first appear, and each label's ratio to the first. Rows a label lacks print "-".
 --metric lists columns in order of preference, a row taking the first it has: the default reads
-the GEMM modes' median_ms and the layer totals' ms.
+the GEMM modes' median_ms, the layer totals' ms and the dispatch kernels' and layer stages'
+median_us.
 """
 
 import argparse
@@ -57,9 +58,9 @@ def compare(pairs, metrics):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="LABEL:FILE, a moefuse-bench --json output")
-    p.add_argument("--metric", default="median_ms,ms",
+    p.add_argument("--metric", default="median_ms,ms,median_us",
                    help="numeric columns, comma separated, a row taking the first it has "
-                        "(default median_ms,ms)")
+                        "(default median_ms,ms,median_us)")
     args = p.parse_args(argv)
     pairs = []
     for run in args.runs:

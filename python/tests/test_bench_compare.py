@@ -57,6 +57,20 @@ def test_layer_totals_compare_by_ms(tmp_path):
     assert "qwen3 moefuse fused (graph) fwd | 2.5 | 2.4 | 0.960" in lines
 
 
+def test_dispatch_kernels_compare_by_median_us(tmp_path):
+    def dispatch(path, topk_us):
+        rows = [{"preset": "qwen3", "kernel": "router_topk", "median_us": topk_us, "MB": 9.4,
+                 "target": "speedup>=5", "met": "n/a"}]
+        path.write_text(json.dumps({"reports": [{"title": "dispatch", "rows": rows}]}))
+        return path
+    main, new = dispatch(tmp_path / "m.json", 36.0), dispatch(tmp_path / "n.json", 27.0)
+    proc = compare(f"main:{main}", f"new:{new}")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "median_us | main | new | new/main"
+    assert "qwen3 router_topk speedup>=5 n/a | 36 | 27 | 0.750" in lines
+
+
 def test_a_metric_no_row_has_is_named(tmp_path):
     proc = compare("--metric", "TFLOP/s", f"a:{report(tmp_path / 'a.json', 1.0)}")
     assert proc.returncode != 0 and "no row of the files has a numeric 'TFLOP/s'" in proc.stderr
