@@ -14,8 +14,9 @@
 // persistent grid holding every SM (one CTA an SM, ~220 KiB of shared memory each): two of them
 // cannot share SMs, so running them together only interleaves their CTAs, which then start at
 // scattered times and walk their static tile orders out of step, losing the weight tiles' L2
-// reuse. In order on one stream the step measured 0.947× the time on gpt-oss, 0.992× on mixtral
-// and 1.00× on qwen3 (docs/measurements.md, run 30).
+// reuse. In order on one stream the step measured 0.947-0.950× the time on gpt-oss and
+// 0.99-1.00× on the other presets (docs/measurements.md, run 30, calls 4-5). The shared expert
+// beside the routed work costs nothing measurable (run 30, call 9), so it keeps its stream.
 // FP8 layers (config.precision kFP8Blockwise): the same stages, streams and joins; the routed
 // experts' GEMMs run in FP8 (backward_fp8.h): pre cached by the forward's FP8 FC1 (with
 // recompute_pre: recomputed in FP8 from x), dys and d_pre quantised row-wise for the dgrads (on
@@ -130,8 +131,6 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     // FC1 dgrad's operand, before the wgrads quantise d_pre column-wise in place.
     if (mx) qdq_mxfp8_rows(v.dpre, v.dpre_qdq, stream);
   });
-
-
   layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
     if (fp8) return layer::fc1_dgrad_fp8(v, stream);
     grouped_gemm_dgrad({.a = mx ? v.dpre_qdq : v.dpre,
