@@ -22,6 +22,7 @@ using cuda::key_value;
 using cuda::kNaNKey;
 using cuda::kNoCandidateKey;
 using cuda::ordered_key;
+using cuda::ordered_key32;
 
 using Limits = std::numeric_limits<double>;
 
@@ -81,6 +82,30 @@ TEST(RouterOrderedKey, NaNsShareOneKeyBelowMinusInfinityAndAboveNoCandidate) {
   EXPECT_LT(kNoCandidateKey, kNaNKey);
   EXPECT_LT(kNaNKey, ordered_key(-Limits::infinity()));
   for (double a : numbers()) EXPECT_GT(ordered_key(a), kNaNKey) << a;
+}
+
+// The softmax router keys its fp32 logits in 32 bits: the same order and ties as the 64-bit key of
+// the widened value, and the same special keys.
+TEST(RouterOrderedKey, ThirtyTwoBitKeysOrderFloatsAsTheWideKeys) {
+  std::vector<float> v;
+  for (double a : numbers()) v.push_back(static_cast<float>(a));
+  for (float f : {std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity()}) {
+    v.push_back(f);
+    v.push_back(-f);
+    v.push_back(std::nextafter(f, 0.0f));
+  }
+  for (float a : v) {
+    for (float b : v) {
+      const uint64_t wa = ordered_key(a), wb = ordered_key(b);
+      const uint32_t ka = ordered_key32(a), kb = ordered_key32(b);
+      ASSERT_EQ(ka < kb, wa < wb) << a << " vs " << b;
+      ASSERT_EQ(ka == kb, wa == wb) << a << " vs " << b;
+    }
+    ASSERT_GT(ordered_key32(a), kNaNKey) << a;
+  }
+  for (double n : nans()) EXPECT_EQ(ordered_key32(static_cast<float>(n)), kNaNKey) << n;
+  EXPECT_LT(uint32_t{kNoCandidateKey}, ordered_key32(-std::numeric_limits<float>::infinity()));
 }
 
 // The kernel's selection: k rounds of (largest key, lowest index among the holders), the taken

@@ -53,6 +53,30 @@ MOEFUSE_HD uint64_t ordered_key(double v) {
   return (bits & kSignBit) ? ~bits : (bits | kSignBit);
 }
 
+// The same order for an fp32 score, in 32 bits: the softmax router's scores are its fp32 logits,
+// and widening an fp32 value to double keeps its order, so ordered_key32(a) and
+// ordered_key(double(a)) order any two fp32 scores alike (tests/cpu/router_ordered_key_test.cpp),
+// with the same kNoCandidateKey (0) and kNaNKey (1). A round of arg-max on them takes two warp
+// reductions instead of three.
+inline constexpr uint32_t kSignBit32 = uint32_t{1} << 31;
+inline constexpr uint32_t kInfinityBits32 = 0x7F800000u;
+
+MOEFUSE_HD uint32_t float_bits(float v) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__float_as_uint(v));
+#else
+  return std::bit_cast<uint32_t>(v);
+#endif
+}
+
+MOEFUSE_HD uint32_t ordered_key32(float v) {
+  const uint32_t bits = float_bits(v);
+  const uint32_t magnitude = bits & ~kSignBit32;
+  if (magnitude > kInfinityBits32) return static_cast<uint32_t>(kNaNKey);
+  if (magnitude == 0) return kSignBit32;  // -0 and +0: the key of +0
+  return (bits & kSignBit32) ? ~bits : (bits | kSignBit32);
+}
+
 // The score of a key (inverse of ordered_key; NaN for kNaNKey and kNoCandidateKey).
 MOEFUSE_HD double key_value(uint64_t key) {
   if (key <= kNaNKey) return bits_double(kInfinityBits | (uint64_t{1} << 51));  // quiet NaN

@@ -110,8 +110,8 @@ __device__ void restrict_to_groups(uint64_t (&key)[S], const TopkParams& p, int 
         b2 = key[i];
       }
     }
-    const ArgMax first = warp_argmax(b1, i1);
-    const ArgMax second = warp_argmax(i1 == first.index ? b2 : b1, 0);
+    const ArgMax<uint64_t> first = warp_argmax(b1, i1);
+    const ArgMax<uint64_t> second = warp_argmax(i1 == first.index ? b2 : b1, 0);
     const double score = key_value(first.key) + key_value(second.key);
     if (lane == g) my_group_key = ordered_key(score);
   }
@@ -129,13 +129,34 @@ __device__ void restrict_to_groups(uint64_t (&key)[S], const TopkParams& p, int 
 
 // Lane `lane`'s best key among its S slots and that expert (kNoCandidateKey and ~0u: none left).
 // Strict comparison: of equal keys the lower slot, i.e. the lower expert index, wins.
-template <int S>
-__device__ __forceinline__ ArgMax lane_best(const uint64_t (&key)[S], int lane) {
-  ArgMax best{.key = kNoCandidateKey, .index = ~0u};
+template <class Key, int S>
+__device__ __forceinline__ ArgMax<Key> lane_best(const Key (&key)[S], int lane) {
+  ArgMax<Key> best{.key = Key{kNoCandidateKey}, .index = ~0u};
 #pragma unroll
   for (int i = 0; i < S; ++i)
     if (key[i] > best.key) best = {.key = key[i], .index = static_cast<unsigned>(i * 32 + lane)};
   return best;
+}
+
+// k rounds of arg-max over the lanes' best keys; returns the r-th choice on lane r (~0u on the
+// others, and for a round that found no candidate). Only the lane whose key was taken looks for
+// its next best, and no weight is computed inside the rounds. Key: ordered_key32 (softmax) or
+// ordered_key (sigmoid) keys.
+template <class Key, int S>
+__device__ __forceinline__ unsigned select_top_k(Key (&key)[S], int top_k, int lane) {
+  ArgMax<Key> mine = lane_best(key, lane);
+  unsigned my_idx = ~0u;
+  for (int r = 0; r < top_k; ++r) {
+    const ArgMax<Key> a = warp_argmax(mine.key, mine.index);
+    if (lane == r) my_idx = a.index;
+    if (lane == static_cast<int>(a.index & 31u)) {
+#pragma unroll
+      for (int i = 0; i < S; ++i)
+        key[i] = i == static_cast<int>(a.index >> 5) ? Key{kNoCandidateKey} : key[i];
+      mine = lane_best(key, lane);
+    }
+  }
+  return my_idx;
 }
 
 // S: expert slots per lane (E <= 32·S); lane l holds experts l, l+32, ... (coalesced loads).
@@ -177,15 +198,18 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
     const float lse = m + logf(sum_exp);
     if (lane == 0) z_acc += static_cast<double>(lse) * lse;
 
-    uint64_t key[S];
+    unsigned my_idx;
     if (!p.sigmoid) {
       const float inv_sum = __frcp_rn(sum_exp);
+      uint32_t key[S];
 #pragma unroll
       for (int i = 0; i < S; ++i) {
-        key[i] = i * 32 + lane < E ? ordered_key(static_cast<double>(v[i])) : kNoCandidateKey;
+        key[i] = i * 32 + lane < E ? ordered_key32(v[i]) : uint32_t{kNoCandidateKey};
         p_acc[i] += ex[i] * inv_sum;
       }
+      my_idx = select_top_k(key, p.top_k, lane);
     } else {
+      uint64_t key[S];
       float s32[S];
       float sum_s = 0;
 #pragma unroll
@@ -210,23 +234,9 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(TopkParams p) 
 #pragma unroll
       for (int i = 0; i < S; ++i) p_acc[i] += s32[i] / sum_s;
       if (p.num_groups > 1) restrict_to_groups(key, p, lane);
+      my_idx = select_top_k(key, p.top_k, lane);
     }
 
-    // k rounds of arg-max over the lanes' best keys; lane r keeps the r-th choice. Only the
-    // lane whose key was taken looks for its next best, and no weight is computed inside the
-    // rounds.
-    ArgMax mine = lane_best(key, lane);
-    unsigned my_idx = ~0u;
-    for (int r = 0; r < p.top_k; ++r) {
-      const ArgMax a = warp_argmax(mine.key, mine.index);
-      if (lane == r) my_idx = a.index;
-      if (lane == static_cast<int>(a.index & 31u)) {
-#pragma unroll
-        for (int i = 0; i < S; ++i)
-          key[i] = i == static_cast<int>(a.index >> 5) ? kNoCandidateKey : key[i];
-        mine = lane_best(key, lane);
-      }
-    }
     // Each choice's weight in fp64 as the reference, from its logit read again (the expression
     // the scores came from, on the same value), summed in choice order. A choice of none (~0u,
     // fewer candidates than k) weighs 0.
