@@ -22,17 +22,18 @@ namespace moefuse::cuda {
 
 inline constexpr uint64_t kNoCandidateKey = 0;
 inline constexpr uint64_t kNaNKey = 1;
-inline constexpr uint64_t kSignBit = uint64_t{1} << 63;
-inline constexpr uint64_t kInfinityBits = 0x7FF0000000000000ull;
 
-MOEFUSE_HD uint64_t double_bits(double v) {
+// The raw bits of an fp32 or fp64 value (Bits: uint32_t or uint64_t), and back.
+template <class Bits, class F>
+MOEFUSE_HD Bits bits_of(F v) {
+  static_assert(sizeof(Bits) == sizeof(F));
 #if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(v));
+  if constexpr (sizeof(F) == 8) return static_cast<Bits>(__double_as_longlong(v));
+  else return static_cast<Bits>(__float_as_uint(v));
 #else
-  return std::bit_cast<uint64_t>(v);
+  return std::bit_cast<Bits>(v);
 #endif
 }
-
 MOEFUSE_HD double bits_double(uint64_t bits) {
 #if defined(__CUDA_ARCH__)
   return __longlong_as_double(static_cast<long long>(bits));
@@ -41,46 +42,38 @@ MOEFUSE_HD double bits_double(uint64_t bits) {
 #endif
 }
 
-// Unsigned order of the result == the tie rule's order of v (see the file comment). Integer
-// tests on the bits, so no compiler flag about NaNs or signed zeros can change the result.
-MOEFUSE_HD uint64_t ordered_key(double v) {
-  const uint64_t bits = double_bits(v);
-  const uint64_t magnitude = bits & ~kSignBit;
-  if (magnitude > kInfinityBits) return kNaNKey;
-  if (magnitude == 0) return kSignBit;  // -0 and +0: the key of +0
-  // Negative: flip all bits (larger magnitude, smaller key); -inf maps to 0x000F..F > kNaNKey.
+template <class Bits>
+inline constexpr Bits kSignBit = Bits{1} << (8 * sizeof(Bits) - 1);
+template <class Bits>
+inline constexpr Bits kInfinityBits = sizeof(Bits) == 8 ? Bits(0x7FF0000000000000ull)
+                                                        : Bits(0x7F800000u);
+
+// The key of a value's bits. Unsigned order of the result == the tie rule's order of the value
+// (see the file comment). Integer tests on the bits, so no compiler flag about NaNs or signed
+// zeros can change the result.
+template <class Bits>
+MOEFUSE_HD Bits ordered_key_of_bits(Bits bits) {
+  const Bits magnitude = bits & ~kSignBit<Bits>;
+  if (magnitude > kInfinityBits<Bits>) return Bits{kNaNKey};
+  if (magnitude == 0) return kSignBit<Bits>;  // -0 and +0: the key of +0
+  // Negative: flip all bits (larger magnitude, smaller key); -inf maps above kNaNKey.
   // Non-negative: set the sign bit, above every negative.
-  return (bits & kSignBit) ? ~bits : (bits | kSignBit);
+  return (bits & kSignBit<Bits>) ? ~bits : (bits | kSignBit<Bits>);
 }
+
+MOEFUSE_HD uint64_t ordered_key(double v) { return ordered_key_of_bits(bits_of<uint64_t>(v)); }
 
 // The same order for an fp32 score, in 32 bits: the softmax router's scores are its fp32 logits,
 // and widening an fp32 value to double keeps its order, so ordered_key32(a) and
 // ordered_key(double(a)) order any two fp32 scores alike (tests/cpu/router_ordered_key_test.cpp),
 // with the same kNoCandidateKey (0) and kNaNKey (1). A round of arg-max on them takes two warp
 // reductions instead of three.
-inline constexpr uint32_t kSignBit32 = uint32_t{1} << 31;
-inline constexpr uint32_t kInfinityBits32 = 0x7F800000u;
-
-MOEFUSE_HD uint32_t float_bits(float v) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint32_t>(__float_as_uint(v));
-#else
-  return std::bit_cast<uint32_t>(v);
-#endif
-}
-
-MOEFUSE_HD uint32_t ordered_key32(float v) {
-  const uint32_t bits = float_bits(v);
-  const uint32_t magnitude = bits & ~kSignBit32;
-  if (magnitude > kInfinityBits32) return static_cast<uint32_t>(kNaNKey);
-  if (magnitude == 0) return kSignBit32;  // -0 and +0: the key of +0
-  return (bits & kSignBit32) ? ~bits : (bits | kSignBit32);
-}
+MOEFUSE_HD uint32_t ordered_key32(float v) { return ordered_key_of_bits(bits_of<uint32_t>(v)); }
 
 // The score of a key (inverse of ordered_key; NaN for kNaNKey and kNoCandidateKey).
 MOEFUSE_HD double key_value(uint64_t key) {
-  if (key <= kNaNKey) return bits_double(kInfinityBits | (uint64_t{1} << 51));  // quiet NaN
-  return bits_double((key & kSignBit) ? (key & ~kSignBit) : ~key);
+  if (key <= kNaNKey) return bits_double(kInfinityBits<uint64_t> | (uint64_t{1} << 51));  // qNaN
+  return bits_double((key & kSignBit<uint64_t>) ? (key & ~kSignBit<uint64_t>) : ~key);
 }
 
 }  // namespace moefuse::cuda
