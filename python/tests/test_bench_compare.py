@@ -43,32 +43,29 @@ def test_bad_arguments_are_named(tmp_path, arg, message):
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
-def test_layer_totals_compare_by_ms(tmp_path):
-    def layer(path, fwd_ms):
-        rows = [{"preset": "qwen3", "variant": "moefuse fused (graph)", "pass": "fwd",
-                 "ms": fwd_ms, "TFLOP/s": 480.0}]
-        path.write_text(json.dumps({"reports": [{"title": "layer totals", "rows": rows}]}))
+# Each mode's timing column: the layer totals' ms, the dispatch kernels' median_us (string
+# columns other than the metric key the row; a row's numbers besides the metric are ignored).
+@pytest.mark.parametrize("title,row,metric,main_value,new_value,line", [
+    ("layer totals",
+     {"preset": "qwen3", "variant": "moefuse fused (graph)", "pass": "fwd", "TFLOP/s": 480.0},
+     "ms", 2.5, 2.4, "qwen3 moefuse fused (graph) fwd | 2.5 | 2.4 | 0.960"),
+    ("dispatch",
+     {"preset": "qwen3", "kernel": "router_topk", "MB": 9.4, "target": "speedup>=5",
+      "met": "n/a"},
+     "median_us", 36.0, 27.0, "qwen3 router_topk speedup>=5 n/a | 36 | 27 | 0.750"),
+])
+def test_each_modes_timing_column_compares(tmp_path, title, row, metric, main_value, new_value,
+                                           line):
+    def write(path, value):
+        path.write_text(json.dumps({"reports": [{"title": title,
+                                                 "rows": [{**row, metric: value}]}]}))
         return path
-    main, new = layer(tmp_path / "m.json", 2.5), layer(tmp_path / "n.json", 2.4)
+    main, new = write(tmp_path / "m.json", main_value), write(tmp_path / "n.json", new_value)
     proc = compare(f"main:{main}", f"new:{new}")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "ms | main | new | new/main"
-    assert "qwen3 moefuse fused (graph) fwd | 2.5 | 2.4 | 0.960" in lines
-
-
-def test_dispatch_kernels_compare_by_median_us(tmp_path):
-    def dispatch(path, topk_us):
-        rows = [{"preset": "qwen3", "kernel": "router_topk", "median_us": topk_us, "MB": 9.4,
-                 "target": "speedup>=5", "met": "n/a"}]
-        path.write_text(json.dumps({"reports": [{"title": "dispatch", "rows": rows}]}))
-        return path
-    main, new = dispatch(tmp_path / "m.json", 36.0), dispatch(tmp_path / "n.json", 27.0)
-    proc = compare(f"main:{main}", f"new:{new}")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0] == "median_us | main | new | new/main"
-    assert "qwen3 router_topk speedup>=5 n/a | 36 | 27 | 0.750" in lines
+    assert lines[0] == f"{metric} | main | new | new/main"
+    assert line in lines
 
 
 def test_a_metric_no_row_has_is_named(tmp_path):
