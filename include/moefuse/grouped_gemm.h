@@ -99,14 +99,16 @@ void grouped_gemm_unfused(const GroupedGemmArgs& args, const GroupedGemmUnfusedS
 // Validates args as both entry points do (no CUDA call). Throws InvalidArgument.
 void validate_grouped_gemm(const GroupedGemmArgs& args);
 
-// Tile geometry of the kernel, for reports and for sizing.
+// Tile geometry of the bf16-output kernel (A by TMA) for a weight of N columns, for reports:
+// 128 × 256 tiles, or 128 × 192 where 192 divides N and 256 does not (gpt-oss's 2880 and 5760).
+// The fp32-output and gather variants always run 128 × 256.
 struct GroupedGemmTile {
   int block_m;  // rows of A per tile
   int block_n;  // columns of h per tile (GLU: block_n / 2 outputs)
   int block_k;
   int stages;
 };
-GroupedGemmTile grouped_gemm_tile();
+GroupedGemmTile grouped_gemm_tile(int64_t n);
 
 // [gate; up] → interleaved along dim 1. src and dst: [E, 2F, H] weights or [E, 2F] biases, same
 // shape, dtype bf16 or fp32, both kCpu (host loop) or both kCuda (a kernel on `stream`).

@@ -120,6 +120,24 @@ TEST(GemmValidation, EntryPointsValidateBeforeAnyCudaCall) {
   EXPECT_THROW(grouped_gemm_unfused(args, {}, nullptr), InvalidArgument);
 }
 
+// The bf16 kernel's tile by N: 128 × 192 in four stages exactly where 192 divides N and 256 does
+// not (gpt-oss's FC1 5760 and FC2 2880; a 384 or 576 test shape), else 128 × 256 in three
+// (every other preset's N, and the tails of 400 or 520).
+TEST(GemmValidation, TileWidthByN) {
+  for (int64_t n : {192, 384, 576, 2880, 5760}) {
+    const GroupedGemmTile t = grouped_gemm_tile(n);
+    EXPECT_EQ(t.block_n, 192) << "N " << n;
+    EXPECT_EQ(t.stages, 4) << "N " << n;
+  }
+  for (int64_t n : {256, 400, 520, 768, 1536, 2048, 4096, 7168, 14336, 28672}) {
+    const GroupedGemmTile t = grouped_gemm_tile(n);
+    EXPECT_EQ(t.block_n, 256) << "N " << n;
+    EXPECT_EQ(t.stages, 3) << "N " << n;
+  }
+  EXPECT_EQ(grouped_gemm_tile(2880).block_m, 128);
+  EXPECT_EQ(grouped_gemm_tile(2880).block_k, 64);
+}
+
 TEST(GemmValidation, UnfusedTwinNeedsItsScratch) {
   GroupedGemmArgs args = valid_fc1();
   args.pre_activation = {};

@@ -334,10 +334,12 @@ TEST(GroupedGemm, Fc1EveryActivationWithBiasAndPreActivation) {
   MOEFUSE_REQUIRE_HOPPER();
   for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
                          Activation::kClampedSwiGLU, Activation::kSquaredReLU}) {
-    // N = 384 (not a multiple of 256), K = 200 (not a multiple of 64), ragged rows incl. empty.
-    run_case({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
-              .n = 384, .k = 200, .act = act, .bias = true, .pre = true},
-             std::string(activation_name(act)));
+    // K = 200 (not a multiple of 64), ragged rows incl. empty. N = 400: 256-wide tiles, the last
+    // one 144 columns; N = 384: 192-wide tiles (config.h narrow_width).
+    for (int64_t n : {400, 384})
+      run_case({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
+                .n = n, .k = 200, .act = act, .bias = true, .pre = true},
+               std::string(activation_name(act)) + ", N " + std::to_string(n));
   }
 }
 
@@ -366,6 +368,27 @@ TEST(GroupedGemm, ClusterPairsAndPhantoms) {
               .bias = true, .pre = true, .max_ctas = max_ctas},
              "fc1, " + ctas);
   }
+}
+
+// 192-wide tiles (config.h narrow_width; one CTA a tile): N = 576, three n-blocks (FC2, linear:
+// staged and copied out by bulk copies) and N = 960, five (FC1, SwiGLU with the saved
+// pre-activation), with as many CTAs as tiles, three, and one walking every tile; then a GLU with
+// a row scale, which the epilogue warps apply.
+TEST(GroupedGemm, NarrowTiles) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts = {100, 0, 256, 300, 600, 1};
+  for (int max_ctas : {0, 3, 1}) {
+    const std::string ctas = "max_ctas " + std::to_string(max_ctas);
+    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 576, .k = 200,
+              .activation = false, .bias = true, .row_scale = true, .max_ctas = max_ctas},
+             "fc2, " + ctas);
+    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 960, .k = 136,
+              .bias = true, .pre = true, .max_ctas = max_ctas},
+             "fc1, " + ctas);
+  }
+  run_case({.counts = uniform_counts(16, 1500), .spare_rows = 33, .n = 576, .k = 312,
+            .bias = true, .row_scale = true, .pre = true},
+           "swiglu with row scale");
 }
 
 TEST(GroupedGemm, SkewedRoutingAndOneExpertHoldingAllRows) {

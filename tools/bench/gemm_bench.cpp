@@ -27,17 +27,20 @@ GemmBenchOptions parse_gemm_bench_options(Args& args) {
   return o;
 }
 
+std::string tile_text(const GroupedGemmTile& tile) {
+  return std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) + "x" +
+         std::to_string(tile.block_k) + ", " + std::to_string(tile.stages) + " stages";
+}
+
 Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
-                        const GroupedGemmTile& tile, const std::string& columns_note) {
+                        const std::string& tile, const std::string& columns_note) {
   Report report(title, {"preset", "op", "variant", "median_ms", "TFLOP/s", "vs_dense", "vs_torch",
                         "vs_unfused"});
   report.set_meta("tokens", static_cast<long long>(o.tokens));
   report.set_meta("routing", o.routing_name);
   report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
                                 std::to_string(o.warmup) + " warm-up, CUDA events");
-  report.set_meta("tile", std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n) + "x" +
-                              std::to_string(tile.block_k) + ", " + std::to_string(tile.stages) +
-                              " stages");
+  report.set_meta("tile", tile);
   report.set_meta("columns", columns_note);
   return report;
 }

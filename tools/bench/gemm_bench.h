@@ -33,10 +33,13 @@ inline constexpr std::string_view kGemmBenchOptions =
     "[--preset NAME|all] [--tokens 16384] [--routing uniform|zipf] [--warmup 10] [--iters 50] "
     "[--json FILE] [--no-torch]";
 
+// "128x256x64, 3 stages".
+std::string tile_text(const GroupedGemmTile& tile);
+
 // A report with the columns preset, op, variant, median_ms, TFLOP/s, vs_dense, vs_torch,
-// vs_unfused and the run's metadata (the kernel's tile shape among it).
+// vs_unfused and the run's metadata (the kernels' tile shapes among it: `tile`).
 Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
-                        const GroupedGemmTile& tile, const std::string& columns_note);
+                        const std::string& tile, const std::string& columns_note);
 
 // The torch baseline's timings of one preset: `at(key)` is nullopt when torch did not run
 // (`unavailable` says why) or printed no such key.

@@ -182,7 +182,9 @@ int run(Args& args) {
   const GemmBenchOptions o = parse_gemm_bench_options(args);
   if (gpu_missing("gemm")) return 0;
   Report report = make_gemm_report(
-      "grouped GEMM (bf16 in, fp32 accumulate, bf16 out)", o, grouped_gemm_tile(),
+      "grouped GEMM (bf16 in, fp32 accumulate, bf16 out)", o,
+      tile_text(grouped_gemm_tile(256)) + "; " + tile_text(grouped_gemm_tile(192)) +
+          " where 192 divides N and 256 does not",
       "vs_dense = dense cuBLAS time / this time (the same FLOPs); vs_torch and vs_unfused = "
       "their time / this time");
   CublasBaseline cublas;

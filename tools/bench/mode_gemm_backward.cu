@@ -236,10 +236,10 @@ int run(Args& args) {
   namespace cfg = gemm::bwd;
   Report report = make_gemm_report(
       "backward grouped GEMMs (bf16 in, fp32 accumulate; dgrad bf16 out, wgrad fp32 out)", o,
-      GroupedGemmTile{.block_m = cfg::kBlockM,
-                      .block_n = cfg::kBlockN,
-                      .block_k = cfg::DgradStages::kBlockK,
-                      .stages = cfg::DgradStages::kStages},
+      tile_text({.block_m = cfg::kBlockM,
+                 .block_n = cfg::kBlockN,
+                 .block_k = cfg::DgradStages::kBlockK,
+                 .stages = cfg::DgradStages::kStages}),
       "vs_dense = dense cuBLAS time of the same M, N, K / this time (for a wgrad K = all rows: "
       "1/E of the output); vs_torch and vs_unfused = their time / this time; torch's wgrad "
       "writes bf16, ours fp32");

@@ -62,6 +62,7 @@ gemm::GemmLaunch make_launch(const GroupedGemmArgs& args) {
 void launch_fused(const gemm::GemmLaunch& l, bool gather, DType out, cudaStream_t stream) {
   if (gather) gemm::launch_grouped_gemm_gather_bf16(l, stream);
   else if (out == DType::kFloat32) gemm::launch_grouped_gemm_fp32(l, stream);
+  else if (gemm::narrow_width(l.problem.n)) gemm::launch_grouped_gemm_bf16_narrow(l, stream);
   else gemm::launch_grouped_gemm_bf16(l, stream);
 }
 
@@ -178,9 +179,14 @@ void grouped_gemm_unfused(const GroupedGemmArgs& args, const GroupedGemmUnfusedS
   }
 }
 
-GroupedGemmTile grouped_gemm_tile() {
-  return GroupedGemmTile{.block_m = gemm::kBlockM, .block_n = gemm::kBlockN,
-                         .block_k = gemm::kBlockK, .stages = gemm::kStages};
+GroupedGemmTile grouped_gemm_tile(int64_t n) {
+  using Wide = gemm::TileConfig<gemm::kBlockN>;
+  using Narrow = gemm::TileConfig<gemm::kNarrowBlockN>;
+  const bool narrow = gemm::narrow_width(n);
+  return GroupedGemmTile{.block_m = gemm::kBlockM,
+                         .block_n = narrow ? Narrow::kN : Wide::kN,
+                         .block_k = gemm::kBlockK,
+                         .stages = narrow ? Narrow::kStages : Wide::kStages};
 }
 
 namespace {

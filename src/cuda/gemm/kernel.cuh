@@ -78,9 +78,9 @@ namespace moefuse::gemm {
 
 // Warps 1-3 of warpgroup 0: drain every tile the consumers stage, in the consumers' order
 // (phantoms have none).
-template <int kCluster>
+template <int kCluster, int N>
 __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const EpilogueParams& ep,
-                                                   const SharedLayout& smem,
+                                                   const SharedLayout<N>& smem,
                                                    const TileShape& shape,
                                                    const ClusterUnits& units) {
   TileHandoff handoff = TileHandoff::of(smem);
@@ -91,25 +91,28 @@ __device__ __forceinline__ void run_epilogue_warps(const GemmProblem& p, const E
     const TileCoord& c = w.tile;
     const TileRows rows = tile_rows<kBlockM>(p, c);
     handoff.wait_full();
-    drain_tile<kBlockM, kBlockN, kTilePitch>(handoff.tile, p, ep, rows.first, rows.end,
-                                             c.n_block * kBlockN);
+    drain_tile<kBlockM, N, TileConfig<N>::kTilePitch>(handoff.tile, p, ep, rows.first, rows.end,
+                                                      c.n_block * N);
     handoff.release();
   }
 }
 
 // kCluster: CTAs a cluster, 1 or 2 (kClusterSize; the overlapped variant only: config.h
-// kForwardCluster says which launches use it).
-template <class OutT, bool kGather, int kCluster>
+// kForwardCluster says which launches use it). kN: tile columns, 256, or 192 in the overlapped
+// variant (config.h narrow_width).
+template <class OutT, bool kGather, int kCluster, int kN>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                         const __grid_constant__ CUtensorMap tmap_b, const GemmProblem p,
                         const EpilogueParams ep) {
   constexpr bool kOverlap = std::is_same_v<OutT, __nv_bfloat16> && !kGather;
   static_assert(kCluster == 1 || (kCluster == kClusterSize && kOverlap));
+  static_assert(kN == kBlockN || kOverlap, "the in-consumer epilogues are written for 256");
+  using Layout = SharedLayout<kN>;
   extern __shared__ uint8_t smem_raw[];
-  const SharedLayout smem = SharedLayout::carve(smem_raw);
-  const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
-                        .n_blocks = ceil_div(p.n, kBlockN)};
+  const Layout smem = Layout::carve(smem_raw);
+  const TileShape shape{.block_m = kBlockM, .block_n = kN, .group_m = kGroupM,
+                        .n_blocks = ceil_div(p.n, kN)};
 
   if (threadIdx.x < 32) {
     warp_exclusive_prefix(
@@ -136,15 +139,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kGather) {
       produce_gather(&tmap_b, p, smem, shape, units);
     } else if (threadIdx.x == 0) {
-      produce_tma<kCluster>(&tmap_a, &tmap_b, p, smem, shape, units);
+      produce_tma<kCluster, kN>(&tmap_a, &tmap_b, p, smem, shape, units);
     } else if (kOverlap && threadIdx.x >= 32) {
-      run_epilogue_warps<kCluster>(p, ep, smem, shape, units);
+      run_epilogue_warps<kCluster, kN>(p, ep, smem, shape, units);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int slab = warpgroup - 1;
-    float acc[128];
-    PipelineState<kStages> pipe;
+    float acc[kN / 2];
+    PipelineState<TileConfig<kN>::kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);
     for (int u = units.first; u < units.total; u += units.step) {
       const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start,
@@ -155,13 +158,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       const TileCoord& c = w.tile;
       const TileRows rows = tile_rows<kBlockM>(p, c);
-      consume_tile<kGather, kCluster>(acc, p, smem, pipe, slab);
+      consume_tile<kGather, kCluster, kN>(acc, p, smem, pipe, slab);
       if constexpr (kOverlap) {
-        stage_tile<kBlockM, kBlockN, kTilePitch>(acc, handoff, slab, ep, c.expert, p.n,
-                                                 c.n_block * kBlockN, rows.first, rows.end);
+        stage_tile<kBlockM, kN, TileConfig<kN>::kTilePitch>(acc, handoff, slab, ep, c.expert, p.n,
+                                                           c.n_block * kN, rows.first, rows.end);
       } else {
         epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,
-                            rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kBlockN);
+                            rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kN);
       }
     }
   }

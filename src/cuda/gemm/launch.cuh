@@ -9,7 +9,7 @@
 
 namespace moefuse::gemm {
 
-template <class OutT, bool kGather, int kCluster>
+template <class OutT, bool kGather, int kCluster, int kN = kBlockN>
 void launch_grouped_gemm(const GemmLaunch& launch, cudaStream_t stream) {
   const GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
@@ -19,16 +19,16 @@ void launch_grouped_gemm(const GemmLaunch& launch, cudaStream_t stream) {
       kGather ? make_tma_2d(kTmaBf16, launch.b, int64_t{p.num_experts} * p.n, p.k, kBlockM, kBlockK)
               : make_tma_2d(kTmaBf16, launch.a, p.m_cap, p.k, kBlockM / kCluster, kBlockK);
   const CUtensorMap tmap_b =
-      make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.n, p.k, kBlockN / kCluster, kBlockK);
+      make_tma_3d(kTmaBf16, launch.b, p.num_experts, p.n, p.k, kN / kCluster, kBlockK);
 
   // The host cannot know the tile count; this bound (each expert adds at most one partial
   // m-block) only trims the grid for tiny problems.
   const int64_t max_tiles = (int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts) *
-                            ceil_div(p.n, kBlockN);
+                            ceil_div(p.n, kN);
   const int64_t units =
       kCluster == 1 ? max_tiles : max_units<kCluster>(max_tiles, p.num_experts);
-  const int64_t smem_bytes = gemm_smem_bytes(p.num_experts);
-  auto* kernel = &grouped_gemm_kernel<OutT, kGather, kCluster>;
+  const int64_t smem_bytes = TileConfig<kN>::smem_bytes(p.num_experts);
+  auto* kernel = &grouped_gemm_kernel<OutT, kGather, kCluster, kN>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
   launch_persistent<kCluster>(kernel, units, launch.max_ctas, kThreads, smem_bytes, stream,

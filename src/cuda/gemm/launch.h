@@ -16,8 +16,10 @@ struct GemmLaunch {
   int max_ctas = 0;         // persistent CTAs at most (0: one per SM)
 };
 
-// The fused kernel; output bf16 or fp32; gather: A rows through problem.gather_index.
+// The fused kernel; output bf16 or fp32; gather: A rows through problem.gather_index. The bf16
+// kernel in 128 × 192 tiles: `_narrow` (config.h narrow_width says where).
 void launch_grouped_gemm_bf16(const GemmLaunch& launch, cudaStream_t stream);
+void launch_grouped_gemm_bf16_narrow(const GemmLaunch& launch, cudaStream_t stream);
 void launch_grouped_gemm_fp32(const GemmLaunch& launch, cudaStream_t stream);
 void launch_grouped_gemm_gather_bf16(const GemmLaunch& launch, cudaStream_t stream);
 

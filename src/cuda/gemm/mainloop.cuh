@@ -40,28 +40,32 @@
 
 namespace moefuse::gemm {
 
-// A and B stages (kStages × [kBlockM or kBlockN rows × 128 B], 128B-swizzled) and the epilogue's
-// staging region (kTileStageBytes): the overlapped epilogue's tile buffer, or the in-consumer
-// variants' (fp32 output, gather) per-warpgroup staging buffers.
-using SharedLayout = HandoffSharedLayout<kStages, kABytes, kBBytes, kTileStageBytes>;
+// A kernel of N-column tiles: its A and B stages (kStages × [kBlockM or N rows × 128 B],
+// 128B-swizzled) and the epilogue's staging region (kTileStageBytes): the overlapped epilogue's
+// tile buffer, or the in-consumer variants' (fp32 output, gather; N = 256) per-warpgroup staging
+// buffers.
+template <int N>
+using SharedLayout = HandoffSharedLayout<TileConfig<N>::kStages, kABytes, TileConfig<N>::kBBytes,
+                                         TileConfig<N>::kTileStageBytes>;
 
 // TMA producer: one thread. A through a 2D map over [m_cap, K] (rows past m_cap zero-filled,
 // rows of the next expert loaded and masked in the epilogue); B through a 3D map over
 // [E, N, K] with the expert as the outer coordinate (n past N zero-filled, never another expert).
 // Both maps' boxes are 1 / kCluster of the tile's rows: each operand goes in kCluster pieces,
 // which a unit's shared operand splits among the CTAs (piece `rank`, multicast to all).
-template <int kCluster>
+template <int kCluster, int N>
 __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
-                                            const GemmProblem& p, const SharedLayout& smem,
+                                            const GemmProblem& p, const SharedLayout<N>& smem,
                                             const TileShape& shape, const ClusterUnits& units) {
-  constexpr int kARows = kBlockM / kCluster, kBRows = kBlockN / kCluster;
+  constexpr int kARows = kBlockM / kCluster, kBRows = N / kCluster;
+  constexpr int kBBytes = TileConfig<N>::kBBytes;
   const int k_blocks = ceil_div(p.k, kBlockK);
-  PipelineState<kStages> pipe;
+  PipelineState<TileConfig<N>::kStages> pipe;
   for (int u = units.first; u < units.total; u += units.step) {
     const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
                                                    shape, units.rank);
     const int first_row = tile_rows<kBlockM>(p, w.tile).first;
-    const int n0 = w.tile.n_block * kBlockN;
+    const int n0 = w.tile.n_block * N;
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
@@ -92,12 +96,14 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUt
   }
 }
 
-// Gather producer: the 128 threads of warpgroup 0. Thread i copies 16-byte chunk i % 8 of rows
-// i / 8 + 16·j (j < 8), so 8 neighbouring threads read one 128-byte row segment, written to the
-// 128B-swizzled position TMA would have used: chunk c of row r lands at r·128 + (c ^ r % 8)·16.
+// Gather producer (256-column tiles): the 128 threads of warpgroup 0. Thread i copies 16-byte
+// chunk i % 8 of rows i / 8 + 16·j (j < 8), so 8 neighbouring threads read one 128-byte row
+// segment, written to the 128B-swizzled position TMA would have used: chunk c of row r lands at
+// r·128 + (c ^ r % 8)·16.
 __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const GemmProblem& p,
-                                               const SharedLayout& smem, const TileShape& shape,
-                                               const ClusterUnits& units) {
+                                               const SharedLayout<kBlockN>& smem,
+                                               const TileShape& shape, const ClusterUnits& units) {
+  using Config = TileConfig<kBlockN>;
   constexpr int kChunks = kBlockK * 2 / 16;                     // 8 per 128-byte row
   constexpr int kRowsPerPass = kWarpgroupThreads / kChunks;     // 16
   constexpr int kPasses = kBlockM / kRowsPerPass;               // 8
@@ -105,7 +111,7 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
   const int chunk = tid % kChunks;
   const int row_in_pass = tid / kChunks;
   const int k_blocks = ceil_div(p.k, kBlockK);
-  PipelineState<kStages> pipe;
+  PipelineState<Config::kStages> pipe;
   for (int t = units.first; t < units.total; t += units.step) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
     const TileRows rows = tile_rows<kBlockM>(p, c);
@@ -121,7 +127,7 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
       if (tid == 0) {
-        ClusterTransactionBarrier::arrive_and_expect_tx(full, kBBytes);
+        ClusterTransactionBarrier::arrive_and_expect_tx(full, Config::kBBytes);
         cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
                                      kb * kBlockK, c.n_block * kBlockN, c.expert);
       }
@@ -145,12 +151,13 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
 }
 
 // One tile's K loop for consumer warpgroup `slab` (0 or 1: rows 64·slab .. 64·slab + 63).
-template <bool kGather, int kCluster>
-__device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProblem& p,
-                                             const SharedLayout& smem, PipelineState<kStages>& pipe,
+template <bool kGather, int kCluster, int N>
+__device__ __forceinline__ void consume_tile(float (&acc)[N / 2], const GemmProblem& p,
+                                             const SharedLayout<N>& smem,
+                                             PipelineState<TileConfig<N>::kStages>& pipe,
                                              int slab) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
   const int k_blocks = ceil_div(p.k, kBlockK);
   int previous_stage = -1;
@@ -164,8 +171,8 @@ __device__ __forceinline__ void consume_tile(float (&acc)[128], const GemmProble
 #pragma unroll
     for (int k = 0; k < kBlockK / kWgmmaK; ++k) {
       // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
-      wgmma_m64k16<256, Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
-                                            std::make_index_sequence<128>{});
+      wgmma_m64k16<N, Major::K, Major::K>(desc_a + 2 * k, desc_b + 2 * k, acc,
+                                          std::make_index_sequence<N / 2>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<1>();

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/gemm/cluster_scheduler.h"
+#include "cuda/gemm/common/narrow_width.h"
 #include "cuda/gemm/common/swizzle.h"
 #include "cuda/gemm/common/warp_roles.h"
 
@@ -13,10 +14,9 @@ namespace moefuse::gemm::bwd {
 
 inline constexpr int kBlockM = 128;  // output rows per tile: 2 consumer warpgroups × 64
 inline constexpr int kBlockN = 256;  // output columns per tile: one wgmma m64n256k16 row slab
-// The narrow tile width (m64n192): the FC2 dgrad's dGLU up to kDgluNarrowMaxK, and the plain
-// dgrad and the TMA wgrad where it divides N and 256 does not (narrow_width).
-inline constexpr int kNarrowBlockN = 192;
-constexpr bool narrow_width(int64_t n) { return n % kBlockN != 0 && n % kNarrowBlockN == 0; }
+// The narrow tile width (kNarrowBlockN, m64n192): the FC2 dgrad's dGLU up to kDgluNarrowMaxK,
+// and the plain dgrad and the TMA wgrad where common/narrow_width.h's rule says.
+static_assert(kBlockN == kWideBlockN);
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
 inline constexpr int kWgmmaK = 16;
 // An MN-major operand arrives as TMA boxes of 64 MN-contiguous elements (128 bytes: one
