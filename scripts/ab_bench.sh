@@ -7,7 +7,9 @@
 #   does not change between builds).
 #
 # Round by round, every build runs every preset (interleaving spreads the machine's drift over all
-# builds); each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT default gpu-out),
+# builds), in the given order in odd rounds and reversed in even ones, so that no build always
+# runs first (run 31: two builds with identical SASS read 1.025-1.030x apart, the second of each
+# round at a 2% lower clock); each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT default gpu-out),
 # and, where nvidia-smi is, .smi.csv: the SM clock, power and clock-event reasons every 100 ms
 # while it ran. Then scripts/bench_compare.py prints each preset's rows with the builds side by
 # side (mean over rounds) and their ratios to the first build, and scripts/gpu_clocks.py each
@@ -33,8 +35,12 @@ sample_clocks() {
   echo $!
 }
 status=0
+builds=("$@")
+reversed=()
+for ((i = ${#builds[@]} - 1; i >= 0; i--)); do reversed+=("${builds[i]}"); done
 for r in $(seq "$rounds"); do
-  for build in "$@"; do
+  if ((r % 2)); then order=("${builds[@]}"); else order=("${reversed[@]}"); fi
+  for build in "${order[@]}"; do
     label=${build%%=*} dir=${build#*=}
     for p in $presets; do
       base="$OUT/ab/${mode}_${p}_${label}_$r"

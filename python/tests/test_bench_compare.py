@@ -79,7 +79,9 @@ def fake_build(path: pathlib.Path, fused_ms: float, seconds: float = 0) -> pathl
     bench = path / "moefuse-bench"
     template = json.dumps({"reports": [{"title": "t", "rows": [
         {"preset": "P", "op": "fc2 dgrad", "variant": "fused", "median_ms": fused_ms}]}]})
-    bench.write_text(f"#!/bin/sh\necho \"$@\" >> '{path / 'calls'}'\nsleep {seconds}\n"
+    bench.write_text(f"#!/bin/sh\necho \"$@\" >> '{path / 'calls'}'\n"
+                     f"[ -n \"$ORDER_LOG\" ] && echo {path.name} >> \"$ORDER_LOG\"\n"
+                     f"sleep {seconds}\n"
                      "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && "
                      f"printf '%s' '{template}' > \"$2\"; shift; done\n")
     bench.chmod(bench.stat().st_mode | stat.S_IXUSR)
@@ -95,6 +97,16 @@ def test_ab_bench_interleaves_builds_and_compares(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(list((out / "ab").glob("*.json"))) == 8  # 2 rounds × 2 builds × 2 presets
     assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500") == 2
+
+
+def test_ab_bench_alternates_the_build_order_by_round(tmp_path):
+    a, b, c = (fake_build(tmp_path / name, 1.0) for name in "abc")
+    order = tmp_path / "order"
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "gemm", "p1", "3", f"a={a}",
+                           f"b={b}", f"c={c}"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, OUT=str(tmp_path / "out"), ORDER_LOG=str(order)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert order.read_text().split() == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
 
 
 def test_ab_bench_samples_the_clocks_of_each_build(tmp_path):
