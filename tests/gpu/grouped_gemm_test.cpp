@@ -351,41 +351,38 @@ TEST(GroupedGemm, Fc2RowScaleAndBiasBf16AndFp32) {
              fp32 ? "fp32 out" : "bf16 out");
 }
 
-// The bf16-output kernel's 2-CTA clusters (src/cuda/gemm/cluster_scheduler.h): m-pairs sharing
-// B, the odd last m-block's n-pairs sharing A, and with an odd n-block count a phantom (rank 1
-// loads its half of A for rank 0 and writes nothing): N = 520 is three 256-column n-blocks (FC2,
-// linear) and N = 1552 seven (FC1, SwiGLU); the experts hold 1, 2, 3 and 5 m-blocks. max_ctas 3
-// and 1 run one cluster, which then walks every unit.
-TEST(GroupedGemm, ClusterPairsAndPhantoms) {
-  MOEFUSE_REQUIRE_HOPPER();
+// FC2 (linear, bias, row scale; K 200) at N = n_fc2 and FC1 (SwiGLU, bias, saved pre-activation;
+// K 136) at N = n_fc1 over experts of 1, 0, 2, 3, 5 and 1 m-blocks, with as many CTAs as units,
+// three, and one walking every unit.
+void run_fc2_and_fc1_over_cta_counts(int64_t n_fc2, int64_t n_fc1) {
   const std::vector<int> counts = {100, 0, 256, 300, 600, 1};
   for (int max_ctas : {0, 3, 1}) {
     const std::string ctas = "max_ctas " + std::to_string(max_ctas);
-    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 520, .k = 200,
+    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = n_fc2, .k = 200,
               .activation = false, .bias = true, .row_scale = true, .max_ctas = max_ctas},
              "fc2, " + ctas);
-    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 1552, .k = 136,
+    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = n_fc1, .k = 136,
               .bias = true, .pre = true, .max_ctas = max_ctas},
              "fc1, " + ctas);
   }
 }
 
+// The bf16-output kernel's 2-CTA clusters (src/cuda/gemm/cluster_scheduler.h): m-pairs sharing
+// B, the odd last m-block's n-pairs sharing A, and with an odd n-block count a phantom (rank 1
+// loads its half of A for rank 0 and writes nothing): N = 520 is three 256-column n-blocks (FC2,
+// linear) and N = 1552 seven (FC1, SwiGLU). max_ctas 3 and 1 run one cluster, which then walks
+// every unit.
+TEST(GroupedGemm, ClusterPairsAndPhantoms) {
+  MOEFUSE_REQUIRE_HOPPER();
+  run_fc2_and_fc1_over_cta_counts(520, 1552);
+}
+
 // 192-wide tiles (config.h narrow_width; one CTA a tile): N = 576, three n-blocks (FC2, linear:
-// staged and copied out by bulk copies) and N = 960, five (FC1, SwiGLU with the saved
-// pre-activation), with as many CTAs as tiles, three, and one walking every tile; then a GLU with
-// a row scale, which the epilogue warps apply.
+// staged and copied out by bulk copies) and N = 960, five (FC1); then a GLU with a row scale,
+// which the epilogue warps apply.
 TEST(GroupedGemm, NarrowTiles) {
   MOEFUSE_REQUIRE_HOPPER();
-  const std::vector<int> counts = {100, 0, 256, 300, 600, 1};
-  for (int max_ctas : {0, 3, 1}) {
-    const std::string ctas = "max_ctas " + std::to_string(max_ctas);
-    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 576, .k = 200,
-              .activation = false, .bias = true, .row_scale = true, .max_ctas = max_ctas},
-             "fc2, " + ctas);
-    run_case({.counts = counts, .row_base = 5, .spare_rows = 9, .n = 960, .k = 136,
-              .bias = true, .pre = true, .max_ctas = max_ctas},
-             "fc1, " + ctas);
-  }
+  run_fc2_and_fc1_over_cta_counts(576, 960);
   run_case({.counts = uniform_counts(16, 1500), .spare_rows = 33, .n = 576, .k = 312,
             .bias = true, .row_scale = true, .pre = true},
            "swiglu with row scale");

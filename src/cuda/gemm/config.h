@@ -49,7 +49,7 @@ inline constexpr int kEpilogueStageBytes = (kBlockM / kConsumerWarpgroups) * (12
 
 // A kernel's tiles N columns wide: its stage ring and its staging region, the overlapped
 // epilogue's bf16 tile buffer (128 rows of N columns; the pitch puts a warp's 8 rows of 4-byte
-// pairs 16 bytes apart modulo 128, on all 32 banks: epilogues/tile_epilogue.cuh).
+// pairs 16 bytes apart modulo 128, on all 32 banks: epilogues/staged_tile.cuh).
 // - 256 (every variant): three stages beside the 66 KiB buffer; the mainloop measured no slower
 //   with three than with four (docs/measurements.md).
 // - 192 (the overlapped variant where narrow_width): four 40 KiB stages beside a 50 KiB buffer,

@@ -14,7 +14,7 @@
 //               alone issues TMA in the plain variant, all 128 threads issue cp.async in the
 //               gather variant); in the overlapped variant warps 1-3 are the epilogue warps,
 //               draining each finished tile from shared memory to global memory
-//               (epilogues/tile_epilogue.cuh).
+//               (epilogues/staged_tile.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
 //               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
 //               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
@@ -71,7 +71,6 @@
 #include "cuda/gemm/common/warp_prefix.cuh"
 #include "cuda/gemm/epilogues/register_epilogue.cuh"
 #include "cuda/gemm/epilogues/staged_tile.cuh"
-#include "cuda/gemm/epilogues/tile_epilogue.cuh"
 #include "cuda/gemm/mainloop.cuh"
 
 namespace moefuse::gemm {

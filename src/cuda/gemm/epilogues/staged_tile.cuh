@@ -1,13 +1,21 @@
-// Both sides of the forward kernels' overlapped epilogue (BF16 and FP8: common/tile_handoff.cuh
-// has the protocol), one tile: the consumers stage it (stage_tile), the epilogue warps drain it
-// (drain_tile). Two ways through:
+// The forward kernels' overlapped epilogue (BF16 and FP8): the consumers hand each finished tile
+// to the epilogue warps through shared memory and go straight back to the mainloop, so bias,
+// activation, row scale and every global store of tile i run while the tensor cores work on
+// tile i + 1. Hand-off: one tile buffer, two mbarriers (common/tile_handoff.cuh has the
+// protocol); the buffer holds 128 rows × N columns (256, or 192 where narrow_width) at a row
+// pitch of 2N + 16 bytes, so a warp's 8 rows of 16-byte pieces hit all 32 banks (config.h
+// TileConfig). Both sides of one tile: the consumers (256 threads) stage it (stage_tile), the
+// epilogue warps (96 threads) drain it (drain_tile), masked by rows (< the expert's end) and
+// columns (< N). Two ways through:
 // - the linear output without a saved pre-activation (FC2, every unfused GEMM): the consumers
 //   stage the final values, (h + bias) · the row scale rounded once, and the epilogue warps copy
 //   the expert's rows out with one bulk copy each (common/copy_rows_bulk.cuh);
 // - everything else: the consumers stage bf16(h + bias) and the epilogue warps apply the
 //   activation and the row scale on the way out (drain_staged_tile.cuh).
 // The first exists because the register path's row-scale load per 16-byte piece put qwen3's
-// fused FC2 9% behind the plain GEMM (ncu, run 18).
+// fused FC2 9% behind the plain GEMM (ncu, run 18). The activation reads the bf16-rounded h,
+// exactly the pre-activation saved for backward (so the forward and the backward's recomputation
+// agree) and what an unfused bf16 path computes.
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>

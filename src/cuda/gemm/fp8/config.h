@@ -106,7 +106,7 @@ static_assert(kScaleSlotBytes % 128 == 0 && kScaleSlotBytes >= kScaleBytes,
 static_assert(kScaleBytes % 16 == 0, "a TMA box's inner extent is a multiple of 16 bytes");
 static_assert(kBScaleOffset + 4 <= kScaleSlotBytes, "the weight scale fits behind the box");
 
-// The hand-off's tile buffer (bf16 forward output: tile_epilogue.cuh; the dGLU's g:
+// The hand-off's tile buffer (bf16 forward output: staged_tile.cuh; the dGLU's g:
 // dglu_handoff.cuh): 128 rows of 128 bf16, padded to a 272-byte pitch so that a warp's
 // column-pair stores (8 rows × 4 lanes) hit all 32 banks.
 inline constexpr int kTilePitch = kBlockN * 2 + 16;

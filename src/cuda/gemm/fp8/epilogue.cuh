@@ -1,5 +1,5 @@
 // The FP8 kernel's in-consumer forward epilogue, for fp32 output (which must not round h, so it
-// cannot go through the bf16 tile buffer of the overlapped epilogue, tile_epilogue.cuh, and an
+// cannot go through the bf16 tile buffer of the overlapped epilogue, staged_tile.cuh, and an
 // fp32 buffer of 64 KB would cost two pipeline stages): bias, activation (GLU on interleaved
 // columns, squared ReLU or none) and row scale applied to the promoted fp32 accumulators, stored
 // straight from registers after the K loop. (The dgrad's dGLU, too, goes through the tile buffer:

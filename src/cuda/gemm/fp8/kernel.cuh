@@ -9,7 +9,7 @@
 //               +clusters, ... and filling stages ahead of the consumers (mainloop.cuh has the
 //               protocol); with bf16 or E4M3 forward output and in the dGLU, warps 1-3 are the
 //               epilogue warps, draining each finished tile from the tile buffer
-//               (tile_epilogue.cuh; e4m3_drain.cuh; dglu_handoff.cuh).
+//               (staged_tile.cuh; e4m3_drain.cuh; dglu_handoff.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile: the K loop
 //               with per-block promotion into 64 fp32 registers each (rows 0-63 and 64-127 of
 //               the tile), the two warpgroups issuing their K blocks in turns (issue_turns.cuh),
