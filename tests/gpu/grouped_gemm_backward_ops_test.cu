@@ -377,7 +377,9 @@ TEST(GroupedGemmBackward, Fc2DgradWideShapeForALongHidden) {
 // their piece of A for the others and write nothing): F = 520 is three 192-column n-blocks
 // (narrow: one phantom), F = 904 five (one phantom), F = 584 three 256-column ones (wide, H 3200:
 // one phantom); the experts hold 1, 2, 3 and 5 m-blocks (odd and even counts). max_ctas 3 and
-// 1 run one cluster, which then walks every unit.
+// 1 run one cluster, which then walks every unit; with H = 48 (one K block a unit) its producer
+// runs as many units ahead as there are stages, the tile slots' closest reuse
+// (common/tile_slots.cuh).
 TEST(GroupedGemmBackward, Fc2DgradClusterGroupsAndPhantoms) {
   MOEFUSE_REQUIRE_HOPPER();
   const std::vector<int> counts = {100, 0, 256, 300, 600, 1};
@@ -390,6 +392,9 @@ TEST(GroupedGemmBackward, Fc2DgradClusterGroupsAndPhantoms) {
     run_fc2({.counts = counts, .spare_rows = 9, .h = 3200, .f = 584, .act = Activation::kGeGLU,
              .max_ctas = max_ctas},
             "wide" + ctas);
+    run_fc2({.counts = counts, .row_base = 5, .spare_rows = 9, .h = 48, .f = 904,
+             .max_ctas = max_ctas},
+            "narrow, one K block" + ctas);
   }
 }
 

@@ -521,6 +521,13 @@ TEST(GroupedGemmFp8, SeveralUnitsPerClusterWithPhantoms) {
     run_case({.counts = counts, .row_base = 2, .spare_rows = 40, .n = 1040, .k = 768,
               .activation = true, .act = act, .row_scale = true, .fp32_out = false, .pre = true},
              std::string(activation_name(act)) + ", 9 n-blocks (+ pre)");
+  // One K block a unit (K = 128) and about 14 units a cluster: the producer runs five units
+  // ahead of the consumers, and the tile slots it hands them (common/tile_slots.cuh) wrap.
+  std::vector<int> many = uniform_counts(12, 80000);
+  many[5] = 0;
+  run_case({.counts = many, .spare_rows = 3, .n = 264, .k = 128, .row_scale = true,
+            .fp32_out = false, .bias = true},
+           "linear, one K block a unit");
 }
 
 // E4M3 output with every activation and the linear epilogue: ragged experts with empty ones,

@@ -388,6 +388,25 @@ TEST(GroupedGemm, NarrowTiles) {
            "swiglu with row scale");
 }
 
+// One K block a tile (K = 48) and one CTA or one cluster walking every unit: the producer runs
+// kStages units ahead of the consumers, the most it can, so the tile slots it hands them
+// (common/tile_slots.cuh) go round their ring several times at that distance. FC2 with a bias
+// and a row scale in 256-wide tiles (N = 520: clusters with a phantom) and 192-wide ones (N =
+// 576), and the gather FC1.
+TEST(GroupedGemm, OneKBlockTilesOnOneCta) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts = {300, 0, 129, 1000, 64, 0, 257, 5};
+  for (int max_ctas : {1, 2}) {
+    for (int64_t n : {520, 576})
+      run_case({.counts = counts, .row_base = 3, .spare_rows = 7, .n = n, .k = 48,
+                .activation = false, .bias = true, .row_scale = true, .max_ctas = max_ctas},
+               "fc2, N " + std::to_string(n) + ", max_ctas " + std::to_string(max_ctas));
+    run_case({.counts = counts, .spare_rows = 7, .n = 512, .k = 48, .bias = true, .pre = true,
+              .gather = true, .max_ctas = max_ctas},
+             "gather fc1, max_ctas " + std::to_string(max_ctas));
+  }
+}
+
 TEST(GroupedGemm, SkewedRoutingAndOneExpertHoldingAllRows) {
   MOEFUSE_REQUIRE_HOPPER();
   run_case({.counts = zipf_counts(64, 3000), .spare_rows = 5, .n = 512, .k = 256}, "zipf");

@@ -15,13 +15,15 @@
 //               gather variant); in the overlapped variant warps 1-3 are the epilogue warps,
 //               draining each finished tile from shared memory to global memory
 //               (epilogues/staged_tile.cuh).
-//   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, K loop of wgmma into 128
-//               fp32 registers each (rows 0-63 and 64-127 of the tile), then either the hand-off
-//               to the epilogue warps (bf16 output: the next tile's MMAs overlap this tile's
-//               stores) or the in-consumer epilogue (fp32 output, which must not round h to bf16,
-//               and the gather variant, whose producer needs all of warpgroup 0). A phantom's
-//               consumers wait for and release every stage (common/pipeline.cuh skip_phantom);
-//               its epilogue warps skip it.
+//   warpgroups 1, 2 (consumers, setmaxnreg up): for the same tiles, as the producer describes
+//               them in the tile slots (common/tile_slots.cuh; read after the wait on each
+//               tile's first stage): the epilogue's row scales and bias fetched, the K loop of
+//               wgmma into 128 fp32 registers each (rows 0-63 and 64-127 of the tile), then
+//               either the hand-off to the epilogue warps (bf16 output: the next tile's MMAs
+//               overlap this tile's stores) or the in-consumer epilogue (fp32 output, which must
+//               not round h to bf16, and the gather variant, whose producer needs all of
+//               warpgroup 0). A phantom's consumers wait for and release every stage
+//               (common/pipeline.cuh skip_phantom); its epilogue warps skip it.
 //
 // Barriers (all mbarriers, initialised once; parity waits; phase bits start at 0):
 //   full[s]    count 1 + tx bytes   producer -> consumers   (mainloop.cuh; gather: 1 + 128)
@@ -109,6 +111,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kN == kBlockN || kOverlap, "the in-consumer epilogues are written for 256");
   using Layout = SharedLayout<kN>;
   extern __shared__ uint8_t smem_raw[];
+  __shared__ TileSlot tile_slots[kTileSlots];
+  static_assert(tile_slots_cover<TileConfig<kN>::kStages>());
   const Layout smem = Layout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, kN)};
@@ -136,9 +140,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if constexpr (kGather) {
-      produce_gather(&tmap_b, p, smem, shape, units);
+      produce_gather(&tmap_b, p, smem, shape, units, tile_slots);
     } else if (threadIdx.x == 0) {
-      produce_tma<kCluster, kN>(&tmap_a, &tmap_b, p, smem, shape, units);
+      produce_tma<kCluster, kN>(&tmap_a, &tmap_b, p, smem, shape, units, tile_slots);
     } else if (kOverlap && threadIdx.x >= 32) {
       run_epilogue_warps<kCluster, kN>(p, ep, smem, shape, units);
     }
@@ -148,22 +152,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[kN / 2];
     PipelineState<TileConfig<kN>::kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);
-    for (int u = units.first; u < units.total; u += units.step) {
-      const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start,
-                                                     p.num_experts, shape, units.rank);
-      if (!warp_uniform(w.live)) {
+    for (int u = units.first, i = 0; u < units.total; u += units.step, ++i) {
+      ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);  // unit i's slot is written
+      const TileSlot t = read_tile(tile_slots, i);
+      if (!warp_uniform(t.live)) {
         skip_phantom<kCluster>(ceil_div(p.k, kBlockK), smem, pipe);
         continue;
       }
-      const TileCoord& c = w.tile;
-      const TileRows rows = tile_rows<kBlockM>(p, c);
-      consume_tile<kGather, kCluster, kN>(acc, p, smem, pipe, slab);
+      const TileCoord& c = t.tile;
       if constexpr (kOverlap) {
+        const RowScales scales = prefetch_tile_operands<kBlockM, kN>(
+            ep, slab, c.expert, p.n, c.n_block * kN, t.rows.first, t.rows.end);
+        consume_tile<kGather, kCluster, kN>(acc, p, smem, pipe, slab);
         stage_tile<kBlockM, kN, TileConfig<kN>::kTilePitch>(acc, handoff, slab, ep, c.expert, p.n,
-                                                           c.n_block * kN, rows.first, rows.end);
+                                                           c.n_block * kN, scales);
       } else {
+        consume_tile<kGather, kCluster, kN>(acc, p, smem, pipe, slab);
         epilogue_tile<OutT>(acc, p, ep, smem.tile + slab * kStageBytes, slab, c.expert,
-                            rows.first + slab * (kBlockM / 2), rows.end, c.n_block * kN);
+                            t.rows.first + slab * (kBlockM / 2), t.rows.end, c.n_block * kN);
       }
     }
   }

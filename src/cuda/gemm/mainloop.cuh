@@ -2,7 +2,8 @@
 // warpgroups that run wgmma over them.
 //
 // Pipeline protocol (kStages stages, each with a `full` and an `empty` mbarrier):
-//   producer: wait empty[s] (parity phase ^ 1; a fresh barrier passes), then
+//   producer: wait empty[s] (parity phase ^ 1; a fresh barrier passes), then (a tile's first
+//     stage) the tile's slot for the consumers (common/tile_slots.cuh), then
 //     TMA variant:    one thread arrive.expect_tx(full[s], A + B bytes), TMA A and TMA B.
 //                     full[s] arrive count 1.
 //     gather variant: thread 0 arrive.expect_tx(full[s], B bytes) and TMA B; all 128 producer
@@ -33,6 +34,7 @@
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
+#include "cuda/gemm/common/tile_slots.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/config.h"
@@ -56,18 +58,21 @@ using SharedLayout = HandoffSharedLayout<TileConfig<N>::kStages, kABytes, TileCo
 template <int kCluster, int N>
 __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                             const GemmProblem& p, const SharedLayout<N>& smem,
-                                            const TileShape& shape, const ClusterUnits& units) {
+                                            const TileShape& shape, const ClusterUnits& units,
+                                            TileSlot* slots) {
   constexpr int kARows = kBlockM / kCluster, kBRows = N / kCluster;
   constexpr int kBBytes = TileConfig<N>::kBBytes;
   const int k_blocks = ceil_div(p.k, kBlockK);
   PipelineState<TileConfig<N>::kStages> pipe;
-  for (int u = units.first; u < units.total; u += units.step) {
+  for (int u = units.first, i = 0; u < units.total; u += units.step, ++i) {
     const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
                                                    shape, units.rank);
-    const int first_row = tile_rows<kBlockM>(p, w.tile).first;
+    const TileRows rows = tile_rows<kBlockM>(p, w.tile);
+    const int first_row = rows.first;
     const int n0 = w.tile.n_block * N;
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      if (kb == 0) publish_tile(slots, i, w, rows);
       uint64_t* full = &smem.full[pipe.stage];
       // A (all pieces, from this CTA or its peer) and, unless a phantom, B (idem).
       ClusterTransactionBarrier::arrive_and_expect_tx(full, kABytes + (w.live ? kBBytes : 0));
@@ -102,7 +107,8 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUt
 // r·128 + (c ^ r % 8)·16.
 __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const GemmProblem& p,
                                                const SharedLayout<kBlockN>& smem,
-                                               const TileShape& shape, const ClusterUnits& units) {
+                                               const TileShape& shape, const ClusterUnits& units,
+                                               TileSlot* slots) {
   using Config = TileConfig<kBlockN>;
   constexpr int kChunks = kBlockK * 2 / 16;                     // 8 per 128-byte row
   constexpr int kRowsPerPass = kWarpgroupThreads / kChunks;     // 16
@@ -112,7 +118,7 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
   const int row_in_pass = tid / kChunks;
   const int k_blocks = ceil_div(p.k, kBlockK);
   PipelineState<Config::kStages> pipe;
-  for (int t = units.first; t < units.total; t += units.step) {
+  for (int t = units.first, i = 0; t < units.total; t += units.step, ++i) {
     const TileCoord c = tile_coord(t, p.offsets, smem.tile_start, p.num_experts, shape);
     const TileRows rows = tile_rows<kBlockM>(p, c);
     // The source token of each of this thread's rows; -1 reads zeros.
@@ -127,6 +133,8 @@ __device__ __forceinline__ void produce_gather(const CUtensorMap* tmap_b, const 
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
       uint64_t* full = &smem.full[pipe.stage];
       if (tid == 0) {
+        if (kb == 0) publish_tile(slots, i, UnitTile{.tile = c, .share_a = false, .live = true},
+                                  rows);
         ClusterTransactionBarrier::arrive_and_expect_tx(full, Config::kBBytes);
         cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, smem.b_stage(pipe.stage),
                                      kb * kBlockK, c.n_block * kBlockN, c.expert);

@@ -22,13 +22,15 @@
 //               rank + C, ...), each multicast to all; the own operand loaded whole. A phantom
 //               (no tile, in an n-group past the last n-block) loads only its piece of A. Rows
 //               past the expert are loaded (next expert's rows, or zeros past m_cap) and masked
-//               in the epilogue; K and N tails are zero-filled by TMA.
+//               in the epilogue; K and N tails are zero-filled by TMA. Before a unit's first
+//               stage, its slot for the consumers (common/tile_slots.cuh).
 //   warpgroup 0, warps 1-3, and warpgroup 3 if any (epilogue warps): drain each finished tile
 //               from the tile buffer: plain store or the FC2 dGLU epilogue (dgrad_epilogue.cuh);
 //               phantoms skipped.
-//   warpgroups 1, 2 (consumers): wgmma m64nNk16 (A K-major, B MN-major) into N / 2 fp32
-//               registers each, hand the tile over (tile_handoff.cuh: bf16 for bf16 D and the
-//               dGLU's g, two fp32 halves for fp32 D) and go on with the next unit. A phantom's
+//   warpgroups 1, 2 (consumers): per unit, whether it is a phantom from its slot, then wgmma
+//               m64nNk16 (A K-major, B MN-major) into N / 2 fp32 registers each, hand the tile
+//               over (tile_handoff.cuh: bf16 for bf16 D and the dGLU's g, two fp32 halves for
+//               fp32 D) and go on with the next unit. A phantom's
 //               consumers wait for and release every stage (mainloop.cuh skip_phantom).
 //   all:        cluster barrier (clusters only), then exit (no CTA leaves while a peer may still
 //               arrive on its empty barriers or multicast into its stages).
@@ -52,6 +54,7 @@
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/cluster.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
+#include "cuda/gemm/common/tile_slots.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
 
 namespace moefuse::gemm::bwd {
@@ -61,21 +64,24 @@ namespace moefuse::gemm::bwd {
 template <class G, int kCluster>
 __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                               const DgradProblem& p, const StagedLayout<G>& smem,
-                                              const TileShape& shape, const ClusterUnits& units) {
+                                              const TileShape& shape, const ClusterUnits& units,
+                                              TileSlot* slots) {
   // A in one piece per CTA of the cluster (the tensor map's box): in an n-group each CTA
   // multicasts its piece, otherwise it loads them all.
   constexpr int kPieceRows = kBlockM / kCluster, kPieceBytes = G::kABytes / kCluster;
   const int k_blocks = ceil_div(p.k, G::kBlockK);
   PipelineState<G::kStages> pipe;
-  for (int u = units.first; u < units.total; u += units.step) {
+  for (int u = units.first, i = 0; u < units.total; u += units.step, ++i) {
     const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
                                                    shape, units.rank);
-    const int first_row = tile_rows<kBlockM>(p, w.tile).first;
+    const TileRows rows = tile_rows<kBlockM>(p, w.tile);
+    const int first_row = rows.first;
     const int n0 = w.tile.n_block * G::kN;
     // A (all pieces, from this CTA or its peers) and, unless a phantom, B (idem).
     const int bytes = G::kABytes + (w.live ? G::kBBytes : 0);
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
+      if (kb == 0) publish_tile(slots, i, w, rows);
       uint64_t* full = &smem.full[pipe.stage];
       ClusterTransactionBarrier::arrive_and_expect_tx(full, bytes);
       const int k0 = kb * G::kBlockK;
@@ -114,6 +120,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                  const DGluEpilogue ep) {
   using G = typename S::G;
   extern __shared__ uint8_t smem_raw[];
+  __shared__ TileSlot tile_slots[kTileSlots];
+  static_assert(tile_slots_cover<G::kStages>());
   const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
   assume_shared(smem.tile);
   const TileShape shape{.block_m = kBlockM, .block_n = G::kN, .group_m = kGroupM,
@@ -144,7 +152,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
       if constexpr (S::kGlu) dglu_epilogue_warps<S>(p, ep, smem, shape, units);
       else dgrad_store_epilogue_warps<S>(p, smem, shape, units);
     } else if (threadIdx.x == 0) {
-      produce_dgrad<G, S::kCluster>(&tmap_a, &tmap_b, p, smem, shape, units);
+      produce_dgrad<G, S::kCluster>(&tmap_a, &tmap_b, p, smem, shape, units, tile_slots);
     }
   } else {
     if constexpr (S::kMovesRegisters) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
@@ -152,10 +160,9 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     TileHandoff handoff = TileHandoff::of(smem);
     float acc[G::kN / 2];
     PipelineState<G::kStages> pipe;
-    for (int u = units.first; u < units.total; u += units.step) {
-      const UnitTile w = cluster_unit_tile<S::kCluster>(u, p.offsets, smem.tile_start,
-                                                        p.num_experts, shape, units.rank);
-      if (!warp_uniform(w.live)) {
+    for (int u = units.first, i = 0; u < units.total; u += units.step, ++i) {
+      ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);  // unit i's slot is written
+      if (!warp_uniform(read_tile(tile_slots, i).live)) {
         skip_phantom<S::kCluster>(k_blocks, smem, pipe);
         continue;
       }

@@ -34,18 +34,31 @@ __device__ __forceinline__ bool copies_staged_tile(const EpilogueParams& ep) {
   return ep.op == EpilogueOp::kLinear && !ep.pre;
 }
 
-// Consumer warpgroup `slab`: its 64 rows of the tile at (rows [row_first, row_end) of expert
-// `expert`, column n0) into the hand-off buffer.
+// Consumer warpgroup `slab`, before the tile's K loop: the scales stage_tile applies to its rows
+// (rows [row_first, row_end) of the expert) and the expert's bias columns [n0, n0 + kCols) into
+// L1, so that neither load's latency falls between the K loop and the next tile's.
+template <int kRows, int kCols>
+__device__ __forceinline__ RowScales prefetch_tile_operands(const EpilogueParams& ep, int slab,
+                                                            int expert, int n, int n0,
+                                                            int row_first, int row_end) {
+  if (ep.bias) prefetch_bias_l1<kCols>(ep.bias + static_cast<int64_t>(expert) * n, n0, n);
+  return load_row_scales<kRows>(
+      copies_staged_tile(ep) && ep.row_scale ? ep.row_scale + row_first : nullptr, slab,
+      row_end - row_first);
+}
+
+// Consumer warpgroup `slab`: its 64 rows of the tile of expert `expert` at column n0 into the
+// hand-off buffer, scaled by `scales` (prefetch_tile_operands).
 template <int kRows, int kCols, int kPitch>
 __device__ __forceinline__ void stage_tile(const float (&acc)[kCols / 2], TileHandoff& handoff,
                                            int slab, const EpilogueParams& ep, int expert, int n,
-                                           int n0, int row_first, int row_end) {
-  const bool copies = copies_staged_tile(ep);
+                                           int n0, const RowScales& scales) {
   handoff.acquire();
   stage_accumulators<kRows, kCols, kPitch>(
       acc, handoff.tile, slab, ep.bias ? ep.bias + static_cast<int64_t>(expert) * n : nullptr,
-      n0, n, copies && ep.row_scale ? ep.row_scale + row_first : nullptr, row_end - row_first);
-  if (copies) cute::tma_store_fence();  // the bulk copies read the buffer by the async proxy
+      n0, n, scales);
+  // The bulk copies read the buffer by the async proxy.
+  if (copies_staged_tile(ep)) cute::tma_store_fence();
   handoff.publish();
 }
 

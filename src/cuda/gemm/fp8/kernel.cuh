@@ -10,10 +10,11 @@
 //               protocol); with bf16 or E4M3 forward output and in the dGLU, warps 1-3 are the
 //               epilogue warps, draining each finished tile from the tile buffer
 //               (staged_tile.cuh; e4m3_drain.cuh; dglu_handoff.cuh).
-//   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile: the K loop
-//               with per-block promotion into 64 fp32 registers each (rows 0-63 and 64-127 of
-//               the tile), the two warpgroups issuing their K blocks in turns (issue_turns.cuh),
-//               then, by instantiation:
+//   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile (from the
+//               slot the producer wrote before the unit's first stage, common/tile_slots.cuh):
+//               the K loop with per-block promotion into 64 fp32 registers each (rows 0-63 and
+//               64-127 of the tile), the two warpgroups issuing their K blocks in turns
+//               (issue_turns.cuh), then, by instantiation:
 //                 bf16 and E4M3 forward: the hand-off of bf16(h + bias) to the epilogue warps
 //                   (the next tile's wgmma overlap this tile's activation and stores; E4M3: the
 //                   two CTAs' epilogue warps exchange the rows' amax, e4m3_drain.cuh);
@@ -123,6 +124,8 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
   constexpr Roles kRoles = roles(kRoleSet);
   constexpr bool kHandoff = kDGlu || kE4m3 || std::is_same_v<OutT, __nv_bfloat16>;
   extern __shared__ uint8_t smem_raw[];
+  __shared__ TileSlot tile_slots[kTileSlots];
+  static_assert(tile_slots_cover<kStages>());
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, kBlockN)};
@@ -146,7 +149,7 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
     // Warp-uniform, so that the producer's loop is convergent (mainloop.cuh, produce).
     if (warp_uniform(threadIdx.x / 32) == 0) {
       produce(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_units, cluster, clusters,
-              rank);
+              rank, tile_slots);
     } else if (kHandoff && threadIdx.x >= 32) {
       auto walk = [&](auto&& drain) {
         run_epilogue_warps(p, smem, shape, total_units, cluster, clusters, rank, drain);
@@ -188,24 +191,28 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
     PipelineState<kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);
     IssueTurns turns(slab);
-    for (int u = cluster; u < total_units; u += clusters) {
-      const UnitTile w =
-          unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank, p.pairs);
-      if (!warp_uniform(w.live)) {
+    for (int u = cluster, i = 0; u < total_units; u += clusters, ++i) {
+      ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);  // unit i's slot is written
+      const TileSlot t = read_tile(tile_slots, i);
+      if (!warp_uniform(t.live)) {
         skip_tile(p, smem, pipe);
         continue;
       }
-      const TileCoord& c = w.tile;
-      const TileRows rows = tile_rows<kBlockM>(p, c);
+      const TileCoord& c = t.tile;
+      const TileRows& rows = t.rows;
+      const int n0 = c.n_block * kBlockN;
+      RowScales scales;
+      if constexpr (kHandoff && !kDGlu)
+        scales = prefetch_tile_operands<kBlockM, kBlockN>(ep, slab, c.expert, p.n, n0,
+                                                          rows.first, rows.end);
       // The slab as a template argument: its A offset folds into the descriptor constants.
       if (slab == 0) consume_tile<0>(acc, p, stages, pipe, rows.first, turns);
       else consume_tile<1>(acc, p, stages, pipe, rows.first, turns);
-      const int n0 = c.n_block * kBlockN;
       if constexpr (kDGlu) {
         stage_g(acc, handoff, slab);
       } else if constexpr (kHandoff) {
         stage_tile<kBlockM, kBlockN, kTilePitch>(acc, handoff, slab, ep, c.expert, p.n, n0,
-                                                 rows.first, rows.end);
+                                                 scales);
       } else {
         epilogue_tile<OutT>(acc, p, ep, c.expert, rows.first + slab * (kBlockM / 2), rows.end,
                             n0);

@@ -59,6 +59,7 @@
 #include "cuda/gemm/common/pipeline.cuh"
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
+#include "cuda/gemm/common/tile_slots.cuh"
 #include "cuda/gemm/common/tma_issue.cuh"
 #include "cuda/gemm/common/wgmma.cuh"
 #include "cuda/gemm/cluster_scheduler.h"
@@ -155,14 +156,15 @@ static_assert(kHalfBytes % 16 == 0 && kABytes % 16 == 0 && kBBytes % 16 == 0 &&
 __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                         const CUtensorMap* tmap_scales, const Fp8GemmProblem& p,
                                         const SharedLayout& smem, const TileShape& shape,
-                                        int total_units, int cluster, int clusters, int rank) {
+                                        int total_units, int cluster, int clusters, int rank,
+                                        TileSlot* slots) {
   const int k_blocks = ceil_div(p.k, kBlockK);
   const int n_groups = ceil_div(p.n, kBlockN);
   const int lane = threadIdx.x % 32;
   const bool issues = lane == 0;
   const StageAddresses st = StageAddresses::of(smem);
   PipelineState<kStages> pipe;
-  for (int u = cluster; u < total_units; u += clusters) {
+  for (int u = cluster, i = 0; u < total_units; u += clusters, ++i) {
     UnitTile w = unit_tile(u, p.offsets, smem.unit_start, p.num_experts, shape, rank, p.pairs);
     w.tile = TileCoord{.expert = warp_uniform(w.tile.expert),
                        .m_block = warp_uniform(w.tile.m_block),
@@ -185,6 +187,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtenso
         b_scales = w.live && kb + lane < k_blocks ? __ldg(b_scale + kb + lane) : 0.0f;
       const uint32_t stage = pipe.stage;
       wait_barrier(st.empty(stage), pipe.phase ^ 1u);
+      if (issues && kb == 0) publish_tile(slots, i, w, rows);
       const float sb = __shfl_sync(~0u, b_scales, kb % 32);
       if (issues && w.live) st_shared_f32(st.scale_slot(stage) + kBScaleOffset, sb);
       const uint32_t full = st.full(stage);

@@ -1,0 +1,60 @@
+// The tiles of a persistent CTA, described once by its producer for its consumers: a ring of
+// kTileSlots slots in shared memory, each the (expert, m-block, n-block) of one unit's tile, its
+// rows and whether the CTA has a tile in it (cluster_scheduler.h phantoms).
+//
+// Why: every role used to find its tile itself — a binary search over tile_start, the expert's
+// offsets from global memory, three integer divisions. The producer and the epilogue warps do
+// it off the critical path, but the consumers did it between one tile's hand-off and the next
+// tile's first wgmma, with both consumer warpgroups at that point at once: ~230 instructions
+// with two dependent loads, the tensor cores idle throughout (SASS of the 256-wide forward,
+// session 32). Now the consumers read a slot after the wait they make anyway.
+//
+// Protocol (unit i of the CTA's walk, slot i % kTileSlots):
+//   producer: after its wait on empty for unit i's first stage, write the slot, then arrive on
+//     that stage's full barrier (mbarrier.arrive has release semantics);
+//   consumers: wait on full for unit i's first stage (acquire), then read the slot.
+// The consumers read slot i before they release unit i's first stage. The producer overwrites
+// it for unit i + kTileSlots after its empty wait for that unit's first stage, i.e. after the
+// consumers released the stage kStages K blocks before it; with at least one K block a unit
+// (every kernel has K > 0) that stage is unit i's first or later as long as kTileSlots >=
+// kStages, so the read came first.
+#pragma once
+
+#include "cuda/gemm/cluster_scheduler.h"
+#include "cuda/gemm/common/tile_rows.cuh"
+
+namespace moefuse::gemm {
+
+inline constexpr int kTileSlots = 8;
+
+struct alignas(16) TileSlot {
+  TileCoord tile;
+  int live;  // 0: a phantom (no tile for this CTA in the unit)
+  TileRows rows;
+};
+
+template <int kStages>
+constexpr bool tile_slots_cover() {
+  return kTileSlots >= kStages;
+}
+
+// The barrier asm (CUTLASS's and common/pipeline.cuh's) has no memory clobber: without these
+// the compiler could move the slot's stores across the producer's wait or arrive, or the
+// consumers' loads above their wait.
+__device__ __forceinline__ void compiler_fence() { asm volatile("" ::: "memory"); }
+
+// Producer: unit i's slot, between its empty wait and its full arrive for the unit's first stage.
+__device__ __forceinline__ void publish_tile(TileSlot* slots, int i, const UnitTile& w,
+                                             const TileRows& rows) {
+  compiler_fence();
+  slots[i % kTileSlots] = TileSlot{.tile = w.tile, .live = w.live, .rows = rows};
+  compiler_fence();
+}
+
+// Consumers: unit i's slot, after their full wait for the unit's first stage.
+__device__ __forceinline__ TileSlot read_tile(const TileSlot* slots, int i) {
+  compiler_fence();
+  return slots[i % kTileSlots];
+}
+
+}  // namespace moefuse::gemm
