@@ -30,8 +30,8 @@
 //   warpgroups 1, 2 (consumers): per unit, whether it is a phantom from its slot, then wgmma
 //               m64nNk16 (A K-major, B MN-major) into N / 2 fp32 registers each, hand the tile
 //               over (tile_handoff.cuh: bf16 for bf16 D and the dGLU's g, two fp32 halves for
-//               fp32 D) and go on with the next unit. A phantom's
-//               consumers wait for and release every stage (mainloop.cuh skip_phantom).
+//               fp32 D) and go on with the next unit. A phantom's consumers wait for and release
+//               every stage (mainloop.cuh skip_phantom).
 //   all:        cluster barrier (clusters only), then exit (no CTA leaves while a peer may still
 //               arrive on its empty barriers or multicast into its stages).
 // Synchronisation: the stage mbarriers (mainloop.cuh; full: 1 arrival + the bytes of all the
