@@ -1,8 +1,9 @@
 // Instantiation: bf16 output, A by TMA, 128 × 192 tiles (config.h narrow_width), one CTA a tile.
 // Not in 2-CTA clusters: they bought gpt-oss (the preset with these widths) nothing at 256 wide
-// (run 18: fused FC1 1.006x, FC2 0.997x the time), and at 192 wide the clustered build read a
-// null row scale in some runs (run 31, call 2: compute-sanitizer in stage_accumulators; the same
-// tests passed three times out of three without clusters). docs/measurements.md, run 31.
+// (run 18: fused FC1 1.006x, FC2 0.997x the time). The clustered 192-wide build once faulted (run
+// 31: its consumers read a null row scale in four tests, every run); since the consumers take
+// their tiles from the producer's slots (common/tile_slots.cuh) it passes those tests three times
+// out of three, memcheck clean (run 32, call 8), but it has not been timed. docs/measurements.md.
 #include "cuda/gemm/launch.cuh"
 
 namespace moefuse::gemm {
