@@ -101,7 +101,7 @@ void validate_grouped_gemm(const GroupedGemmArgs& args);
 
 // Tile geometry of the bf16-output kernel (A by TMA) for a weight of N columns, for reports:
 // 128 × 256 tiles, or 128 × 192 where 192 divides N and 256 does not (gpt-oss's 2880 and 5760).
-// The fp32-output and gather variants always run 128 × 256.
+// The fp32-output and gather variants always run 128 × 256. Throws InvalidArgument for n <= 0.
 struct GroupedGemmTile {
   int block_m;  // rows of A per tile
   int block_n;  // columns of h per tile (GLU: block_n / 2 outputs)

@@ -136,6 +136,8 @@ TEST(GemmValidation, TileWidthByN) {
   }
   EXPECT_EQ(grouped_gemm_tile(2880).block_m, 128);
   EXPECT_EQ(grouped_gemm_tile(2880).block_k, 64);
+  for (int64_t n : {0, -192})
+    test::expect_invalid([&] { grouped_gemm_tile(n); }, "n");
 }
 
 TEST(GemmValidation, UnfusedTwinNeedsItsScratch) {

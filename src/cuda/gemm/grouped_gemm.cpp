@@ -180,6 +180,7 @@ void grouped_gemm_unfused(const GroupedGemmArgs& args, const GroupedGemmUnfusedS
 }
 
 GroupedGemmTile grouped_gemm_tile(int64_t n) {
+  MOEFUSE_EXPECT(n > 0, "n", "a weight's column count > 0", std::to_string(n));
   using Wide = gemm::TileConfig<gemm::kBlockN>;
   using Narrow = gemm::TileConfig<gemm::kNarrowBlockN>;
   const bool narrow = gemm::narrow_width(n);

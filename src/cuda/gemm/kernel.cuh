@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Layout = SharedLayout<kN>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ TileSlot tile_slots[kTileSlots];
-  static_assert(tile_slots_cover<TileConfig<kN>::kStages>());
+  static_assert(tile_slots_cover<TileConfig<kN>::kStages>() &&
+                fits_beside_tile_slots(TileConfig<kN>::smem_bytes(kGroupedGemmMaxExperts)));
   const Layout smem = Layout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, kN)};

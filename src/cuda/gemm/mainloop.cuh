@@ -68,7 +68,6 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUt
     const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
                                                    shape, units.rank);
     const TileRows rows = tile_rows<kBlockM>(p, w.tile);
-    const int first_row = rows.first;
     const int n0 = w.tile.n_block * N;
     for (int kb = 0; kb < k_blocks; ++kb) {
       ClusterBarrier::wait(&smem.empty[pipe.stage], pipe.phase ^ 1u);
@@ -82,10 +81,10 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap* tmap_a, const CUt
         uint8_t* b = smem.b_stage(pipe.stage) + h * (kBBytes / kCluster);
         if (!w.share_a)
           cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, a, k0,
-                                       first_row + h * kARows);
+                                       rows.first + h * kARows);
         else if (h == units.rank)
           cute::SM90_TMA_LOAD_MULTICAST_2D::copy(tmap_a, full, cluster_mask<kCluster>(),
-                                                 kCacheHintNormal, a, k0, first_row + h * kARows);
+                                                 kCacheHintNormal, a, k0, rows.first + h * kARows);
         if (w.share_a || kCluster == 1) {  // B is this CTA's own (a phantom has none)
           if (w.live)
             cute::SM90_TMA_LOAD_3D::copy(tmap_b, full, kCacheHintNormal, b, k0, n0 + h * kBRows,

@@ -94,7 +94,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   }
 
   // bf16: x permuted into xs_bwd, by the recompute here (then dW1 reads it too) or by dW1's
-  // own gather on the second stream (the forward's reasoning: the permuted copy beats gathering).
+  // own gather just before it (the forward's reasoning: the permuted copy beats gathering).
   if (recompute) {
     layer::run_stage(LayerStage::kRecomputeFc1, stream, obs, [&] {
       if (fp8) return layer::recompute_pre_fp8(x, w, v, run.health, stream);

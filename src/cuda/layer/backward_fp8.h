@@ -54,12 +54,12 @@ void fc2_dgrad_fp8(const MoeConfig& config, const MoeLayerWeights& w, const View
 // Stage fc1_dgrad: d_pre → e4m3 row-wise → FP8 GEMM on W1ᵀ → dxs bf16 [R, H].
 void fc1_dgrad_fp8(const Views& v, cudaStream_t stream);
 
-// Stage fc2_wgrad (second stream): dys (gathered from dy by token_of_row) and p·act column-wise
-// → d_w2 = Σ dysᵀ·(p·act).
+// Stage fc2_wgrad (MoeLayer: main stream; EpMoeLayer: second stream): dys (gathered from dy by
+// token_of_row) and p·act column-wise → d_w2 = Σ dysᵀ·(p·act).
 void fc2_wgrad_fp8(const TensorView& dy, const MoeLayerGrads& g, const Views& v,
                    cudaStream_t stream);
 
-// Stage fc1_wgrad (second stream): x gathered by token_of_row and d_pre, column-wise →
+// Stage fc1_wgrad (likewise): x gathered by token_of_row and d_pre, column-wise →
 // d_w1 = Σ d_preᵀ·xs (xs = x[token_of_row], never stored in bf16).
 void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
                    cudaStream_t stream);

@@ -1,5 +1,6 @@
 // What a layer object owns on its device: the cuBLAS handle of the router's GEMMs, the second
-// stream (shared expert, weight gradients) and the events that fork work to it and join it back.
+// stream (the shared expert; EpMoeLayer's weight gradients and received-row copies) and the
+// events that fork work to it and join it back.
 // Created on the device current at construction, which becomes the layer's.
 #pragma once
 

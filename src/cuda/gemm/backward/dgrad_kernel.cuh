@@ -75,7 +75,6 @@ __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const C
     const UnitTile w = cluster_unit_tile<kCluster>(u, p.offsets, smem.tile_start, p.num_experts,
                                                    shape, units.rank);
     const TileRows rows = tile_rows<kBlockM>(p, w.tile);
-    const int first_row = rows.first;
     const int n0 = w.tile.n_block * G::kN;
     // A (all pieces, from this CTA or its peers) and, unless a phantom, B (idem).
     const int bytes = G::kABytes + (w.live ? G::kBBytes : 0);
@@ -87,7 +86,7 @@ __device__ __forceinline__ void produce_dgrad(const CUtensorMap* tmap_a, const C
       const int k0 = kb * G::kBlockK;
       for (int h = 0; h < kCluster; ++h) {
         uint8_t* dst = smem.a_stage(pipe.stage) + h * kPieceBytes;
-        const int row = first_row + h * kPieceRows;
+        const int row = rows.first + h * kPieceRows;
         if (!w.share_a)
           cute::SM90_TMA_LOAD_2D::copy(tmap_a, full, kCacheHintNormal, dst, k0, row);
         else if (h == units.rank)
@@ -121,7 +120,8 @@ __global__ void __launch_bounds__(S::kThreads, 1)
   using G = typename S::G;
   extern __shared__ uint8_t smem_raw[];
   __shared__ TileSlot tile_slots[kTileSlots];
-  static_assert(tile_slots_cover<G::kStages>());
+  static_assert(tile_slots_cover<G::kStages>() &&
+                fits_beside_tile_slots(G::smem_bytes(kGroupedGemmMaxExperts)));
   const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
   assume_shared(smem.tile);
   const TileShape shape{.block_m = kBlockM, .block_n = G::kN, .group_m = kGroupM,

@@ -22,6 +22,7 @@
 
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/tile_rows.cuh"
+#include "moefuse/grouped_gemm.h"
 
 namespace moefuse::gemm {
 
@@ -36,6 +37,13 @@ struct alignas(16) TileSlot {
 template <int kStages>
 constexpr bool tile_slots_cover() {
   return kTileSlots >= kStages;
+}
+
+// The slots are static shared memory, which Hopper's 227 KiB a block counts together with the
+// dynamic part: a kernel whose dynamic shared memory at the most experts is `dynamic_bytes`
+// must leave room for them (aligned, they take 256 bytes: cuobjdump -res-usage).
+constexpr bool fits_beside_tile_slots(int64_t dynamic_bytes) {
+  return dynamic_bytes + 256 <= 227 * 1024;
 }
 
 // The barrier asm (CUTLASS's and common/pipeline.cuh's) has no memory clobber: without these

@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
   constexpr bool kHandoff = kDGlu || kE4m3 || std::is_same_v<OutT, __nv_bfloat16>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ TileSlot tile_slots[kTileSlots];
-  static_assert(tile_slots_cover<kStages>());
+  static_assert(tile_slots_cover<kStages>() &&
+                fits_beside_tile_slots(fp8_gemm_smem_bytes(kGroupedGemmMaxExperts)));
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
                         .n_blocks = ceil_div(p.n, kBlockN)};
