@@ -520,6 +520,22 @@ TEST(GroupedGemmBackward, WgradRaggedKZeroRowsAndAccumulate) {
   run_wgrad({.counts = hot, .m_out = 256, .n_out = 512}, "one expert holds every row");
 }
 
+// Last K blocks of every length around the wgmma K steps (16 rows each): the consumers run only
+// the steps holding an expert's rows and zero the rest of the last one; the next expert's rows
+// (random) or NaN (past the experts) in the skipped and zeroed rows must not reach D. TMA wgrad
+// 256 wide (fp32, bf16) and 192 wide (fp32), the gather wgrad.
+TEST(GroupedGemmBackward, WgradLastKBlockStepBoundaries) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts{16, 17, 32, 33, 48, 49, 64 + 15, 128 + 31, 47};
+  run_wgrad({.counts = counts, .row_base = 3, .spare_rows = 40, .m_out = 136, .n_out = 328},
+            "fp32");
+  run_wgrad({.counts = counts, .spare_rows = 40, .m_out = 136, .n_out = 328, .fp32 = false},
+            "bf16");
+  run_wgrad({.counts = counts, .spare_rows = 40, .m_out = 136, .n_out = 576}, "narrow fp32");
+  run_wgrad({.counts = counts, .spare_rows = 40, .m_out = 256, .n_out = 264, .gather = true},
+            "gather");
+}
+
 // N_out a multiple of 192 but not of 256 (gpt-oss's 2880): with fp32 D the narrow wgrad, 128 ×
 // 192 tiles handed over whole (backward/config.h wgrad_narrow), overwriting and accumulating;
 // bf16 D the 256-wide tiles with a tail.

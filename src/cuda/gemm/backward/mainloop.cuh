@@ -82,13 +82,33 @@ __device__ __forceinline__ const uint8_t* a_slab(const uint8_t* a_stage, int sla
   return a_stage + slab * (kA == Major::K ? (kBlockM / 2) * 128 : G::kMnChunkBytes);
 }
 
+// wgmma K steps of a K block: 4 in every ring (64 rows of K).
+template <class G>
+inline constexpr int kKSteps = G::kBlockK / kWgmmaK;
+
+// acc += the first kSteps K steps (16 rows each) of a stage's A slab and B, one batch.
+template <Major kA, Major kB, class G, int kSteps>
+__device__ __forceinline__ void wgmma_k_steps(uint64_t desc_a, uint64_t desc_b,
+                                              float (&acc)[G::kN / 2]) {
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k)
+    wgmma_m64k16<G::kN, kA, kB>(desc_a + OperandDesc<kA, G>::kStep * k,
+                                desc_b + OperandDesc<kB, G>::kStep * k, acc,
+                                std::make_index_sequence<G::kN / 2>{});
+  cute::warpgroup_commit_batch();
+}
+
 // One tile's K loop for consumer warpgroup `slab`. `prepare(stage, kb)` runs after the stage's
 // full barrier, before its wgmmas (tail zeroing, proxy fences); it must be uniform per warpgroup.
+// The last K block runs its first last_steps K steps only (1 to kKSteps: the wgrad's ragged K,
+// whose last block holds an expert's last rows).
 template <Major kA, Major kB, class G, int kCluster = 1, class Prepare>
 __device__ __forceinline__ void consume_tile(float (&acc)[G::kN / 2], int k_blocks,
                                              const StagedLayout<G>& smem,
                                              PipelineState<G::kStages>& pipe, int slab,
-                                             Prepare&& prepare) {
+                                             Prepare&& prepare, int last_steps = kKSteps<G>) {
+  static_assert(kKSteps<G> == 4, "the K steps' dispatch below");
 #pragma unroll
   for (int i = 0; i < G::kN / 2; ++i) acc[i] = 0.0f;
   fence_accumulators(acc);
@@ -99,14 +119,13 @@ __device__ __forceinline__ void consume_tile(float (&acc)[G::kN / 2], int k_bloc
     const uint64_t desc_a =
         OperandDesc<kA, G>::make(a_slab<kA, G>(smem.a_stage(pipe.stage), slab));
     const uint64_t desc_b = OperandDesc<kB, G>::make(smem.b_stage(pipe.stage));
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int k = 0; k < G::kBlockK / kWgmmaK; ++k) {
-      wgmma_m64k16<G::kN, kA, kB>(desc_a + OperandDesc<kA, G>::kStep * k,
-                                  desc_b + OperandDesc<kB, G>::kStep * k, acc,
-                                  std::make_index_sequence<G::kN / 2>{});
-    }
-    cute::warpgroup_commit_batch();
+    // Whole blocks as one straight run of wgmmas; a partial last block picks its run (K steps
+    // under a per-step condition made ptxas fence every wgmma of every block).
+    const int steps = kb == k_blocks - 1 ? last_steps : kKSteps<G>;
+    if (steps == 4) wgmma_k_steps<kA, kB, G, 4>(desc_a, desc_b, acc);
+    else if (steps == 3) wgmma_k_steps<kA, kB, G, 3>(desc_a, desc_b, acc);
+    else if (steps == 2) wgmma_k_steps<kA, kB, G, 2>(desc_a, desc_b, acc);
+    else wgmma_k_steps<kA, kB, G, 1>(desc_a, desc_b, acc);
     cute::warpgroup_wait<1>();
     fence_accumulators(acc);
     if (previous_stage >= 0) release_stage<kCluster>(&smem.empty[previous_stage]);

@@ -10,10 +10,11 @@
 //
 // Ragged K: K block kb of expert e reads rows offsets[e] + 64·kb .. + 63 (TMA takes any row
 // coordinate; rows past m_cap read zeros). The last block may hold rows of the next expert (or a
-// caller's unused capacity, possibly NaN): the consumers zero those K rows in both operands'
-// stage before the wgmmas read it (an MN-major K row is one contiguous 128-byte line of each
-// 8 KiB chunk): generic-proxy stores, fence.proxy.async, then a named barrier of the 256
-// consumer threads (the B stage is shared by both warpgroups).
+// caller's unused capacity, possibly NaN): the consumers run only the wgmma K steps (16 rows
+// each) that hold the expert's rows, and zero the rows of the last of them past the expert's end
+// in both operands' stage before the wgmmas read it (an MN-major K row is one contiguous
+// 128-byte line of each 8 KiB chunk): generic-proxy stores, fence.proxy.async, then a named
+// barrier of the 256 consumer threads (the B stage is shared by both warpgroups).
 //
 // Gather variant (kGather): B's rows come from x [gather_rows, n_out] through gather_index by
 // 16-byte cp.async issued by the 128 producer threads into the layout TMA would produce (chunk c
@@ -155,12 +156,25 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// Zeroes K rows [valid, 64) of every MN chunk of the stage (2 of A, G::kN / 64 of B): 16-byte
+// The last K block of a tile: its valid rows (the expert's last, 1 to 64) and the wgmma K steps
+// that cover them; the steps past them are not run (consume_tile), so only the rows between the
+// valid ones and the end of the last step run need zeros (at most 15, not up to 63).
+struct LastKBlock {
+  int valid;
+  int steps;
+  __device__ static LastKBlock of(int rows, int k_blocks, int block_k) {
+    const int valid = rows - (k_blocks - 1) * block_k;
+    return LastKBlock{.valid = valid, .steps = ceil_div(valid, kWgmmaK)};
+  }
+};
+
+// Zeroes K rows [valid, end) of every MN chunk of the stage (2 of A, G::kN / 64 of B): 16-byte
 // stores by the 256 consumer threads, then the proxy fence and the consumers' named barrier.
 template <class G>
-__device__ __forceinline__ void zero_tail_rows(const StagedLayout<G>& smem, int stage, int valid) {
+__device__ __forceinline__ void zero_tail_rows(const StagedLayout<G>& smem, int stage, int valid,
+                                               int end) {
   constexpr int kChunksA = kBlockM / kMnChunk, kChunks = kChunksA + G::kN / kMnChunk;
-  const int per_chunk = (G::kBlockK - valid) * (128 / 16);
+  const int per_chunk = (end - valid) * (128 / 16);
   const int ctid = threadIdx.x - kWarpgroupThreads;
   for (int i = ctid; i < kChunks * per_chunk; i += kConsumerThreads) {
     const int chunk = i / per_chunk;
@@ -275,13 +289,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const TileCoord c = tiles.coord(t);
     const ExpertRows rows = expert_rows(p, c.expert);
     const int k_blocks = ceil_div(rows.count, G::kBlockK);
-    const int tail = rows.count - (k_blocks - 1) * G::kBlockK;  // valid rows of the last block
+    const LastKBlock last = LastKBlock::of(rows.count, k_blocks, G::kBlockK);
     consume_tile<Major::MN, Major::MN, G>(
-        acc, k_blocks, smem, pipe, slab, [&](int stage, int kb) {
+        acc, k_blocks, smem, pipe, slab,
+        [&](int stage, int kb) {
           // cp.async wrote B through the generic proxy; wgmma reads through the async proxy.
           if constexpr (kGather) cutlass::arch::fence_view_async_shared();
-          if (kb == k_blocks - 1 && tail < G::kBlockK) zero_tail_rows<G>(smem, stage, tail);
-        });
+          if (kb == k_blocks - 1 && last.valid < last.steps * kWgmmaK)
+            zero_tail_rows<G>(smem, stage, last.valid, last.steps * kWgmmaK);
+        },
+        last.steps);
     if (skip_tile(p, k_blocks)) continue;
     if constexpr (kGather) {
       wgrad_store(acc, p, &tmap_d, buffers, slab, c);
