@@ -265,18 +265,18 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
                           d_probs_out.view(DType::kFloat32, {T, k}), none, s);
        }},
   };
-  // Other launch shapes of the two permutes next to the library's (8 KiB stages, as many
-  // one-warp CTAs as fit): which one, if any, reaches the copy target
-  // (cuda/dispatch/permute_tuning.h). Named by what runs, rows a stage and CTAs an SM; a shape
-  // equal to one already timed (the stage target rounds to whole rows, at most 8) is left out.
+  // Other launch shapes of the two permutes next to the library's (8 KiB stages, of at least
+  // two rows for the copy, as many one-warp CTAs as fit): which one, if any, reaches the copy
+  // target (cuda/dispatch/permute_tuning.h). Named by what runs, rows a stage and CTAs an SM; a
+  // shape equal to one already timed (the stage target rounds to whole rows, at most 8) is left
+  // out.
   using Tuning = cuda::PermuteTuning;
-  auto sweep = [&](const std::string& what, double bytes, const std::vector<Tuning>& tunings,
+  auto sweep = [&](const std::string& what, double bytes, const Tuning& library,
+                   const std::vector<Tuning>& tunings,
                    const std::function<void(const Tuning&, cudaStream_t)>& run) {
-    std::vector<std::pair<int64_t, int>> timed = {
-        {cuda::permute_stage_rows(H, Tuning{}.stage_bytes), 0}};
+    std::vector<std::pair<int64_t, int>> timed = {{cuda::permute_stage_rows(H, library), 0}};
     for (const Tuning& t : tunings) {
-      const std::pair<int64_t, int> shape{cuda::permute_stage_rows(H, t.stage_bytes),
-                                          t.ctas_per_sm};
+      const std::pair<int64_t, int> shape{cuda::permute_stage_rows(H, t), t.ctas_per_sm};
       if (std::find(timed.begin(), timed.end(), shape) != timed.end()) continue;
       timed.push_back(shape);
       const std::string ctas = t.ctas_per_sm ? std::to_string(t.ctas_per_sm) + "/SM" : "max/SM";
@@ -284,8 +284,8 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
                          Target::kNone, [run, t](cudaStream_t s) { run(t, s); }});
     }
   };
-  sweep("permute", permute_bytes,
-        {Tuning{.stage_bytes = 16 << 10}, Tuning{.stage_bytes = 32 << 10},
+  sweep("permute", permute_bytes, cuda::kPermuteCopyTuning,
+        {Tuning{.stage_bytes = 8 << 10}, Tuning{.stage_bytes = 16 << 10}, Tuning{.stage_bytes = 32 << 10},
          Tuning{.stage_bytes = 64 << 10}, Tuning{.stage_bytes = 32 << 10, .ctas_per_sm = 2},
          Tuning{.stage_bytes = 16 << 10, .ctas_per_sm = 4}},
         [&](const Tuning& t, cudaStream_t s) {
@@ -295,7 +295,7 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
   // The quantising permute holds a code row per token in each of two code buffers besides its x
   // stages, so the stage size also sets how many one-warp CTAs (and warps doing the arithmetic)
   // an SM holds.
-  sweep("permute_quantize_fp8", quant_bytes,
+  sweep("permute_quantize_fp8", quant_bytes, Tuning{},
         {Tuning{.stage_bytes = 1}, Tuning{.stage_bytes = 16 << 10},
          Tuning{.stage_bytes = 32 << 10}, Tuning{.stage_bytes = 1, .ctas_per_sm = 8},
          Tuning{.stage_bytes = 8 << 10, .ctas_per_sm = 4},

@@ -4,7 +4,8 @@
 // target (issue 4: 0.85). The defaults are the library's choice: in run 11's sweep
 // (bench/results/2026-11-29_h200_run11_dispatch.json) 8 KiB stages at as many CTAs as fit were
 // the best or within 1% of it on every preset for the copy (qwen3 0.88 of copy with 2 rows a
-// stage, where 32 KiB stages of 8 rows gave 0.83).
+// stage, where 32 KiB stages of 8 rows gave 0.83); the copy now holds at least two rows a stage
+// (kPermuteCopyTuning).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,12 +18,19 @@ namespace moefuse::cuda {
 
 struct PermuteTuning {
   int64_t stage_bytes = 8 * 1024;  // x rows a stage aims to hold (at least one row, at most 8)
-  int ctas_per_sm = 0;              // one-warp CTAs an SM; 0: as many as fit
+  int64_t min_rows = 1;            // and at least this many rows, whatever their size
+  int ctas_per_sm = 0;             // one-warp CTAs an SM; 0: as many as fit
 };
 
-// Rows of x a stage holds for a row of `hidden` bf16 and a stage_bytes target: the launch shape
-// that actually runs (targets that round to the same rows are the same launch).
-int64_t permute_stage_rows(int64_t hidden, int64_t stage_bytes);
+// permute's shape: 8 KiB stages of at least two rows. With its bulk copies hinted evict_first
+// (permute.cu), two rows a stage beat one where a row is over 4 KiB: gpt-oss's 5760-byte rows
+// 0.850-0.855 of copy against 0.842-0.847 (session 33, call 8, three rounds), qwen3's 4 KiB rows
+// two a stage either way (0.90; four 0.87).
+inline constexpr PermuteTuning kPermuteCopyTuning{.stage_bytes = 8 * 1024, .min_rows = 2};
+
+// Rows of x a stage holds for a row of `hidden` bf16 under `tuning`: the launch shape that
+// actually runs (tunings that round to the same rows are the same launch).
+int64_t permute_stage_rows(int64_t hidden, const PermuteTuning& tuning);
 
 // permute (moefuse/dispatch.h) with the given launch shape; the same validation and results.
 void permute_tuned(const TensorView& x, const TensorView& row_of, const TensorView& token_of_row,
