@@ -357,8 +357,12 @@ void launch_permute(const PermuteParams& p, int64_t smem, int ctas_per_sm, cudaS
 }  // namespace cuda
 
 int64_t cuda::permute_stage_rows(int64_t hidden, const PermuteTuning& tuning) {
-  return std::clamp<int64_t>(std::max(tuning.stage_bytes / (hidden * 2), tuning.min_rows), 1,
-                             kMaxGroupTokens);
+  const int64_t row_bytes = hidden * 2;
+  // min_rows gives way where that many rows' stages would not fit (x's stages alone: only the
+  // copy asks for more than one), so the widest rows still run one a stage.
+  const int64_t fit = kMaxDynamicSmem / (kStages * row_bytes);
+  const int64_t rows = std::max(tuning.stage_bytes / row_bytes, std::min(tuning.min_rows, fit));
+  return std::clamp<int64_t>(rows, 1, kMaxGroupTokens);
 }
 
 void cuda::permute_tuned(const TensorView& x, const TensorView& row_of,

@@ -22,10 +22,12 @@ struct PermuteTuning {
   int ctas_per_sm = 0;             // one-warp CTAs an SM; 0: as many as fit
 };
 
-// permute's shape: 8 KiB stages of at least two rows. With its bulk copies hinted evict_first
-// (permute.cu), two rows a stage beat one where a row is over 4 KiB: gpt-oss's 5760-byte rows
-// 0.850-0.855 of copy against 0.842-0.847 (session 33, call 8, three rounds), qwen3's 4 KiB rows
-// two a stage either way (0.90; four 0.87).
+// permute's shape: 8 KiB stages of at least two rows (one where two would not fit). With its
+// bulk copies hinted evict_first (permute.cu), session 33's three interleaved rounds (of copy):
+// gpt-oss's 5760-byte rows two a stage 0.848-0.850 against one 0.837-0.839 (call 9; call 8:
+// 0.850-0.855 against 0.842-0.847), deepseek's 14 KiB rows level (0.875 / 0.871-0.876),
+// mixtral's 8 KiB rows 0.875-0.881 against 0.882-0.883; qwen3's 4 KiB rows two a stage either
+// way (0.90; four 0.87).
 inline constexpr PermuteTuning kPermuteCopyTuning{.stage_bytes = 8 * 1024, .min_rows = 2};
 
 // Rows of x a stage holds for a row of `hidden` bf16 under `tuning`: the launch shape that
