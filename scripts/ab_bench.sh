@@ -9,13 +9,14 @@
 # Round by round, every build runs every preset (interleaving spreads the machine's drift over all
 # builds), in the given order in odd rounds and reversed in even ones, so that no build always
 # runs first (run 31: two builds with identical SASS read 1.025-1.030x apart, the second of each
-# round at a 2% lower clock); each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT default gpu-out),
-# and, where nvidia-smi is, .smi.csv: the SM clock, power and clock-event reasons every 100 ms
-# while it ran. Then scripts/bench_compare.py prints each preset's rows with the builds side by
-# side (mean over rounds) and their ratios to the first build, and scripts/gpu_clocks.py each
-# build's clocks (an H200 at its power limit runs well below its boost clock: run 22).
+# round at a 2% lower clock). Each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT
+# default gpu-out) and, where nvidia-smi is, .smi.csv: the SM clock, power and clock-event
+# reasons every 100 ms while it ran. Then scripts/bench_compare.py prints each preset's rows with
+# the builds side by side (mean over rounds) and their ratios to the first build, and
+# scripts/gpu_clocks.py each build's clocks (an H200 at its power limit runs well below its boost
+# clock: run 22).
 set -uo pipefail
-usage() { sed -n '2,12p' "$0" >&2; exit 2; }
+usage() { sed -n '2,7p' "$0" >&2; exit 2; }
 [[ $# -ge 4 ]] || usage
 mode=$1 presets=$2 rounds=$3
 shift 3

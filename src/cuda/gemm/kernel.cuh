@@ -74,6 +74,7 @@
 #include "cuda/gemm/epilogues/register_epilogue.cuh"
 #include "cuda/gemm/epilogues/staged_tile.cuh"
 #include "cuda/gemm/mainloop.cuh"
+#include "moefuse/grouped_gemm.h"  // kGroupedGemmMaxExperts
 
 namespace moefuse::gemm {
 

@@ -56,6 +56,7 @@
 #include "cuda/gemm/common/smem_descriptor.cuh"
 #include "cuda/gemm/common/tile_slots.cuh"
 #include "cuda/gemm/common/warp_prefix.cuh"
+#include "moefuse/grouped_gemm.h"  // kGroupedGemmMaxExperts
 
 namespace moefuse::gemm::bwd {
 

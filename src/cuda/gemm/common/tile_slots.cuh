@@ -22,7 +22,6 @@
 
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/tile_rows.cuh"
-#include "moefuse/grouped_gemm.h"
 
 namespace moefuse::gemm {
 

@@ -80,6 +80,7 @@
 #include "cuda/gemm/fp8/e4m3_drain.cuh"
 #include "cuda/gemm/fp8/epilogue.cuh"
 #include "cuda/gemm/fp8/mainloop.cuh"
+#include "moefuse/grouped_gemm.h"  // kGroupedGemmMaxExperts
 
 namespace moefuse::gemm::fp8 {
 
