@@ -11,7 +11,11 @@ first replay is a warm-up and not counted.
     MOEFUSE_LIBRARY=build/release/libmoefuse_c.so python3 bench/layer_gaps.py --preset all
 
 Prints one line per preset and mode; --json writes every gap above --threshold-us with the kernels
-on either side. Exit code 3: torch or a GPU is unavailable.
+on either side, and the step's kernels in launch order with each one's median duration over the
+replays, which --kernels also prints: which kernel moved between two builds, where the step's
+total does not say (under the H200's power cap the big GEMMs' times vary by ±2% from run to run,
+more than a change to the small kernels moves the step; run 34). Exit code 3: torch or a GPU is
+unavailable.
 """
 import json
 import pathlib
@@ -36,7 +40,7 @@ def make_layer(torch, moefuse, preset: str, mode: str, tokens: int):
     return moe, x, dy
 
 
-def step(moe, x, dy):
+def step(torch, moe, x, dy):
     """One forward + backward of the layer through its custom ops (no autograd bookkeeping)."""
     from moefuse.layer import WEIGHT_NAMES, layer_backward, layer_forward
     weights = moe._tensors()
@@ -44,7 +48,8 @@ def step(moe, x, dy):
     handle = moe._handle(x.device)
     fp8 = moe._fp8_weights(handle, weights, is_first_microbatch=None)
     y, losses, cache = layer_forward(handle, x, *args, fp8)
-    return (y, losses, *layer_backward(handle, x, dy, *args, cache, fp8))
+    loss_grads = torch.ones(2, dtype=torch.float32, device=x.device)  # d(aux + z loss) = 1 each
+    return (y, losses, *layer_backward(handle, x, dy, loss_grads, *args, cache, fp8))
 
 
 def kernel_intervals(trace_path) -> list:
@@ -79,15 +84,17 @@ def idle_gaps(kernels: list) -> tuple:
     return end - kernels[0][0], gaps
 
 
-def measure(torch, moe, x, dy, replays: int, threshold_us: float) -> dict:
+def profile_replays(torch, moe, x, dy, replays: int) -> list:
+    """The kernels of each of `replays` replays of the step's CUDA graph (after one warm-up
+    replay), as kernel_intervals lists."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside the capture (allocator, lazy init)
-        step(moe, x, dy)
+        step(torch, moe, x, dy)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        step(moe, x, dy)
+        step(torch, moe, x, dy)
     torch.cuda.synchronize()
     activities = [torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
@@ -101,6 +108,22 @@ def measure(torch, moe, x, dy, replays: int, threshold_us: float) -> dict:
         runs = split_replays(kernel_intervals(trace))[1:]
     if not runs:
         raise RuntimeError("the profiler recorded no kernels of the graph replays")
+    return runs
+
+
+def kernel_table(runs: list) -> list:
+    """Per kernel position (launch order): its median start offset and duration over the
+    replays, and its name."""
+    rows = []
+    for i in range(min(len(r) for r in runs)):
+        rows.append({"start_us": round(statistics.median(r[i][0] - r[0][0] for r in runs), 1),
+                     "us": round(statistics.median(r[i][1] - r[i][0] for r in runs), 1),
+                     "name": runs[0][i][2]})
+    return rows
+
+
+def measure(torch, moe, x, dy, replays: int, threshold_us: float) -> dict:
+    runs = profile_replays(torch, moe, x, dy, replays)
     spans, counts, worst, over = [], [], [], []
     for kernels in runs:
         span, gaps = idle_gaps(kernels)
@@ -117,6 +140,7 @@ def measure(torch, moe, x, dy, replays: int, threshold_us: float) -> dict:
         "gaps_over_threshold": statistics.median(len(o) for o in over),
         "gaps_of_median_replay": [{"us": round(g[0], 2), "after": g[1], "before": g[2]}
                                   for g in over[median_run][:20]],
+        "kernels": kernel_table(runs),
     }
 
 
@@ -125,6 +149,8 @@ def main() -> int:
     ap.add_argument("--mode", choices=["fused", "unfused", "both"], default="both")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--threshold-us", type=float, default=5.0)
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print the step's kernels with their median durations")
     a = ap.parse_args()
     torch = torch_or_none()
     if torch is None:
@@ -142,6 +168,9 @@ def main() -> int:
             print(f"{preset:14s} {mode:8s} step {r['step_span_us'] / 1000:8.3f} ms  "
                   f"{r['kernels_per_step']:4.0f} kernels  max gap {r['max_gap_us']:7.2f} µs  "
                   f"gaps > {a.threshold_us:g} µs: {r['gaps_over_threshold']:.0f}", flush=True)
+            if a.kernels:
+                for i, k in enumerate(r["kernels"]):
+                    print(f"{i:3d} {k['start_us']:9.1f} {k['us']:9.1f}  {k['name'][:110]}")
             del moe, x, dy
             torch.cuda.empty_cache()
     if a.json:

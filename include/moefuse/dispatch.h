@@ -110,6 +110,17 @@ void combine_add(const TensorView& ys, const TensorView& probs, const TensorView
 void permute_backward_add(const TensorView& dxs, const TensorView& row_of, const TensorView& add,
                           const TensorView& dx, const TensorView& health, cudaStream_t stream);
 
+// permute_backward_add with the router's share of dx added in the same pass: dx[t] = Σ_j
+// dxs[row_of[t, j]] + add[t] + bf16(d_logits[t]) · w_router (the product in fp32 on the tensor
+// cores, the whole sum rounded once), so that the router's dx is never written and read back.
+// d_logits [T, E] fp32 (1 <= E <= kRouterMaxExperts, moefuse/router.h), w_router [E, H] bf16,
+// 16-byte aligned; router_logits_backward with an empty dx does the rest of the router's
+// backward (dWr). add as permute_backward_add's. CUDA-graph safe: yes.
+void permute_backward_router(const TensorView& dxs, const TensorView& row_of,
+                             const TensorView& add, const TensorView& d_logits,
+                             const TensorView& w_router, const TensorView& dx,
+                             const TensorView& health, cudaStream_t stream);
+
 // Backward of combine. With probs [T, k]: dys[row_of[t, j]] = probs[t, j] · dy[t] and
 // d_probs [T, k] fp32 = <dy[t], ys[row_of[t, j]]> (fp32 accumulation, fixed reduction tree).
 // With probs and d_probs empty (weights applied by FC2; the FC2 dgrad computes d_probs):

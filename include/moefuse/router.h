@@ -46,8 +46,9 @@ size_t router_logits_backward_workspace_size(int64_t tokens, int64_t num_experts
 // old value added once to the new sum, with accumulate_d_w_router: main-grad accumulation), with
 // d_logits [T, E] fp32 rounded to bf16 first (both GEMMs run bf16 x bf16 with fp32 accumulation;
 // dx is read, accumulated in fp32 and written back as bf16). dWr's sum over T runs in chunks of
-// T when that fills the GPU (fp32 partials, added in a fixed order: repeatable). CUDA-graph safe:
-// yes.
+// T when that fills the GPU (fp32 partials, added in a fixed order: repeatable). An empty dx
+// skips its GEMM: the caller adds the term itself (permute_backward_router, moefuse/dispatch.h,
+// adds it inside the pass that writes dx). CUDA-graph safe: yes.
 void router_logits_backward(cublasHandle_t cublas, const TensorView& x, const TensorView& w_router,
                             const TensorView& d_logits, const TensorView& dx,
                             const TensorView& d_w_router, Workspace workspace,

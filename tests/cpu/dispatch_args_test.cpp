@@ -206,6 +206,24 @@ TEST(DispatchArgs, RejectsBadRowTensors) {
   expect_invalid([&] { combine_add(xs, probs, row_of, shifted, x, none, nullptr); }, "add");
   expect_invalid([&] { permute_backward_add(xs, row_of, shifted, x, none, nullptr); }, "add");
   expect_invalid([&] { permute_backward_add(xs, row_of, wide, x, none, nullptr); }, "add");
+  // permute_backward_router's router term: d_logits fp32 [T, E] with 1 <= E <= 512, w_router
+  // bf16 [E, H] and 16-byte aligned, and the added term as above.
+  const auto dl = dev(DType::kFloat32, {T, E}), wr = dev(DType::kBFloat16, {E, H});
+  auto router = [&](const TensorView& add, const TensorView& d_logits, const TensorView& w) {
+    return [=] { permute_backward_router(xs, row_of, add, d_logits, w, x, none, nullptr); };
+  };
+  expect_invalid(router(wide, dl, wr), "add");
+  expect_invalid(router(none, dev(DType::kBFloat16, {T, E}), wr), "d_logits");
+  expect_invalid(router(none, dev(DType::kFloat32, {T + 1, E}), wr), "d_logits");
+  expect_invalid(router(none, dev(DType::kFloat32, {T, 0}), dev(DType::kBFloat16, {0, H})),
+                 "d_logits.shape[1]");
+  expect_invalid(router(none, dev(DType::kFloat32, {T, 513}), dev(DType::kBFloat16, {513, H})),
+                 "d_logits.shape[1]");
+  expect_invalid(router(none, dl, dev(DType::kBFloat16, {E + 1, H})), "w_router");
+  expect_invalid(router(none, dl, dev(DType::kBFloat16, {E, H + 8})), "w_router");
+  expect_invalid(router(none, dl, dev(DType::kFloat32, {E, H})), "w_router");
+  expect_invalid(router(none, dl, dev(DType::kBFloat16, {E, H}, static_cast<char*>(kFake) + 2)),
+                 "w_router");
   const auto dp = dev(DType::kFloat32, {T, K});
   expect_invalid([&] { combine_backward(x, xs, none, row_of, tor, xs, dp, none, nullptr); },
                  "d_probs");

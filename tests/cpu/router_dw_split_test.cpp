@@ -36,16 +36,32 @@ TEST(RouterDwSplit, PartsCoverTokensAndFit) {
 
 TEST(RouterDwSplit, PresetShapes) {
   const size_t room = size_t{24} << 20;
-  // qwen3-30b-a3b: 16 output tiles, so 9 parts bring 144 GEMM tiles to 132 SMs.
+  // qwen3-30b-a3b: 16 output tiles, so 8 parts bring 128 GEMM tiles to 132 SMs (9 would leave
+  // 12 SMs two tiles each).
   const DwSplit qwen3 = plan_dw_split(16384, 2048, 128, 132, room);
-  EXPECT_EQ(qwen3.parts, 9);
-  EXPECT_EQ(qwen3.chunk, 1824);
-  // deepseek-v3: 112 tiles already; the 7 MiB partials allow 3, the tiles want 2.
-  EXPECT_EQ(plan_dw_split(16384, 7168, 256, 132, room).parts, 2);
+  EXPECT_EQ(qwen3.parts, 8);
+  EXPECT_EQ(qwen3.chunk, 2048);
+  // gpt-oss-120b: 23 tiles, 5 parts (115 tiles); deepseek-v3's slice: 56 tiles, 2 parts.
+  EXPECT_EQ(plan_dw_split(16384, 2880, 128, 132, room).parts, 5);
+  EXPECT_EQ(plan_dw_split(16384, 7168, 32, 132, room).parts, 2);
+  // 112 tiles already: no second wave for a second part.
+  EXPECT_EQ(plan_dw_split(16384, 7168, 256, 132, room).parts, 1);
   // Too few tokens for two long chunks: no split.
   EXPECT_EQ(plan_dw_split(2047, 2048, 128, 132, room).parts, 1);
   // A wide problem (more tiles than SMs): no split.
   EXPECT_EQ(plan_dw_split(16384, 16384, 512, 132, room).parts, 1);
+}
+
+TEST(RouterDwSplit, SplitIntoCoversTokens) {
+  for (int64_t T : {1, 8, 1000, 16384, 16389}) {
+    for (int64_t splits : {1, 2, 7, 9}) {
+      const DwSplit s = dw_split_into(T, splits);
+      EXPECT_LE(s.parts, splits);
+      EXPECT_GE(s.parts * s.chunk, T);
+      EXPECT_LT((s.parts - 1) * s.chunk, T);
+      if (s.parts > 1) EXPECT_EQ(s.chunk % kDwChunkAlign, 0);
+    }
+  }
 }
 
 }  // namespace

@@ -196,6 +196,61 @@ TEST(DispatchRows, AddedTermMatchesReferenceInPlaceOrApart) {
   }
 }
 
+// permute_backward_router: the sum, the added term (none, apart, in place) and the router's
+// bf16(d_logits) · w_router, rounded once, against the fp64 reference of the same bf16 operands.
+// E from 1 to 512 (one to eight K pieces, some partial), H with a partial last column chunk, T
+// with a partial last token tile.
+TEST(DispatchRows, RouterTermMatchesReference) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (const Case& c : {kCases[0], kCases[1], kCases[2], kCases[3], kCases[5], kCases[7],
+                        Case{33, 136, 7, 3, 1}, Case{100, 264, 130, 2, 8}}) {
+    SCOPED_TRACE(c.name() + " seed=" + std::to_string(test::seed()));
+    test::RefMaps m = test::make_ref_maps(c.T, c.E, c.k, c.align);
+    const int64_t T = c.T, H = c.H, E = c.E, k = c.k, R = m.R;
+    std::vector<float> rows = test::bf16_rounded(test::random_normal(R * H)),
+                       add = test::bf16_rounded(test::random_normal(T * H)),
+                       d_logits = test::random_normal(T * E),
+                       w_router = test::bf16_rounded(test::random_normal(E * H, 0.2f));
+    std::vector<float> sum(T * H);
+    ref::permute_backward(test::host_view(rows, DType::kFloat32, {R, H}),
+                          test::host_view(m.row_of, DType::kInt32, {T, k}),
+                          test::host_view(sum, DType::kFloat32, {T, H}));
+    const std::vector<float> dl16 = test::bf16_rounded(d_logits);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        double term = 0;
+        for (int64_t e = 0; e < E; ++e) term += double{dl16[t * E + e]} * w_router[e * H + h];
+        sum[t * H + h] += static_cast<float>(term);
+      }
+    }
+    DeviceBuffer<Bf16> g_rows(test::to_bf16(rows)), g_add(test::to_bf16(add)),
+        g_w(test::to_bf16(w_router)), g_out(T * H);
+    DeviceBuffer<float> g_dl(d_logits);
+    DeviceBuffer<int32_t> g_row_of(m.row_of), health(1);
+    const auto hv = health.view(DType::kInt32, {1});
+    const auto out_v = g_out.view(DType::kBFloat16, {T, H});
+    reset_health_flags(hv, nullptr);
+    auto run = [&](const TensorView& term) {
+      permute_backward_router(g_rows.view(DType::kBFloat16, {R, H}),
+                              g_row_of.view(DType::kInt32, {T, k}), term,
+                              g_dl.view(DType::kFloat32, {T, E}),
+                              g_w.view(DType::kBFloat16, {E, H}), out_v, hv, nullptr);
+      return test::from_bf16(g_out.download());
+    };
+    g_out.poison();
+    EXPECT_LE(test::rel_norm_error(run(TensorView{}), sum), kBf16Tolerance) << "no added term";
+    std::vector<float> want = sum;
+    for (int64_t i = 0; i < T * H; ++i) want[i] += add[i];
+    g_out.poison();
+    const std::vector<float> apart = run(g_add.view(DType::kBFloat16, {T, H}));
+    EXPECT_LE(test::rel_norm_error(apart, want), kBf16Tolerance) << "added term apart";
+    g_out.upload(test::to_bf16(add));
+    EXPECT_TRUE(test::same_bits(run(out_v), apart, "in place against apart"));
+    EXPECT_TRUE(test::same_bits(run(g_add.view(DType::kBFloat16, {T, H})), apart, "repeat"));
+    EXPECT_EQ(read_health_flags(hv, nullptr), 0);
+  }
+}
+
 TEST(DispatchRows, BadRowSetsHealthFlag) {
   MOEFUSE_REQUIRE_HOPPER();
   const int64_t T = 4, H = 64, k = 2, R = 8;

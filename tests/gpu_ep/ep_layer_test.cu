@@ -132,13 +132,13 @@ struct Result {
 };
 
 // One rank's router on the one GPU, in fresh buffers of that rank's shapes (T_s tokens): the
-// forward's logits, choices and statistics, then the backward into d_w_router and its dx rows.
+// forward's logits, choices and statistics, then the backward into d_logits and d_w_router (the
+// layer adds d_logits·Wr to dx inside permute_backward_router).
 struct RankRouter {
   int64_t T, E, k, H;
   DeviceBuffer<Bf16> x;
   DeviceBuffer<float> logits, probs, aux_f, aux_P, losses, d_probs, d_logits, d_w_router;
   DeviceBuffer<int32_t> expert_idx, counts;
-  DeviceBuffer<Bf16> dx;
   DeviceBuffer<unsigned char> ws;
 
   RankRouter(const MoeConfig& c, const std::vector<Bf16>& x_rows, cudaStream_t stream)
@@ -146,7 +146,6 @@ struct RankRouter {
         x(x_rows, stream), logits(T * E, stream), probs(T * k, stream), aux_f(E, stream),
         aux_P(E, stream), losses(2, stream), d_probs(T * k, stream), d_logits(T * E, stream),
         d_w_router(E * H, stream), expert_idx(T * k, stream), counts(E, stream),
-        dx(T * H, stream),
         ws(std::max({router_logits_backward_workspace_size(T, E),
                      router_topk_workspace_size(T, E)}),
            stream) {}
@@ -169,15 +168,15 @@ struct RankRouter {
                               .losses = losses.view(DType::kFloat32, {2})},
                 health, workspace(), stream);
   }
-  // d_probs and dx (the experts' part) uploaded first.
+  // d_probs uploaded first.
   void backward(const MoeConfig& c, cublasHandle_t cublas, const TensorView& w_router,
                 cudaStream_t stream) {
     router_topk_backward(c.router, k, logits_view(), idx_view(), counts_view(),
                          d_probs.view(DType::kFloat32, {T, k}), TensorView{},
                          d_logits.view(DType::kFloat32, {T, E}), stream);
     router_logits_backward(cublas, x_view(), w_router, d_logits.view(DType::kFloat32, {T, E}),
-                           dx.view(DType::kBFloat16, {T, H}),
-                           d_w_router.view(DType::kFloat32, {E, H}), workspace(), stream);
+                           TensorView{}, d_w_router.view(DType::kFloat32, {E, H}), workspace(),
+                           stream);
   }
 };
 
@@ -201,8 +200,8 @@ Result one_gpu_layer(const MoeConfig& c, const Inputs& in) {
   {
     const DeviceBuffer<Bf16> x(in.x, stream), dy(in.dy, stream), w_router(in.w_router, stream),
         w1(in.w1, stream), w2(in.w2, stream);
-    DeviceBuffer<float> probs(R, stream), d_probs(R, stream), d_w1(E * 2 * F * H, stream),
-        d_w2(E * H * F, stream);
+    DeviceBuffer<float> probs(R, stream), d_probs(R, stream), d_logits(T * E, stream),
+        d_w1(E * 2 * F * H, stream), d_w2(E * H * F, stream);
     DeviceBuffer<int32_t> expert_idx(R, stream), offsets(E + 1, stream), row_of(R, stream),
         token_of_row(R, stream), health(1, stream);
     DeviceBuffer<Bf16> xs(R * H, stream), pre(R * 2 * F, stream), h(R * F, stream),
@@ -259,14 +258,15 @@ Result one_gpu_layer(const MoeConfig& c, const Inputs& in) {
     grouped_gemm_wgrad({.a = bf(d_pre, R, 2 * F), .b = bf(xs, R, H), .offsets = offsets_v,
                         .d = d_w1.view(DType::kFloat32, {E, 2 * F, H})},
                        stream);
-    permute_backward(bf(dxs, R, H), row_of_v, bf(dx, T, H), health_v, stream);
     for (size_t r = 0; r < in.tokens.size(); ++r) {
       RankRouter& rr = routers[r];
       copy_rows(rr.d_probs.data(), d_probs.data() + in.first[r] * k, rr.T * k, stream);
-      copy_rows(rr.dx.data(), dx.data() + in.first[r] * H, rr.T * H, stream);
       rr.backward(c, cublas, wr, stream);
-      copy_rows(dx.data() + in.first[r] * H, rr.dx.data(), rr.T * H, stream);
+      copy_rows(d_logits.data() + in.first[r] * E, rr.d_logits.data(), rr.T * E, stream);
     }
+    permute_backward_router(bf(dxs, R, H), row_of_v, TensorView{},
+                            d_logits.view(DType::kFloat32, {T, E}), wr, bf(dx, T, H), health_v,
+                            stream);
     out = Result{.y = y.download(), .dx = dx.download(), .d_w1 = d_w1.download(),
                  .d_w2 = d_w2.download(), .health = read_health_flags(health_v, stream)};
     for (const RankRouter& rr : routers) {

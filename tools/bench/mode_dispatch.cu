@@ -33,6 +33,7 @@
 #include "cuda/dispatch/permute_tuning.h"
 #include "cuda/device.h"
 #include "cuda/router/router_gemm.h"
+#include "cuda/sm_count.h"
 #include "moefuse/config.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
@@ -232,8 +233,6 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
        gemm_flops * 2},
       {"router_dx_gemm", "", act * 2 + 2.0 * T * E + 2.0 * E * H, Target::kNone,
        [&](cudaStream_t s) { cuda::router_dx_gemm(gemms, s); }, gemm_flops},
-      {"router_dw_gemm", "", act + 2.0 * T * E + 4.0 * E * H, Target::kNone,
-       [&](cudaStream_t s) { cuda::router_dw_gemm(gemms, s); }, gemm_flops},
       {"dispatch_maps", "", maps_bytes, Target::kNone, maps},
       {"permute", "permute", permute_bytes, Target::kCopy, permute_rows},
       {"permute_quantize_fp8", "", quant_bytes, Target::kCopy,
@@ -253,6 +252,25 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
          permute_backward(xs.view(DType::kBFloat16, {R, H}), v_row_of,
                           dx.view(DType::kBFloat16, {T, H}), none, s);
        }},
+      // The layer's dx: the permute's backward with the router's d_logits·Wr in the same pass,
+      // against the two calls it replaced (the dx GEMM reading dx back and writing it again).
+      {"permute_backward_router", "", act * (1 + k) + 4.0 * T * k + 4.0 * T * E + 2.0 * E * H,
+       Target::kNone,
+       [&](cudaStream_t s) {
+         permute_backward_router(xs.view(DType::kBFloat16, {R, H}), v_row_of, none,
+                                 d_logits.view(DType::kFloat32, {T, E}),
+                                 w_router.view(DType::kBFloat16, {E, H}),
+                                 dx.view(DType::kBFloat16, {T, H}), none, s);
+       },
+       gemm_flops},
+      {"permute_backward+router_dx_gemm", "",
+       act * (3 + k) + 4.0 * T * k + 2.0 * T * E + 2.0 * E * H, Target::kNone,
+       [&](cudaStream_t s) {
+         permute_backward(xs.view(DType::kBFloat16, {R, H}), v_row_of,
+                          dx.view(DType::kBFloat16, {T, H}), none, s);
+         cuda::router_dx_gemm(gemms, s);
+       },
+       gemm_flops},
       {"combine", "combine", act * (1 + k) + 8.0 * T * k, Target::kCopy,
        [&](cudaStream_t s) {
          combine(ys.view(DType::kBFloat16, {R, H}), v_probs, v_row_of,
@@ -265,6 +283,16 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
                           d_probs_out.view(DType::kFloat32, {T, k}), none, s);
        }},
   };
+  // dWr in the library's split along T (one wave of output tiles) and in one part more.
+  const cuda::DwSplit dw_plan = cuda::plan_dw_split(T, H, E, cuda::device_sm_count(),
+                                                    cuda::router_dw_partial_bytes());
+  for (const cuda::DwSplit& split : {dw_plan, cuda::dw_split_into(T, dw_plan.parts + 1)}) {
+    if (split.parts * E * H * 4 > static_cast<int64_t>(cuda::router_dw_partial_bytes())) continue;
+    kernels.push_back({"router_dw_gemm " + std::to_string(split.parts) + " parts", "",
+                       act + 2.0 * T * E + 4.0 * E * H, Target::kNone,
+                       [&gemms, split](cudaStream_t s) { cuda::router_dw_gemm(gemms, split, s); },
+                       gemm_flops});
+  }
   // Other launch shapes of the two permutes next to the library's (8 KiB stages, of at least
   // two rows for the copy, as many one-warp CTAs as fit): which one, if any, reaches the copy
   // target (cuda/dispatch/permute_tuning.h). Named by what runs, rows a stage and CTAs an SM; a

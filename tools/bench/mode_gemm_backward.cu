@@ -1,6 +1,7 @@
 // `moefuse-bench gemm-backward`: the expert MLPs' backward grouped GEMMs (FC2 dgrad fused with
 // dGLU + dp and its unfused twin, FC1 dgrad, dW1 plain / gather-fused / gather-unfused, dW2;
-// the layer's dW1 (a gather kernel, then the TMA wgrad) and dW2 also with bf16 outputs)
+// dW1 on the permuted rows, the layer's dW1 (a gather kernel, then the TMA wgrad) and dW2 also
+// with bf16 outputs)
 // against, in the same run: one dense cuBLAS GEMM of the same M, N, K (the bound; for a wgrad
 // K = all rows, so it writes 1/E of the output), a strided-batched cuBLAS wgrad over E equal
 // slices (every expert's fp32 output written), and torch._grouped_mm's autograd backward on the
@@ -160,9 +161,12 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
   });
   const double dw2_ms = time("dW2 wgrad", [&](cudaStream_t s) { grouped_gemm_wgrad(dw2, s); });
   // bf16 outputs (the layer's bf16 expert gradients): half the bytes written, one hand-off.
-  GroupedGemmWgradArgs dw1_bf16 = dw1_gather, dw2_bf16 = dw2;
+  GroupedGemmWgradArgs dw1_plain_bf16 = dw1, dw1_bf16 = dw1_gather, dw2_bf16 = dw2;
+  dw1_plain_bf16.d = buf.dw1.view(DType::kBFloat16, {e, fc1, h});
   dw1_bf16.d = buf.dw1.view(DType::kBFloat16, {e, fc1, h});
   dw2_bf16.d = buf.dw2.view(DType::kBFloat16, {e, h, f});
+  const double dw1_plain_bf16_ms = time(
+      "dW1 wgrad, bf16 out", [&](cudaStream_t s) { grouped_gemm_wgrad(dw1_plain_bf16, s); });
   const double dw1_bf16_ms = time("dW1 wgrad gather unfused, bf16 out", [&](cudaStream_t s) {
     grouped_gemm_wgrad_unfused(dw1_bf16, gather_scratch, s);
   });
@@ -217,6 +221,8 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
       std::nullopt);
   row("dW1", "moefuse gather-fused", dw1_gather_ms, fc1_flops, dw1_dense, torch_dw1,
       dw1_gather_unfused_ms);
+  row("dW1", "moefuse bf16 out", dw1_plain_bf16_ms, fc1_flops, dw1_dense, torch_dw1,
+      std::nullopt);
   row("dW1", "moefuse gather unfused bf16 out", dw1_bf16_ms, fc1_flops, dw1_dense, torch_dw1,
       std::nullopt);
 

@@ -7,6 +7,7 @@
 #include "formats/fp8_row_record.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_fp8.h"
+#include "moefuse/router.h"
 
 namespace moefuse::cuda {
 namespace {
@@ -133,6 +134,16 @@ void check_added_term(const TensorView& add, const RowsShape& s, const TensorVie
                       std::string_view out_name) {
   expect_rows(add, "add", s.tokens, s.hidden);
   if (add.data != out.data) expect_disjoint(add, "add", out, out_name);
+}
+
+int64_t check_router_dx_term(const TensorView& d_logits, const TensorView& w_router,
+                             const RowsShape& s) {
+  expect_device(d_logits, "d_logits", DType::kFloat32, {s.tokens, kAnyExtent});
+  const int64_t E = d_logits.size(1);
+  expect_in_range(E, "d_logits.shape[1]", 1, kRouterMaxExperts);
+  expect_device(w_router, "w_router", DType::kBFloat16, {E, s.hidden});
+  expect_aligned(w_router, "w_router");
+  return E;
 }
 
 RowsShape check_combine_backward(const TensorView& dy, const TensorView& ys,

@@ -39,6 +39,10 @@ RowsShape check_combine(const TensorView& ys, const TensorView& probs, const Ten
 // apart from it (out_name: "y" or "dx").
 void check_added_term(const TensorView& add, const RowsShape& s, const TensorView& out,
                       std::string_view out_name);
+// The router's term of permute_backward_router: d_logits fp32 [T, E] and w_router bf16 [E, H],
+// 1 <= E <= kRouterMaxExperts; returns E.
+int64_t check_router_dx_term(const TensorView& d_logits, const TensorView& w_router,
+                             const RowsShape& s);
 RowsShape check_combine_backward(const TensorView& dy, const TensorView& ys,
                                  const TensorView& probs, const TensorView& row_of,
                                  const TensorView& token_of_row, const TensorView& dys,

@@ -3,10 +3,11 @@
 // Main stream:
 //   [recompute FC1 pre-activation] → combine_bwd (dys[row] = dy[t]: the weights were applied by
 //   FC2, or by the combine — the same function of p either way) → FC2 dgrad (+ dGLU → d_pre,
-//   + p·act for dW2, + dp per row) → FC1 dgrad → permute_bwd (dx, + shared dx: _add) →
-//   d_probs = dp gathered to [T,k] → router_topk_bwd (+ aux, z) → router_logits_bwd (dx +=, dWr)
+//   + p·act for dW2, + dp per row) → FC1 dgrad → d_probs = dp gathered to [T,k] →
+//   router_topk_bwd (+ aux, z) → router_logits_bwd (dWr) → permute_bwd (dx = Σ dxs + shared dx
+//   + d_logits·Wr, one pass: permute_backward_router)
 //   → the bias gradients and the k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·xs
-//   (xs = x[token_of_row], permuted by the recompute or gathered by the wgrad first: faster than
+//   (xs = x[token_of_row], permuted by the recompute or by the wgrad stage first: faster than
 //   gathering inside the wgrad).
 // Second stream: the shared expert's backward, from the start; the main stream joins it before
 // permute_bwd, which adds its dx.
@@ -139,19 +140,21 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                         .d = v.dxs},
                        stream);
   });
-  layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
-    // The shared expert's dx is added inside the permute's backward (one pass over [T, H]).
-    if (shared) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
-    permute_backward_add(v.dxs, v.row_of, shared ? v.shared_dx : TensorView{}, g.dx, run.health,
-                         stream);
-  });
   layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
     layer::gather_row_prob_grad(v.d_row_prob.as<float>(), v.row_of.as<int32_t>(),
                                 v.d_probs.as<float>(), T * k, p.rows, stream);
     router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
                          g.loss_grads, v.d_logits, stream);
-    router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router, v.router_gemm,
-                           stream, g.accumulate);
+    // dWr only: the router's dx is added by the permute's backward below.
+    router_logits_backward(h.cublas, x, w.w_router, v.d_logits, TensorView{}, g.d_w_router,
+                           v.router_gemm, stream, g.accumulate);
+  });
+  layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
+    // The shared expert's dx and the router's are added inside the permute's backward (one pass
+    // over [T, H]).
+    if (shared) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
+    permute_backward_router(v.dxs, v.row_of, shared ? v.shared_dx : TensorView{}, v.d_logits,
+                            w.w_router, g.dx, run.health, stream);
   });
   // The weight gradients. The dgrads are done with dys, p·act and d_pre, so MXFP8 may quantise
   // them in place, column-wise, once the bias sums have read dys and d_pre.
@@ -177,25 +180,21 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
       layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
                                 g.d_b1.as<float>(), E, fc1, g.accumulate, stream);
     if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, stream);
-    const GroupedGemmWgradArgs args{
-        .a = v.dpre, .b = v.xs_bwd, .offsets = v.offsets, .d = g.d_w1, .accumulate = g.accumulate};
+    // x's rows in expert order (unquantised for MXFP8's column-wise copy): permuted by the bf16
+    // and MXFP8 recompute, else here. The permute reads each x row once and writes its k rows
+    // (qwen3: 0.17 ms, where the row gather of grouped_gemm_wgrad_unfused, k reads an x row,
+    // took 0.26 ms in the graph: run 34).
+    if (!recompute || fp8) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, stream);
     if (mx_wgrad) {
-      // x's rows, permuted unquantised by the recompute or here.
-      if (!recompute) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, stream);
       qdq_mxfp8_cols(v.xs_bwd, v.offsets, v.xs_bwd, stream);
       qdq_mxfp8_cols(v.dpre, v.offsets, v.dpre, stream);
-      grouped_gemm_wgrad(args, stream);
-    } else if (recompute && !fp8) {  // the bf16 recompute permuted x into xs_bwd
-      grouped_gemm_wgrad(args, stream);
-    } else {
-      grouped_gemm_wgrad_unfused({.a = v.dpre,
-                                  .b = x,
-                                  .offsets = v.offsets,
-                                  .d = g.d_w1,
-                                  .accumulate = g.accumulate,
-                                  .gather_index = v.token_of_row},
-                                 {.gathered_b = v.xs_bwd}, stream);
     }
+    grouped_gemm_wgrad({.a = v.dpre,
+                        .b = v.xs_bwd,
+                        .offsets = v.offsets,
+                        .d = g.d_w1,
+                        .accumulate = g.accumulate},
+                       stream);
   });
 }
 

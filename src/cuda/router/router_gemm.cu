@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -89,11 +90,22 @@ void router_dx_gemm(const RouterGemmBackward& g, cudaStream_t stream) {
                                     g.hidden, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+size_t router_dw_partial_bytes() { return kDwPartialBytes; }
+
 void router_dw_gemm(const RouterGemmBackward& g, cudaStream_t stream) {
+  router_dw_gemm(g, plan_dw_split(g.tokens, g.hidden, g.experts, device_sm_count(),
+                                  kDwPartialBytes),
+                 stream);
+}
+
+void router_dw_gemm(const RouterGemmBackward& g, const DwSplit& split, cudaStream_t stream) {
+  MOEFUSE_EXPECT(split.parts * g.experts * g.hidden * sizeof(float) <= kDwPartialBytes ||
+                     split.parts == 1,
+                 "split.parts", "partials that fit " + std::to_string(kDwPartialBytes) + " bytes",
+                 std::to_string(split.parts));
   bind(g.cublas, g.gemm_workspace, kBackwardCublas, stream);
   const float one = 1.0f, zero = 0.0f;
   const int64_t H = g.hidden, E = g.experts;
-  const DwSplit split = plan_dw_split(g.tokens, H, E, device_sm_count(), kDwPartialBytes);
   // One GEMM of K = `tokens` rows of x and d_logits from token `first` on, into `out` [E, H]
   // (beta: 0 overwrites, 1 adds the old value).
   auto gemm = [&](int64_t first, int64_t tokens, int batch, float* out, const float* beta) {
@@ -169,14 +181,14 @@ void router_logits_backward(cublasHandle_t cublas, const TensorView& x, const Te
       .x = x.as<const __nv_bfloat16>(),
       .w_router = w_router.as<const __nv_bfloat16>(),
       .d_logits16 = dl16,
-      .dx = dx.as<__nv_bfloat16>(),
+      .dx = is_absent(dx) ? nullptr : dx.as<__nv_bfloat16>(),
       .d_w_router = d_w_router.as<float>(),
       .tokens = static_cast<int>(s.tokens),
       .hidden = static_cast<int>(s.hidden),
       .experts = static_cast<int>(s.experts),
       .accumulate = accumulate_d_w_router,
   };
-  cuda::router_dx_gemm(g, stream);
+  if (g.dx) cuda::router_dx_gemm(g, stream);
   cuda::router_dw_gemm(g, stream);
 }
 

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/router/router_dw_split.h"
+
 namespace moefuse::cuda {
 
 struct RouterGemmBackward {
@@ -21,7 +23,7 @@ struct RouterGemmBackward {
   const __nv_bfloat16* x;           // [T, H]
   const __nv_bfloat16* w_router;    // [E, H]
   const __nv_bfloat16* d_logits16;  // [T, E]
-  __nv_bfloat16* dx;                // [T, H], accumulated into
+  __nv_bfloat16* dx;                // [T, H], accumulated into; nullptr: not wanted
   float* d_w_router;                // [E, H], overwritten (accumulate: added to)
   int tokens, hidden, experts;  // tokens ≥ 1
   bool accumulate = false;
@@ -39,5 +41,9 @@ void router_dx_gemm(const RouterGemmBackward& g, cudaStream_t stream);
 // T into plan_dw_split's parts (router_dw_split.h) and summed in part order; with accumulate the
 // old d_w_router is added to that sum (cuBLAS's beta = 1 when there is one part).
 void router_dw_gemm(const RouterGemmBackward& g, cudaStream_t stream);
+// The same in the given split (the bench's comparison of part counts); its parts' partials must
+// fit the workspace's room for them (router_dw_partial_bytes).
+void router_dw_gemm(const RouterGemmBackward& g, const DwSplit& split, cudaStream_t stream);
+size_t router_dw_partial_bytes();
 
 }  // namespace moefuse::cuda

@@ -5,8 +5,8 @@
 //   combine_bwd (dys[row] = p·dy[t], d_probs = <dy[t], ys[row]> from the cached returned rows)
 //   → ep_dispatch_bwd (dys rows to the experts' ranks, along the forward's map)
 //   → FC2 dgrad (+ dGLU → d_pre, act) → FC1 dgrad (dxs) → ep_return_bwd (dxs rows home)
-//   → permute_bwd (dx) → dx += shared dx → router_topk_bwd (+ aux, z) → router_logits_bwd
-//   (dx +=, d_w_router of this rank's tokens).
+//   → router_topk_bwd (+ aux, z) → router_logits_bwd (d_w_router of this rank's tokens)
+//   → permute_bwd (dx = Σ dxs + shared dx + d_logits·Wr, one pass: permute_backward_router).
 // With chunks > 1 the transfers run in parts on the transfer stream, pipelined with the dgrads
 // of each part as the forward (ep_layer.cpp, ep_pipeline.h).
 // Second stream: the shared expert's backward from the start; once every d_pre exists, the
@@ -140,16 +140,17 @@ void EpMoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLa
                      run.health, stream);
   });
   routed_experts_backward(w, g, v, obs, stream);
-  layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
-    if (shared) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
-    permute_backward_add(ep.returned(), v.row_of, shared ? v.shared_dx : TensorView{}, g.dx,
-                         run.health, stream);
-  });
   layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
     router_topk_backward(config_.router, k, v.logits, v.expert_idx, v.counts, v.d_probs,
                          g.loss_grads, v.d_logits, stream);
-    router_logits_backward(h.cublas, x, w.w_router, v.d_logits, g.dx, g.d_w_router,
+    // dWr only: the router's dx is added by the permute's backward, as in MoeLayer.
+    router_logits_backward(h.cublas, x, w.w_router, v.d_logits, TensorView{}, g.d_w_router,
                            v.router_gemm, stream, g.accumulate);
+  });
+  layer::run_stage(LayerStage::kPermuteBackward, stream, obs, [&] {
+    if (shared) MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.shared_done, 0));
+    permute_backward_router(ep.returned(), v.row_of, shared ? v.shared_dx : TensorView{},
+                            v.d_logits, w.w_router, g.dx, run.health, stream);
   });
   MOEFUSE_CUDA_CHECK(cudaStreamWaitEvent(stream, h.join, 0));
 }
