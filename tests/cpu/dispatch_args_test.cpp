@@ -6,6 +6,7 @@
 
 #include "common/test_util.h"
 #include "cuda/quant/fp8_records.h"
+#include "cuda/router/router_gemm.h"
 #include "formats/fp8_row_record.h"
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
@@ -137,6 +138,19 @@ TEST(RouterLogitsArgs, RejectsBadGemmArguments) {
                  "d_logits");
   expect_invalid([&] { router_logits_backward(fake_handle, x, w, logits, dx, dw, ws, nullptr); },
                  "workspace");
+  // An empty dx (dWr only: the layer adds the router's dx in permute_backward_router) leaves
+  // every other check in place.
+  expect_invalid([&] { router_logits_backward(fake_handle, x, w, logits, TensorView{}, dev(DType::kFloat32, {E, 1}), bws, nullptr); },
+                 "d_w_router");
+  expect_invalid([&] { router_logits_backward(fake_handle, x, w, logits, TensorView{}, dw, ws, nullptr); },
+                 "workspace");
+  // The bench's explicit dWr split: its partials must fit the workspace's room for them.
+  const cuda::RouterGemmBackward gemms{.cublas = fake_handle, .gemm_workspace = kFake,
+                                       .tokens = 1 << 20, .hidden = 2048, .experts = 128};
+  const int64_t fit = static_cast<int64_t>(cuda::router_dw_partial_bytes() / (4 * 2048 * 128));
+  const cuda::DwSplit split = cuda::dw_split_into(1 << 20, fit + 1);
+  ASSERT_EQ(split.parts, fit + 1);
+  expect_invalid([&] { cuda::router_dw_gemm(gemms, split, nullptr); }, "split.parts");
   expect_invalid([] { router_topk_workspace_size(-1, E); }, "tokens");
   expect_invalid([] { router_logits_backward_workspace_size(T, 0); }, "num_experts");
 }
