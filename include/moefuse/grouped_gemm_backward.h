@@ -8,6 +8,7 @@
 //   g       = dys·W2[e]                    FC2 dgrad         (grouped_gemm_fc2_dgrad, fused)
 //   d_act   = p · g;   d_pre = activation'(pre) ⊙ d_act       ... the dGLU epilogue
 //   dp[r]   = ⟨g[r], act[r]⟩ + ⟨dys[r], b2[e]⟩ = ⟨dys[r], ys[r] / p[r]⟩   (routing-prob gradient)
+//   d_b2[e] = Σ_r p[r]·dys[r]                                             (FC2 bias gradient)
 //   dxs     = d_pre·W1[e]                  FC1 dgrad         (grouped_gemm_dgrad)
 //   dW1[e]  = Σ_r d_pre[r]ᵀ·xs[r]          FC1 wgrad         (grouped_gemm_wgrad)
 //   dW2[e]  = Σ_r dys[r]ᵀ·(p[r]·act[r])    FC2 wgrad         (grouped_gemm_wgrad on scaled_act)
@@ -66,6 +67,9 @@ struct Fc2DgradArgs {
   TensorView scaled_act;   // [M_cap, F] bf16 out: p·act, the FC2 wgrad's b operand (recomputed)
   TensorView d_row_scale;  // [M_cap] fp32 out: dp (needs scratch.dp_partial in the fused call)
   TensorView b2;           // [E, H] fp32: FC2 bias, adds ⟨dys[r], b2[e]⟩ to dp (d_row_scale only)
+  TensorView d_b2;         // [E, H] fp32 out: Σ_r p[r]·dys[r] over each expert's rows (p = 1
+                           // without row_scale), summed in a fixed order; experts without rows 0
+  bool accumulate_d_b2 = false;  // d_b2 += that sum instead (experts without rows unchanged)
   // The fused kernel's persistent CTAs (0: one per SM). It runs in 2-CTA clusters: an odd count
   // is rounded down, and 1 runs one cluster of two.
   int max_ctas = 0;
@@ -76,17 +80,24 @@ struct Fc2DgradScratch {
   // Fused: [M_cap, fc2_dgrad_dp_blocks(F)] fp32, required iff d_row_scale is set: per-(row,
   // n-block) partial sums of dp, reduced in a fixed order by a small second kernel.
   TensorView dp_partial;
+  // Fused, with b2, optional: [fc2_dgrad_bias_pieces(H), M_cap] fp32. Given, dp's b2 term comes
+  // out of the pass over dys that d_b2 makes (or a pass of its own without d_b2), as partial dots
+  // of 256 columns that the dp reduction adds; absent, the dp reduction reads dys once more.
+  // (gpt-oss-120b: the two passes took 117 + 100 µs: session 35.)
+  TensorView bias_partial;
   // Unfused twin only: [M_cap, F] bf16, the plain GEMM's g.
   TensorView g;
 };
 int64_t fc2_dgrad_dp_blocks(int64_t ffn);
+int64_t fc2_dgrad_bias_pieces(int64_t hidden);
 
 // The fused kernel (dGLU and dp in the GEMM's epilogue warps, overlapped with the next tile's
 // mainloop; g reaches them rounded to bf16, as in the unfused twin) + the dp reduction.
 void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
                             cudaStream_t stream);
 // The unfused twin: plain dgrad into scratch.g (bf16) → one elementwise kernel (activation
-// backward, scaled_act, dp with its bias term). Same math; g rounded to bf16 in between.
+// backward, scaled_act, dp with its bias term) → d_b2's column sums. Same math; g rounded to
+// bf16 in between. scratch.bias_partial must be empty.
 void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
                                     cudaStream_t stream);
 void validate_fc2_dgrad(const Fc2DgradArgs& args);

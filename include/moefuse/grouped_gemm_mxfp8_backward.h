@@ -66,8 +66,8 @@ void grouped_gemm_dgrad_mxfp8(const Mxfp8Operand& a, const Mxfp8Operand& b,
                               const GroupedGemmDgradArgs& args, const Workspace& workspace,
                               cudaStream_t stream);
 
-// The fused FC2 dgrad (dGLU, scaled_act, dp) on deq(dys) and deq(w2): dys rows, w2 weights;
-// args.dys and args.w2 empty. dp's bias term reads deq(dys).
+// The fused FC2 dgrad (dGLU, scaled_act, dp, d_b2) on deq(dys) and deq(w2): dys rows, w2
+// weights; args.dys and args.w2 empty. dp's bias term and d_b2 read deq(dys).
 void grouped_gemm_fc2_dgrad_mxfp8(const Mxfp8Operand& dys, const Mxfp8Operand& w2,
                                   const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
                                   const Workspace& workspace, cudaStream_t stream);

@@ -139,6 +139,16 @@ TEST(GemmBackwardValidation, Fc2DgradRejectsBadArguments) {
   expect_rejects(v, with([](auto& a) { a.d_row_scale = dev(DType::kBFloat16, {kM}); }), "d_row_scale");
   expect_rejects(v, with([](auto& a) { a.b2 = dev(DType::kFloat32, {kE, kF}); }), "b2");
   expect_rejects(v, with([](auto& a) { a.d_row_scale = {}; }), "b2");
+  // dp_reduce reads b2 in 16-byte vectors.
+  expect_rejects(v, with([](auto& a) { a.b2 = at(a.b2, 4, DType::kFloat32, {kE, kH}); }), "b2");
+  expect_rejects(v, with([](auto& a) { a.d_b2 = dev(DType::kFloat32, {kE, kF}); }), "d_b2");
+  expect_rejects(v, with([](auto& a) { a.d_b2 = dev(DType::kBFloat16, {kE, kH}); }), "d_b2");
+  expect_rejects(v, with([](auto& a) {
+                   a.d_b2 = dev(DType::kFloat32, {kE, kH});
+                   a.d_b2 = at(a.d_b2, 4, DType::kFloat32, {kE, kH});
+                 }), "d_b2");
+  expect_rejects(v, with([](auto& a) { a.d_b2 = a.b2; }), "d_b2");
+  expect_rejects(v, with([](auto& a) { a.accumulate_d_b2 = true; }), "accumulate_d_b2");
   expect_rejects(v, with([](auto& a) { a.offsets = dev(DType::kInt64, {kE + 1}); }), "offsets");
   // Outputs overlapping an input or each other (d_pre in place of pre is not supported: the
   // epilogue of one tile reads pre while another's writes d_pre).
@@ -216,12 +226,52 @@ TEST(GemmBackwardValidation, ScratchMustNotOverlapTheArguments) {
     const TensorView g = at(f.dys, 0, DType::kBFloat16, {kM, kF});
     grouped_gemm_fc2_dgrad_unfused(f, {.dp_partial = {}, .g = g}, nullptr);
   }, "scratch.g");
+  // scratch.bias_partial: [pieces, M] fp32, with b2 only, apart from everything else, and none for
+  // the unfused twin.
+  const TensorView partial = dev(DType::kFloat32, {kM, fc2_dgrad_dp_blocks(kF)});
+  const int64_t pieces = fc2_dgrad_bias_pieces(kH);
+  for (const TensorView& bad : {dev(DType::kFloat32, {pieces, kM + 1}),
+                                dev(DType::kBFloat16, {pieces, kM}),
+                                at(f.d_pre, 0, DType::kFloat32, {pieces, kM})}) {
+    test::expect_invalid([&] {
+      grouped_gemm_fc2_dgrad(f, {.dp_partial = partial, .bias_partial = bad, .g = {}}, nullptr);
+    }, "scratch.bias_partial");
+  }
+  test::expect_invalid([&] {  // the first of the two scratch views is named
+    grouped_gemm_fc2_dgrad(
+        f, {.dp_partial = partial, .bias_partial = at(partial, 0, DType::kFloat32, {pieces, kM}),
+            .g = {}},
+        nullptr);
+  }, "scratch.dp_partial");
+  test::expect_invalid([&] {
+    Fc2DgradArgs no_bias = f;
+    no_bias.b2 = {};
+    grouped_gemm_fc2_dgrad(no_bias,
+                           {.dp_partial = partial,
+                            .bias_partial = dev(DType::kFloat32, {pieces, kM}),
+                            .g = {}},
+                           nullptr);
+  }, "scratch.bias_partial");
+  test::expect_invalid([&] {
+    grouped_gemm_fc2_dgrad_unfused(f,
+                                   {.dp_partial = {},
+                                    .bias_partial = dev(DType::kFloat32, {pieces, kM}),
+                                    .g = dev(DType::kBFloat16, {kM, kF})},
+                                   nullptr);
+  }, "scratch.bias_partial");
   GroupedGemmWgradArgs w = valid_wgrad();
   w.b = dev(DType::kBFloat16, {37, kH});
   w.gather_index = dev(DType::kInt32, {kM});
   test::expect_invalid([&] {
     grouped_gemm_wgrad_unfused(w, {.gathered_b = at(w.b, 0, DType::kBFloat16, {kM, kH})}, nullptr);
   }, "scratch.gathered_b");
+}
+
+TEST(GemmBackwardValidation, BiasPiecesCoverTheHidden) {
+  EXPECT_EQ(fc2_dgrad_bias_pieces(8), 1);
+  EXPECT_EQ(fc2_dgrad_bias_pieces(256), 1);
+  EXPECT_EQ(fc2_dgrad_bias_pieces(264), 2);
+  EXPECT_EQ(fc2_dgrad_bias_pieces(2880), 12);
 }
 
 TEST(GemmBackwardValidation, DpBlocksCoverTheFfn) {

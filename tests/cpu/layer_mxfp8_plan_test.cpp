@@ -40,8 +40,9 @@ TEST(LayerMxfp8Plan, WeightRegionHoldsFourBf16Copies) {
   }
 }
 
-// Every buffer of the bf16 plan is there, at its size; the additions are x_qdq [T, H] (forward),
-// dys_qdq [R, H] and d_pre_qdq [R, fc1] (backward), and with recompute_pre xs_qdq [R, H].
+// Every buffer of the bf16 plan is there, at its size, but the bf16 FC2 dgrad's b2 dots (its d_b2
+// pass reads bf16 dys; MXFP8 sums d_b2 apart); the additions are x_qdq [T, H] (forward), dys_qdq
+// [R, H] and d_pre_qdq [R, fc1] (backward), and with recompute_pre xs_qdq [R, H].
 TEST(LayerMxfp8Plan, ScratchIsTheBf16PlansPlusTheQdqOperands) {
   for (auto name : preset_names()) {
     for (bool recompute : {false, true}) {
@@ -53,7 +54,11 @@ TEST(LayerMxfp8Plan, ScratchIsTheBf16PlansPlusTheQdqOperands) {
       const LayerMemoryPlan bf = layer_memory_plan(preset(name), o, T);
       const LayerMemoryPlan mx = layer_memory_plan(c, o, T);
       EXPECT_EQ(mx.cache_bytes, bf.cache_bytes);
+      const bool bias_dots = find_buffer(bf, "bias_partial") != nullptr;
+      EXPECT_EQ(bias_dots, c.expert_bias);
+      EXPECT_EQ(find_buffer(mx, "bias_partial"), nullptr);
       for (const auto& b : bf.buffers) {  // names repeat across regions (shared_act)
+        if (b.name.starts_with("bias_partial")) continue;
         const auto same = [&](const LayerBuffer& m) {
           return m.name == b.name && m.region == b.region && m.bytes == b.bytes;
         };
@@ -76,7 +81,7 @@ TEST(LayerMxfp8Plan, ScratchIsTheBf16PlansPlusTheQdqOperands) {
       const LayerBuffer* xs_qdq = find_buffer(mx, "xs_qdq");
       EXPECT_EQ(xs_qdq != nullptr, recompute) << "the recompute's quantised x rows";
       if (xs_qdq) EXPECT_EQ(xs_qdq->bytes, R * H * 2);
-      EXPECT_EQ(mx.buffers.size(), bf.buffers.size() + 3 + (recompute ? 1 : 0) + 4)
+      EXPECT_EQ(mx.buffers.size(), bf.buffers.size() - bias_dots + 3 + (recompute ? 1 : 0) + 4)
           << "no buffer beyond the three (four) above and the weight region's four";
     }
   }

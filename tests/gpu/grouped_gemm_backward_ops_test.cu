@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -218,10 +219,13 @@ struct Fc2Case {
   int64_t h = 128, f = 256;
   Activation act = Activation::kSwiGLU;
   bool row_scale = true, bias = true, unfused = false;
+  // d_b2 too (accumulate: onto random values); fused with bias: dp's b2 term by the d_b2 pass's
+  // dot partials (scratch.bias_partial), or read by the dp reduction.
+  bool d_b2 = true, accumulate = false, bias_dots = true;
   int max_ctas = 0;
 };
 
-// Runs the fused kernel (or the unfused twin) and compares d_pre, scaled_act and dp.
+// Runs the fused kernel (or the unfused twin) and compares d_pre, scaled_act, dp and d_b2.
 class Fc2Runner {
  public:
   explicit Fc2Runner(const Fc2Case& c) : c_(c) {
@@ -239,6 +243,8 @@ class Fc2Runner {
     act_d_ = buffer(m_cap_ * c.f, DType::kBFloat16);
     dp_d_ = buffer(m_cap_, DType::kFloat32);
     partial_d_ = buffer(m_cap_ * fc2_dgrad_dp_blocks(c.f), DType::kFloat32);
+    bias_partial_d_ = buffer(fc2_dgrad_bias_pieces(c.h) * m_cap_, DType::kFloat32);
+    d_b2_d_ = buffer(E_ * c.h, DType::kFloat32);
     g_d_ = buffer(m_cap_ * c.f, DType::kBFloat16);
     w2_ = random_bf16(E_ * c.h * c.f, 1.0f / std::sqrt(float(c.h)));
     b2_ = test::random_normal(E_ * c.h, 0.5f);
@@ -254,8 +260,15 @@ class Fc2Runner {
     scale_ = test::random_uniform(m_cap_, 0.1f, 1.0f);
     dys_d_->upload(dys_), pre_d_->upload(pre_), scale_d_->upload(scale_), off_d_->upload(off_);
     // The dp partials too: a partial the kernel did not write must not reach dp.
-    for (Buffer* b : {d_pre_d_.get(), act_d_.get(), dp_d_.get(), partial_d_.get()}) b->poison();
+    for (Buffer* b : {d_pre_d_.get(), act_d_.get(), dp_d_.get(), partial_d_.get(),
+                      bias_partial_d_.get(), d_b2_d_.get()})
+      b->poison();
+    if (c_.accumulate) {
+      d_b2_old_ = test::random_normal(E_ * c_.h);
+      d_b2_d_->upload(d_b2_old_);
+    }
   }
+  bool bias_dots() const { return c_.bias && c_.bias_dots && !c_.unfused; }
   void launch(cudaStream_t stream) const {
     Fc2DgradArgs args{.dys = dys_d_->view({m_cap_, c_.h}),
                       .w2 = w2_d_->view({E_, c_.h, c_.f}),
@@ -267,9 +280,14 @@ class Fc2Runner {
                       .d_row_scale = dp_d_->view({m_cap_})};
     if (c_.row_scale) args.row_scale = scale_d_->view({m_cap_});
     if (c_.bias) args.b2 = b2_d_->view({E_, c_.h});
+    if (c_.d_b2) args.d_b2 = d_b2_d_->view({E_, c_.h});
+    args.accumulate_d_b2 = c_.accumulate;
     args.max_ctas = c_.max_ctas;
     const Fc2DgradScratch scratch{
         .dp_partial = partial_d_->view({m_cap_, fc2_dgrad_dp_blocks(c_.f)}),
+        .bias_partial = bias_dots()
+                            ? bias_partial_d_->view({fc2_dgrad_bias_pieces(c_.h), m_cap_})
+                            : TensorView{},
         .g = g_d_->view({m_cap_, c_.f})};
     if (c_.unfused) grouped_gemm_fc2_dgrad_unfused(args, scratch, stream);
     else grouped_gemm_fc2_dgrad(args, scratch, stream);
@@ -323,6 +341,29 @@ class Fc2Runner {
     EXPECT_LE(test::rel_norm_error(got_pre, want_pre), 5e-3) << "d_pre";
     EXPECT_LE(test::rel_norm_error(got_act, want_act), 5e-3) << "scaled_act";
     EXPECT_LE(test::rel_norm_error(got_dp, want_dp), 5e-3) << "dp";
+    if (c_.d_b2) check_d_b2();
+  }
+
+  // d_b2[e] = (old +) Σ_r p[r]·dys[r] over every row of e; an expert without rows keeps the old
+  // value bit for bit (0 without accumulate).
+  void check_d_b2() const {
+    const std::vector<float> got = d_b2_d_->download();
+    std::vector<double> want(E_ * c_.h, 0.0);
+    for (int e = 0; e < E_; ++e)
+      for (int r = off_[e]; r < off_[e + 1]; ++r) {
+        const double p = c_.row_scale ? scale_[r] : 1.0;
+        for (int64_t q = 0; q < c_.h; ++q) want[e * c_.h + q] += p * dys_[r * c_.h + q];
+      }
+    for (int e = 0; e < E_; ++e) {
+      for (int64_t q = 0; q < c_.h; ++q) {
+        const float old = c_.accumulate ? d_b2_old_[e * c_.h + q] : 0.0f;
+        if (off_[e] == off_[e + 1])
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[e * c_.h + q]), std::bit_cast<uint32_t>(old))
+              << "d_b2 of expert " << e << " (no rows), column " << q;
+        want[e * c_.h + q] += old;
+      }
+    }
+    EXPECT_LE(test::rel_norm_error(got, want), 1e-5) << "d_b2";
   }
 
  private:
@@ -331,8 +372,9 @@ class Fc2Runner {
   bool glu_ = false;
   int64_t fc1_ = 0, m_cap_ = 0;
   std::vector<int> off_;
-  std::vector<float> dys_, w2_, pre_, scale_, b2_;
-  BufferPtr dys_d_, w2_d_, pre_d_, scale_d_, b2_d_, off_d_, d_pre_d_, act_d_, dp_d_, partial_d_, g_d_;
+  std::vector<float> dys_, w2_, pre_, scale_, b2_, d_b2_old_;
+  BufferPtr dys_d_, w2_d_, pre_d_, scale_d_, b2_d_, off_d_, d_pre_d_, act_d_, dp_d_, partial_d_,
+      bias_partial_d_, d_b2_d_, g_d_;
 };
 
 void run_fc2(const Fc2Case& c, const std::string& name) {
@@ -355,6 +397,17 @@ TEST(GroupedGemmBackward, Fc2DgradEveryActivationFusedAndUnfused) {
     }
   run_fc2({.counts = {40, 0, 90}, .spare_rows = 3, .row_scale = false, .bias = false},
           "no row scale, no bias");
+  // dp's b2 term read by the dp reduction (no bias_partial), d_b2 accumulated, no d_b2; H = 520:
+  // three 256-column pieces of the b2 dots, the last a partial one.
+  const std::vector<int> counts = {0, 5, 127, 129, 300, 0, 64};
+  run_fc2({.counts = counts, .row_base = 2, .spare_rows = 30, .h = 520, .f = 328,
+           .bias_dots = false},
+          "b2 dots in the dp reduction");
+  for (bool unfused : {false, true})
+    run_fc2({.counts = counts, .row_base = 2, .spare_rows = 30, .h = 520, .f = 328,
+             .unfused = unfused, .accumulate = true},
+            unfused ? "d_b2 accumulated, unfused" : "d_b2 accumulated");
+  run_fc2({.counts = counts, .h = 520, .f = 328, .d_b2 = false}, "b2 dots without d_b2");
 }
 
 // H past config.h's kDgluNarrowMaxK: the fused dGLU runs in the wide shape (256-column tiles,

@@ -33,7 +33,7 @@ namespace {
 // random data (outputs are written by every timed call before anything reads them).
 struct BackwardBuffers {
   DeviceBuffer x, xs, w1, w2, b2, pre, dys, scale;              // inputs
-  DeviceBuffer d_pre, scaled_act, dp, dp_partial, g, gathered;  // activations' grads, scratch
+  DeviceBuffer d_pre, scaled_act, dp, d_b2, dp_partial, bias_partial, g, gathered;  // out, scratch
   DeviceBuffer dxs, dw1, dw2, offsets, token_of_row;
 
   BackwardBuffers(const MoeConfig& c, int64_t tokens, const SyntheticRouting& r, uint64_t seed) {
@@ -51,7 +51,9 @@ struct BackwardBuffers {
     d_pre = DeviceBuffer(m * fc1 * bf);
     scaled_act = DeviceBuffer(m * f * bf);
     dp = DeviceBuffer(m * f32);
+    d_b2 = DeviceBuffer(e * h * f32);
     dp_partial = DeviceBuffer(m * fc2_dgrad_dp_blocks(f) * f32);
+    bias_partial = DeviceBuffer(fc2_dgrad_bias_pieces(h) * m * f32);
     g = DeviceBuffer(m * f * bf);
     gathered = DeviceBuffer(m * h * bf);
     dxs = DeviceBuffer(m * h * bf);
@@ -104,10 +106,18 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
       .row_scale = buf.scale.view(DType::kFloat32, {m}),
       .scaled_act = buf.scaled_act.view(DType::kBFloat16, {m, f}),
       .d_row_scale = buf.dp.view(DType::kFloat32, {m}),
-      .b2 = c.expert_bias ? buf.b2.view(DType::kFloat32, {e, h}) : TensorView{}};
+      .b2 = c.expert_bias ? buf.b2.view(DType::kFloat32, {e, h}) : TensorView{},
+      .d_b2 = c.expert_bias ? buf.d_b2.view(DType::kFloat32, {e, h}) : TensorView{}};
+  // As the layer runs them: the fused call's b2 dots from its d_b2 pass over dys.
   const Fc2DgradScratch fc2_scratch{
       .dp_partial = buf.dp_partial.view(DType::kFloat32, {m, fc2_dgrad_dp_blocks(f)}),
-      .g = buf.g.view(DType::kBFloat16, {m, f})};
+      .bias_partial =
+          c.expert_bias
+              ? buf.bias_partial.view(DType::kFloat32, {fc2_dgrad_bias_pieces(h), m})
+              : TensorView{},
+      .g = {}};
+  const Fc2DgradScratch fc2_unfused_scratch{
+      .dp_partial = {}, .bias_partial = {}, .g = buf.g.view(DType::kBFloat16, {m, f})};
   const GroupedGemmDgradArgs fc1_dgrad{.a = buf.d_pre.view(DType::kBFloat16, {m, fc1}),
                                        .b = buf.w1.view(DType::kBFloat16, {e, fc1, h}),
                                        .offsets = offsets,
@@ -176,7 +186,7 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
     grouped_gemm_fc2_dgrad(fc2, fc2_scratch, s);
   });
   const double fc2_unfused_ms = time("fc2 dgrad unfused", [&](cudaStream_t s) {
-    grouped_gemm_fc2_dgrad_unfused(fc2, fc2_scratch, s);
+    grouped_gemm_fc2_dgrad_unfused(fc2, fc2_unfused_scratch, s);
   });
 
   progress("gemm-backward " + name + ": torch");
@@ -190,7 +200,8 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
                  double dense_ms, std::optional<double> torch_ref, std::optional<double> unfused) {
     add_gemm_row(report, name, op, variant, ms, flops, dense_ms, torch_ref, unfused);
   };
-  const std::string act = std::string(activation_name(c.activation));
+  const std::string epilogue = " +d" + std::string(activation_name(c.activation)) +
+                               (c.expert_bias ? " +dp +d_b2" : " +dp");
   auto with_torch = [&](const std::string& op, const std::string& key, double flops,
                         double dense_ms) {
     if (auto tm = torch.at(key))
@@ -201,9 +212,9 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
   row("fc2 dgrad", "cublas dense (bound)", fc2_dgrad_dense, fc2_flops, fc2_dgrad_dense,
       std::nullopt, std::nullopt);
   const auto torch_fc2_dgrad = with_torch("fc2 dgrad", "fc2.dgrad", fc2_flops, fc2_dgrad_dense);
-  row("fc2 dgrad", "moefuse unfused +d" + act + " +dp", fc2_unfused_ms, fc2_flops,
-      fc2_dgrad_dense, torch_fc2_dgrad, std::nullopt);
-  row("fc2 dgrad", "moefuse fused +d" + act + " +dp", fc2_fused_ms, fc2_flops, fc2_dgrad_dense,
+  row("fc2 dgrad", "moefuse unfused" + epilogue, fc2_unfused_ms, fc2_flops, fc2_dgrad_dense,
+      torch_fc2_dgrad, std::nullopt);
+  row("fc2 dgrad", "moefuse fused" + epilogue, fc2_fused_ms, fc2_flops, fc2_dgrad_dense,
       torch_fc2_dgrad, fc2_unfused_ms);
 
   row("fc1 dgrad", "cublas dense (bound)", fc1_dgrad_dense, fc1_flops, fc1_dgrad_dense,

@@ -6,9 +6,12 @@
 // gpt-oss, 189 on the deepseek slice: run 34). Here its product never leaves the SM, and the pass
 // moves the bytes of permute_backward_add alone.
 //
-// Work items: tiles of kTileTokens tokens × kTileCols columns, item i of block b being
-// b + i·gridDim.x, the column chunk fastest (blocks working on one token tile share its d_logits
-// rows in L2; w_router, E·H·2 bytes, stays in L2 throughout). Warp roles in a block:
+// Work items: tiles of kTileTokens tokens × kTileCols columns, the column chunk fastest (w_router,
+// E·H·2 bytes, stays in L2 throughout). Where a row is a whole number of 256-byte units, block b
+// takes the contiguous range of items [b·n/G, (b+1)·n/G) (n items, G blocks): its items run
+// through the chunks of one token tile before the next, so the tile's rows (row_of) are staged
+// once for all its chunks. Otherwise it takes items b + i·G (contiguous_items says why). Warp
+// roles in a block:
 //   - 4 product warps: P = d_logits · w_router for each item on the tensor cores (mma.sync
 //     m16n8k16, bf16 in, fp32 accumulate), K = E in pieces of kPieceK: each piece of d_logits
 //     (fp32, rounded to bf16 as the A fragments are built, as router_logits_backward rounds it)
@@ -71,12 +74,12 @@ constexpr int kEmptyBarrier = 4;  // + buffer
 constexpr int kGatherBarrier = 6;
 constexpr int kGatherThreads = kGatherWarps * 32;
 
-// Two stages of the product's operands (a piece of one item each), two P buffers, two items' rows.
+// Two stages of the product's operands (a piece of one item each), two P buffers, two tiles' rows.
 struct SharedTiles {
   float a[2][kTileTokens * kAPitch];
   __nv_bfloat16 b[2][kPieceK * kBPitch];
   float p[2][kTileTokens * kPPitch];
-  int rows[2][kTileTokens * kDispatchMaxTopK];  // the gather warps' usable rows, an item each
+  int rows[2][kTileTokens * kDispatchMaxTopK];  // the gather warps' usable rows, a tile each
 };
 
 struct Params {
@@ -91,6 +94,16 @@ struct Params {
   int chunks;  // column chunks a token tile
   int32_t* health;
 };
+
+// Contiguous item ranges measured 0.97 / 0.93 / 0.95 the time of items b + i·G on qwen3, mixtral
+// and the deepseek slice (rows of 4096, 8192, 14336 bytes), but 1.05 on gpt-oss (5760 bytes):
+// session 35, calls 1-2. Our reading: every other such row starts half-way into a 256-byte unit,
+// so a chunk's stores half-fill units whose other halves the same block stores an item later,
+// where strided another block stores them at the same time (the permute showed the same
+// sensitivity to 256-byte rows, run 13). The order is a template parameter, so that the strided
+// kernel is the one before session 35 (SASS the same but for the operand order of six
+// instructions): chosen at run time, the order's bookkeeping cost gpt-oss 1.8-2.9% (calls 3, 5).
+inline bool contiguous_items(int64_t hidden) { return hidden * 2 % 256 == 0; }
 
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -124,18 +137,31 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The block's items: first + j·stride, j < count.
+struct BlockItems {
+  int64_t first, stride, count;
+  __device__ int64_t item(int64_t j) const { return first + j * stride; }
+};
+
+template <bool kContiguous>
+__device__ __forceinline__ BlockItems block_items(const Params& p) {
+  const int64_t b = blockIdx.x, n = p.items, g = gridDim.x;  // g <= n
+  if constexpr (kContiguous) return {b * n / g, 1, (b + 1) * n / g - b * n / g};
+  return {b, g, (n - 1 - b) / g + 1};
+}
+
 // The product warps' walk over their block's items, K piece by K piece: step s is piece
 // s % pieces of the block's item s / pieces, its operands staged by cp.async into stage s % 2
 // while step s - 1 computes (d_logits as fp32, rounded to bf16 as the fragments are built; zeros
 // past T, E and H).
 struct ProductWalk {
-  int64_t first, stride;  // the block's items: first + j·stride < Params::items
+  BlockItems items;
   int pieces;
 };
 
 __device__ __forceinline__ void stage_step(SharedTiles& s, const Params& p, const ProductWalk& w,
                                            int64_t step, int tid) {
-  const int64_t item = w.first + step / w.pieces * w.stride;
+  const int64_t item = w.items.item(step / w.pieces);
   const int t0 = static_cast<int>(item / p.chunks) * kTileTokens;
   const int n0 = static_cast<int>(item % p.chunks) * kTileCols;
   const int k0 = static_cast<int>(step % w.pieces) * kPieceK, stage = step % 2;
@@ -175,12 +201,13 @@ __device__ __forceinline__ uint32_t bf16x2(float2 v) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+template <bool kContiguous>
 __device__ __forceinline__ void router_products(SharedTiles& s, const Params& p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = warp % 2 * 16, nt0 = warp / 2 * 8, g = lane / 4, q = lane % 4;
-  const ProductWalk w{.first = blockIdx.x, .stride = gridDim.x,
+  const ProductWalk w{.items = block_items<kContiguous>(p),
                       .pieces = (p.experts + kPieceK - 1) / kPieceK};
-  const int64_t my_items = (p.items - 1 - w.first) / w.stride + 1;  // first < items
+  const int64_t my_items = w.items.count;  // >= 1: blocks <= items
   const int64_t steps = my_items * w.pieces;
   float acc[8][4];
   stage_step(s, p, w, 0, tid);
@@ -278,13 +305,15 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[2][8],
   }
 }
 
-// The gather warps' item: dx of `item`, adding P from buffer `buffer` last. Its rows go through
-// shared memory first (s.rows[buffer]: a gather thread may still read item i's while another
-// stages item i + 1's), so that every load of dxs is issued at once instead of each behind its
-// own row_of load. (Staging the next item's rows while this item's loads were in flight measured
-// no faster, and gpt-oss 1.15x slower: run 34, call 5.)
+// The gather warps' item: dx of `item`, adding P from buffer `buffer` last. Its token tile's
+// rows are in shared memory (s.rows[rows_buffer]), staged by the block's first item of the tile
+// (`new_tile`; a gather thread may still read the previous tile's rows while another stages
+// these, hence two buffers), so that every load of dxs is issued at once instead of each behind
+// its own row_of load, and once a tile, not once an item. (Staging the next item's rows while
+// this item's loads were in flight measured no faster, and gpt-oss 1.15x slower: run 34, call
+// 5.)
 __device__ __forceinline__ void gather_sum(SharedTiles& s, const Params& p, int64_t item,
-                                           int buffer) {
+                                           int buffer, int rows_buffer, bool new_tile) {
   const int warp = threadIdx.x / 32 - kProductWarps, lane = threadIdx.x % 32;
   const int t0 = static_cast<int>(item / p.chunks) * kTileTokens;
   const int n0 = static_cast<int>(item % p.chunks) * kTileCols;
@@ -296,12 +325,14 @@ __device__ __forceinline__ void gather_sum(SharedTiles& s, const Params& p, int6
     tl[i] = warp * 4 + lane / 16 + 2 * i;
     live[i] = t0 + tl[i] < p.tokens && c < vecs;
   }
-  stage_rows(s, p, item, buffer);
-  named_sync(kGatherBarrier, kGatherThreads);
+  if (new_tile) {
+    stage_rows(s, p, item, rows_buffer);
+    named_sync(kGatherBarrier, kGatherThreads);
+  }
   float acc[2][8] = {};
   for (int j0 = 0; j0 < k; j0 += kRowsInFlight) {
     uint4 v[2][kRowsInFlight];
-    load_rows(v, p, s.rows[buffer], tl, live, c, j0);
+    load_rows(v, p, s.rows[rows_buffer], tl, live, c, j0);
     accumulate_rows(acc, v);
   }
   if (p.add) {
@@ -329,14 +360,38 @@ __device__ __forceinline__ void gather_sum(SharedTiles& s, const Params& p, int6
     if (live[i]) p.dx[static_cast<int64_t>(t0 + tl[i]) * vecs + c] = pack_bf16x8(acc[i]);
 }
 
+template <bool kContiguous>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     permute_backward_router_kernel(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
   SharedTiles& tiles = *reinterpret_cast<SharedTiles*>(smem);
-  if (threadIdx.x < kProductThreads) return router_products(tiles, p);
-  int it = 0;
-  for (int64_t item = blockIdx.x; item < p.items; item += gridDim.x, ++it)
-    gather_sum(tiles, p, item, it % 2);
+  if (threadIdx.x < kProductThreads) return router_products<kContiguous>(tiles, p);
+  if constexpr (kContiguous) {
+    const BlockItems items = block_items<true>(p);
+    int64_t tile = -1;
+    int tiles_seen = 0;
+    for (int64_t j = 0; j < items.count; ++j) {
+      const int64_t item = items.item(j);
+      const bool new_tile = item / p.chunks != tile;
+      if (new_tile) tile = item / p.chunks, ++tiles_seen;
+      gather_sum(tiles, p, item, j % 2, tiles_seen % 2, new_tile);
+    }
+  } else {  // block_items<false>'s items, each one's rows staged in the item's buffer
+    int j = 0;
+    for (int64_t item = blockIdx.x; item < p.items; item += gridDim.x, ++j)
+      gather_sum(tiles, p, item, j % 2, j % 2, true);
+  }
+}
+
+template <bool kContiguous>
+void launch(const Params& p, cudaStream_t stream) {
+  const int64_t max_blocks = int64_t{device_sm_count()} * kBlocksPerSm;
+  const unsigned blocks = static_cast<unsigned>(std::min(p.items, max_blocks));
+  constexpr size_t smem = sizeof(SharedTiles);
+  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(permute_backward_router_kernel<kContiguous>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  permute_backward_router_kernel<kContiguous><<<blocks, kThreads, smem, stream>>>(p);
+  MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -370,13 +425,8 @@ void permute_backward_router(const TensorView& dxs, const TensorView& row_of,
       .chunks = chunks,
       .health = flag,
   };
-  const int64_t max_blocks = int64_t{cuda::device_sm_count()} * cuda::kBlocksPerSm;
-  const unsigned blocks = static_cast<unsigned>(std::min(items, max_blocks));
-  constexpr size_t smem = sizeof(cuda::SharedTiles);
-  MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(cuda::permute_backward_router_kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cuda::permute_backward_router_kernel<<<blocks, cuda::kThreads, smem, stream>>>(p);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
+  if (cuda::contiguous_items(s.hidden)) cuda::launch<true>(p, stream);
+  else cuda::launch<false>(p, stream);
 }
 
 }  // namespace moefuse

@@ -3,7 +3,7 @@
 // Main stream:
 //   [recompute FC1 pre-activation] → combine_bwd (dys[row] = dy[t]: the weights were applied by
 //   FC2, or by the combine — the same function of p either way) → FC2 dgrad (+ dGLU → d_pre,
-//   + p·act for dW2, + dp per row) → FC1 dgrad → d_probs = dp gathered to [T,k] →
+//   + p·act for dW2, + dp per row, + d_b2 for bf16) → FC1 dgrad → d_probs = dp gathered to [T,k] →
 //   router_topk_bwd (+ aux, z) → router_logits_bwd (dWr) → permute_bwd (dx = Σ dxs + shared dx
 //   + d_logits·Wr, one pass: permute_backward_router)
 //   → the bias gradients and the k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·xs
@@ -71,8 +71,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   const bool mx_wgrad = mx && !config_.bf16_wgrad;
   const bool fused = options_.mode == LayerMode::kFused;
   const bool shared = config_.shared_expert_ffn > 0;
-  const int64_t E = config_.num_experts, k = config_.top_k, H = config_.hidden;
-  const int64_t fc1 = config_.fc1_width();
+  const int64_t k = config_.top_k;
   LayerObserver* obs = run.observer;
   layer::LayerHandles& h = *handles_;
   auto run_gemm = [&](const GroupedGemmArgs& args, cudaStream_t s) {
@@ -117,6 +116,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   layer::run_stage(LayerStage::kFc2Dgrad, stream, obs, [&] {
     if (fp8) return layer::fc2_dgrad_fp8(config_, w, v, stream);
     if (mx) qdq_mxfp8_rows(v.dys, v.dys_qdq, stream);
+    const bool d_b2 = layer::fc2_dgrad_sums_d_b2(config_);
     layer::run_fc2_dgrad({.dys = mx ? v.dys_qdq : v.dys,
                           .w2 = mx ? v.w2_qdq_dgrad : w.w2,
                           .offsets = v.offsets,
@@ -127,8 +127,10 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                           .row_scale = v.row_prob,
                           .scaled_act = v.act_bwd,
                           .d_row_scale = v.d_row_prob,
-                          .b2 = w.b2},
-                         fused, v.dp_partial, v.g, stream);
+                          .b2 = w.b2,
+                          .d_b2 = d_b2 ? g.d_b2 : TensorView{},
+                          .accumulate_d_b2 = d_b2 && g.accumulate},
+                         fused, v.dp_partial, v.bias_partial, v.g, stream);
     // FC1 dgrad's operand, before the wgrads quantise d_pre column-wise in place.
     if (mx) qdq_mxfp8_rows(v.dpre, v.dpre_qdq, stream);
   });
@@ -159,10 +161,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   // The weight gradients. The dgrads are done with dys, p·act and d_pre, so MXFP8 may quantise
   // them in place, column-wise, once the bias sums have read dys and d_pre.
   layer::run_stage(LayerStage::kFc2Wgrad, stream, obs, [&] {
-    if (config_.expert_bias)
-      layer::segment_column_sum(v.dys.as<__nv_bfloat16>(), v.row_prob.as<float>(),
-                                v.offsets.as<int32_t>(), g.d_b2.as<float>(), E, H, g.accumulate,
-                                stream);
+    if (config_.expert_bias && !layer::fc2_dgrad_sums_d_b2(config_))  // else the FC2 dgrad's
+      layer::bias_gradient(v.dys, v.row_prob, v.offsets, g.d_b2, g.accumulate, stream);
     if (fp8_wgrad) return layer::fc2_wgrad_fp8(dy, g, v, stream);
     if (mx_wgrad) {
       qdq_mxfp8_cols(v.dys, v.offsets, v.dys, stream);
@@ -177,8 +177,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   });
   layer::run_stage(LayerStage::kFc1Wgrad, stream, obs, [&] {
     if (config_.expert_bias)
-      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, v.offsets.as<int32_t>(),
-                                g.d_b1.as<float>(), E, fc1, g.accumulate, stream);
+      layer::bias_gradient(v.dpre, TensorView{}, v.offsets, g.d_b1, g.accumulate, stream);
     if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, stream);
     // x's rows in expert order (unquantised for MXFP8's column-wise copy): permuted by the bf16
     // and MXFP8 recompute, else here. The permute reads each x row once and writes its k rows

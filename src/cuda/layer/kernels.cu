@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/check.h"
+#include "cuda/gemm/backward/segment_sums.h"
 
 namespace moefuse::layer {
 namespace {
@@ -48,42 +49,6 @@ __global__ void write_shared_offsets_kernel(int32_t* offsets, int32_t tokens) {
   if (threadIdx.x == 0) {
     offsets[0] = 0;
     offsets[1] = tokens;
-  }
-}
-
-// Block (32, 8) over 64 columns of one expert: lane x owns columns 2x, 2x+1 of the chunk, warp y
-// rows y, y+8, ...; the 8 partial sums are added in warp order through shared memory.
-constexpr int kSumRowsPerBlock = 8;
-__global__ void segment_column_sum_kernel(const __nv_bfloat16* __restrict__ a,
-                                          const float* __restrict__ row_weight,
-                                          const int32_t* __restrict__ offsets,
-                                          float* __restrict__ out, int64_t cols,
-                                          bool accumulate) {
-  __shared__ float2 partial[kSumRowsPerBlock][32];
-  const int64_t e = blockIdx.y;
-  const int64_t col = blockIdx.x * 64 + 2 * threadIdx.x;
-  const int64_t begin = offsets[e], end = offsets[e + 1];
-  float2 acc = make_float2(0.0f, 0.0f);
-  if (col < cols) {
-    for (int64_t r = begin + threadIdx.y; r < end; r += kSumRowsPerBlock) {
-      const float2 v = __bfloat1622float2(
-          *reinterpret_cast<const __nv_bfloat162*>(a + r * cols + col));
-      const float w = row_weight ? row_weight[r] : 1.0f;
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-    }
-  }
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float2 s = partial[0][threadIdx.x];
-    for (int y = 1; y < kSumRowsPerBlock; ++y) {
-      s.x += partial[y][threadIdx.x].x;
-      s.y += partial[y][threadIdx.x].y;
-    }
-    float* o = out + e * cols + col;
-    o[0] = accumulate ? o[0] + s.x : s.x;
-    o[1] = accumulate ? o[1] + s.y : s.y;
   }
 }
 
@@ -142,14 +107,18 @@ void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream)
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
-void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
-                        float* out, int64_t num_experts, int64_t cols, bool accumulate,
-                        cudaStream_t stream) {
-  if (num_experts == 0 || cols == 0) return;
-  const dim3 grid(static_cast<unsigned>((cols + 63) / 64), static_cast<unsigned>(num_experts));
-  segment_column_sum_kernel<<<grid, dim3(32, kSumRowsPerBlock), 0, stream>>>(
-      a, row_weight, offsets, out, cols, accumulate);
-  MOEFUSE_CUDA_CHECK_LAUNCH();
+void bias_gradient(const TensorView& a, const TensorView& row_weight, const TensorView& offsets,
+                   const TensorView& d, bool accumulate, cudaStream_t stream) {
+  gemm::bwd::launch_segment_sums(
+      {.a = a.as<const __nv_bfloat16>(),
+       .offsets = offsets.as<const int>(),
+       .num_experts = static_cast<int>(d.size(0)),
+       .m_cap = static_cast<int>(a.size(0)),
+       .cols = static_cast<int>(a.size(1)),
+       .row_weight = is_absent(row_weight) ? nullptr : row_weight.as<const float>(),
+       .sums = d.as<float>(),
+       .accumulate = accumulate},
+      stream);
 }
 
 }  // namespace moefuse::layer

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "moefuse/tensor.h"
+
 namespace moefuse::layer {
 
 // row_prob[row_of[i]] = probs[i] for the T·k assignments i (rows outside [0, rows) skipped):
@@ -27,12 +29,12 @@ void copy_leading_rows(const __nv_bfloat16* src, __nv_bfloat16* dst, const int32
 // offsets = {0, tokens}: the shared expert as a one-expert grouped GEMM over all T rows.
 void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream);
 
-// out[e, n] = Σ_{r ∈ [offsets[e], offsets[e+1])} (row_weight ? row_weight[r] : 1) · a[r, n]:
-// a bias gradient, fp32 accumulation in a fixed order (bitwise repeatable); with accumulate the
-// old out[e, n] plus that sum.
-void segment_column_sum(const __nv_bfloat16* a, const float* row_weight, const int32_t* offsets,
-                        float* out, int64_t num_experts, int64_t cols, bool accumulate,
-                        cudaStream_t stream);
+// d[e, n] = Σ_{r ∈ [offsets[e], offsets[e+1])} (row_weight ? row_weight[r] : 1) · a[r, n]: a
+// bias gradient (a [R, n] bf16, d [E, n] fp32, row_weight [R] fp32 or empty), fp32 accumulation
+// in a fixed order (bitwise repeatable); with accumulate the old d[e, n] plus that sum. The
+// kernel is the FC2 dgrad's d_b2 pass (cuda/gemm/backward/segment_sums.h).
+void bias_gradient(const TensorView& a, const TensorView& row_weight, const TensorView& offsets,
+                   const TensorView& d, bool accumulate, cudaStream_t stream);
 
 // dst[g, r] = src[r, g] for r < rows, 1 for r in [rows, dst_cols): row-major 1x128 scales
 // [rows, groups] (the quantiser's) to the FP8 GEMM's K-major [groups, dst_cols] layout

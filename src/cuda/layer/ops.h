@@ -22,12 +22,16 @@ inline void run_grouped_gemm(const GroupedGemmArgs& args, bool fused, cudaStream
   else grouped_gemm_unfused(args, {}, stream);
 }
 
-// Fused: dGLU and dp in the GEMM epilogue (dp_partial needed with d_row_scale); unfused: plain
-// dgrad into g, then the elementwise kernel.
+// Fused: dGLU and dp in the GEMM epilogue (dp_partial needed with d_row_scale; bias_partial
+// optional with b2); unfused: plain dgrad into g, then the elementwise kernel.
 inline void run_fc2_dgrad(const Fc2DgradArgs& args, bool fused, const TensorView& dp_partial,
-                          const TensorView& g, cudaStream_t stream) {
-  if (fused) grouped_gemm_fc2_dgrad(args, {.dp_partial = dp_partial, .g = {}}, stream);
-  else grouped_gemm_fc2_dgrad_unfused(args, {.dp_partial = {}, .g = g}, stream);
+                          const TensorView& bias_partial, const TensorView& g,
+                          cudaStream_t stream) {
+  if (fused)
+    grouped_gemm_fc2_dgrad(args, {.dp_partial = dp_partial, .bias_partial = bias_partial, .g = {}},
+                           stream);
+  else
+    grouped_gemm_fc2_dgrad_unfused(args, {.dp_partial = {}, .bias_partial = {}, .g = g}, stream);
 }
 
 }  // namespace moefuse::layer

@@ -90,6 +90,9 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
                                                      : fc2_dgrad_dp_blocks(c.ffn));
   p.dp_scratch = unfused ? bwd.add("g [R,F] bf16 (unfused FC2 dgrad)", R * F * bf)
                          : bwd.add("dp_partial [R,blocks] fp32", R * dp_blocks * f32);
+  if (fuses_bias_terms(c, o))
+    p.bias_partial = bwd.add("bias_partial [pieces,R] fp32",
+                             static_cast<size_t>(fc2_dgrad_bias_pieces(H)) * R * f32);
   p.d_probs = bwd.add("d_probs [T,k] fp32", R * f32);
   p.dxs = bwd.add("dxs [R,H] bf16", R * H * bf);
   p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);

@@ -46,6 +46,17 @@ inline bool fc1_gathers_x(const MoeConfig& c, const LayerOptions& options) {
          c.fc1_width() <= kGatherMaxFc1Width;
 }
 
+// The bf16 layer's FC2 dgrad sums d_b2 from dys (Fc2DgradArgs::d_b2), fused with dp's b2 term in
+// one pass over dys (scratch bias_partial): gpt-oss-120b's two passes took 117 + 100 µs
+// (session 35). The FP8 and MXFP8 dgrads read quantised dys, so their d_b2 is summed from the
+// bf16 dys apart (backward.cpp).
+inline bool fc2_dgrad_sums_d_b2(const MoeConfig& c) {
+  return c.expert_bias && c.precision == PrecisionRecipe::kBF16;
+}
+inline bool fuses_bias_terms(const MoeConfig& c, const LayerOptions& options) {
+  return fc2_dgrad_sums_d_b2(c) && options.mode == LayerMode::kFused;
+}
+
 // A byte range in one region; kNone (bytes 0) means "this configuration has no such buffer".
 struct Slice {
   Region region = Region::kNone;
@@ -97,6 +108,7 @@ struct Plan {
   Slice dys_qdq, dpre_qdq, xs_qdq_bwd;
   Slice dp_scratch;  // fused: FC2 dgrad's dp partials [R, blocks] fp32 (FP8: the FP8 dgrad's
                      // blocks); unfused: its g [R,F] bf16
+  Slice bias_partial;  // fuses_bias_terms: FC2 dgrad's b2 dots [pieces, R] fp32
   Slice shared_dpre, shared_act_bwd, shared_dx, shared_g;  // shared_g: unfused only
 
   size_t cache_bytes = 0;

@@ -74,6 +74,7 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .dp_partial = unfused ? TensorView{}
                             : v(p.dp_scratch, f32,
                                 {R, fp8 ? fc2_dgrad_fp8_dp_blocks(F) : fc2_dgrad_dp_blocks(F)}),
+      .bias_partial = v(p.bias_partial, f32, {fc2_dgrad_bias_pieces(H), R}),
       .g = unfused ? v(p.dp_scratch, bf, {R, F}) : TensorView{},
       .d_probs = v(p.d_probs, f32, {T, k}),
       .dxs = v(p.dxs, bf, {R, H}),

@@ -21,8 +21,8 @@ struct Views {
   TensorView w1_fp8, w1_scales, w2_fp8, w2_scales;      // FP8 weight region
   TensorView w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;  // (transposed copies)
   TensorView w1_qdq, w2_qdq, w1_qdq_dgrad, w2_qdq_dgrad;  // MXFP8 weight region
-  TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, g, d_probs,
-      dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
+  TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, bias_partial, g,
+      d_probs, dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
   // FP8 backward scratch (plan.h): row-wise dgrad operands, column-wise wgrad operands, and the
   // recompute's xs codes and scales
   TensorView dys_fp8, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;

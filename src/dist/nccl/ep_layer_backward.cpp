@@ -78,7 +78,6 @@ void EpMoeLayer::routed_experts_backward(const MoeLayerWeights& w, const MoeLaye
   // dys, act and d_pre exist: the weight gradients go to the second stream, beside the returns
   // (pipelined, on the SMs the transfers leave).
   h.fork(h.fork_event, stream, h.side);
-  const int64_t El = local_experts(), H = config_.hidden, fc1 = config_.fc1_width();
   layer::run_stage(LayerStage::kFc2Wgrad, h.side, obs, [&] {
     grouped_gemm_wgrad({.a = dys,
                         .b = v.act_bwd,
@@ -88,8 +87,7 @@ void EpMoeLayer::routed_experts_backward(const MoeLayerWeights& w, const MoeLaye
                         .max_ctas = gemm_ctas},
                        h.side);
     if (config_.expert_bias)
-      layer::segment_column_sum(dys.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
-                                g.d_b2.as<float>(), El, H, g.accumulate, h.side);
+      layer::bias_gradient(dys, TensorView{}, offsets, g.d_b2, g.accumulate, h.side);
   });
   layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
     grouped_gemm_wgrad({.a = v.dpre,
@@ -100,8 +98,7 @@ void EpMoeLayer::routed_experts_backward(const MoeLayerWeights& w, const MoeLaye
                         .max_ctas = gemm_ctas},
                        h.side);
     if (config_.expert_bias)
-      layer::segment_column_sum(v.dpre.as<__nv_bfloat16>(), nullptr, offsets.as<int32_t>(),
-                                g.d_b1.as<float>(), El, fc1, g.accumulate, h.side);
+      layer::bias_gradient(v.dpre, TensorView{}, offsets, g.d_b1, g.accumulate, h.side);
   });
   MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
   pass.return_rows(v.dxs, LayerStage::kEpReturnBackward);

@@ -22,21 +22,27 @@ __device__ __forceinline__ bool row_in_range(const int* offsets, int num_experts
 }
 
 // ⟨dys[row], b2[e]⟩ over the first `lanes` threads' strided share (8 elements a step), fp32.
+// b2's 8 floats of a step come as two 16-byte loads (validate_fc2_dgrad checks its alignment;
+// H is a multiple of 8). As 8 scalar loads, each lane's 32-byte stride spread a warp's load
+// over 8 cache lines: 64 L1 wavefronts a step against the dys vector's 4, which bounded
+// dp_reduce at 1.7 TB/s on gpt-oss (234 µs in the layer's graph, now 118: session 35, call 1).
 __device__ __forceinline__ float bias_dot_share(const DpReduce& r, int row, int lane, int lanes) {
   if (!r.b2) return 0.0f;
   // The owning expert: the largest e with offsets[e] <= row (skips empty experts).
   const int e = find_expert(r.offsets, r.num_experts, row);
-  const __nv_bfloat16* dy = r.dys + static_cast<int64_t>(row) * r.hidden;
-  const float* b = r.b2 + static_cast<int64_t>(e) * r.hidden;
+  const uint4* dy = reinterpret_cast<const uint4*>(r.dys + static_cast<int64_t>(row) * r.hidden);
+  const float4* b = reinterpret_cast<const float4*>(r.b2 + static_cast<int64_t>(e) * r.hidden);
   float s = 0.0f;
   for (int c = lane; c < r.hidden / 8; c += lanes) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(dy + 8 * c);
+    const uint4 raw = dy[c];
     const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float4 lo = __ldg(b + 2 * c), hi = __ldg(b + 2 * c + 1);
+    const float w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 v = __bfloat1622float2(h[i]);
-      s = fmaf(v.x, __ldg(b + 8 * c + 2 * i), s);
-      s = fmaf(v.y, __ldg(b + 8 * c + 2 * i + 1), s);
+      s = fmaf(v.x, w[2 * i], s);
+      s = fmaf(v.y, w[2 * i + 1], s);
     }
   }
   return s;
@@ -48,17 +54,31 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// One warp per row.
-__global__ void dp_reduce_kernel(const DpReduce r) {
+// Σ of the row's dp partials, in n-block order, then of its b2 term's pieces, in piece order.
+__device__ __forceinline__ float partial_sum(const DpReduce& r, int row) {
+  const float* partial = r.dp_partial + static_cast<int64_t>(row) * r.dp_stride;
+  float s = 0.0f;
+  for (int b = 0; b < r.dp_blocks; ++b) s += partial[b];
+  if (r.bias_pieces == 0) return s;
+  float bias = 0.0f;
+  for (int q = 0; q < r.bias_pieces; ++q) bias += r.bias_partial[int64_t{q} * r.m_cap + row];
+  return s + bias;
+}
+
+// With b2 and no bias partials: one warp per row, whose lanes share the bias dot.
+__global__ void dp_reduce_bias_kernel(const DpReduce r) {
   const int row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (!row_in_range(r.offsets, r.num_experts, r.m_cap, row)) return;
   const float bias = warp_sum(bias_dot_share(r, row, lane, 32));
-  if (lane != 0) return;
-  float s = 0.0f;
-  const float* partial = r.dp_partial + static_cast<int64_t>(row) * r.dp_stride;
-  for (int b = 0; b < r.dp_blocks; ++b) s += partial[b];
-  r.dp[row] = s + bias;
+  if (lane == 0) r.dp[row] = partial_sum(r, row) + bias;
+}
+
+// Otherwise one thread per row (a warp per row, 31 lanes idle, took 19.8 µs on qwen3's 131072
+// rows, this 2.8: session 35, call 1).
+__global__ void dp_reduce_kernel(const DpReduce r) {
+  const int row = blockIdx.x * kThreads + threadIdx.x;
+  if (row_in_range(r.offsets, r.num_experts, r.m_cap, row)) r.dp[row] = partial_sum(r, row);
 }
 
 // One block per row: 8 outputs (one 16-column gate/up block of pre for GLU) per thread step.
@@ -109,8 +129,13 @@ __global__ void dglu_elementwise_kernel(const DgradProblem p, const DGluEpilogue
 
 void launch_dp_reduce(const DpReduce& r, cudaStream_t stream) {
   if (r.m_cap == 0) return;
-  const int rows_per_block = kThreads / 32;
-  dp_reduce_kernel<<<(r.m_cap + rows_per_block - 1) / rows_per_block, kThreads, 0, stream>>>(r);
+  if (r.b2 && !r.bias_partial) {
+    constexpr int rows_per_block = kThreads / 32;
+    dp_reduce_bias_kernel<<<(r.m_cap + rows_per_block - 1) / rows_per_block, kThreads, 0,
+                            stream>>>(r);
+  } else {
+    dp_reduce_kernel<<<(r.m_cap + kThreads - 1) / kThreads, kThreads, 0, stream>>>(r);
+  }
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,7 @@
 #include "cuda/device.h"
 #include "cuda/gemm/backward/config.h"
 #include "cuda/gemm/backward/launch.h"
+#include "cuda/gemm/backward/segment_sums.h"
 #include "cuda/gemm/launch.h"
 #include "cuda/gemm/row_length.h"
 #include "cuda/gemm/tile_scheduler.h"
@@ -31,13 +32,16 @@ int64_t expect_experts(int64_t e, std::string_view name) {
   return e;
 }
 
-// The FC2 dgrad's outputs (and `scratch`, which the call writes too: pass an empty one to check
-// the arguments alone) against each other and every input.
-void expect_fc2_disjoint(const Fc2DgradArgs& args, const NamedView& scratch) {
+// The FC2 dgrad's outputs (and the scratch the call writes too: pass empty ones to check the
+// arguments alone) against each other and every input.
+void expect_fc2_disjoint(const Fc2DgradArgs& args, const NamedView& scratch,
+                         const NamedView& more_scratch = {}) {
   const NamedView outputs[] = {scratch,
+                               more_scratch,
                                {args.d_pre, "d_pre"},
                                {args.scaled_act, "scaled_act"},
-                               {args.d_row_scale, "d_row_scale"}};
+                               {args.d_row_scale, "d_row_scale"},
+                               {args.d_b2, "d_b2"}};
   const NamedView inputs[] = {{args.dys, "dys"}, {args.w2, "w2"},
                               {args.offsets, "offsets"}, {args.pre, "pre"},
                               {args.row_scale, "row_scale"}, {args.b2, "b2"}};
@@ -95,6 +99,21 @@ gemm::bwd::DpReduce dp_reduce(const Fc2DgradArgs& args, const float* dp_partial)
       .dys = args.dys.as<const __nv_bfloat16>(),
       .b2 = !is_absent(args.b2) ? args.b2.as<const float>() : nullptr,
       .dp = !is_absent(args.d_row_scale) ? args.d_row_scale.as<float>() : nullptr};
+}
+
+// d_b2's column sums (if asked) and, with `dot_partial`, the dots of dp's b2 term.
+gemm::bwd::SegmentSums bias_sums(const Fc2DgradArgs& args, float* dot_partial) {
+  return gemm::bwd::SegmentSums{
+      .a = args.dys.as<const __nv_bfloat16>(),
+      .offsets = args.offsets.as<const int>(),
+      .num_experts = static_cast<int>(args.w2.size(0)),
+      .m_cap = static_cast<int>(args.dys.size(0)),
+      .cols = static_cast<int>(args.w2.size(1)),
+      .row_weight = !is_absent(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
+      .sums = !is_absent(args.d_b2) ? args.d_b2.as<float>() : nullptr,
+      .accumulate = args.accumulate_d_b2,
+      .dot_with = dot_partial ? args.b2.as<const float>() : nullptr,
+      .dot_partial = dot_partial};
 }
 
 GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView& g) {
@@ -162,6 +181,8 @@ int64_t fc2_dgrad_dp_blocks(int64_t ffn) {
   return (ffn + gemm::bwd::kGluBlockN - 1) / gemm::bwd::kGluBlockN;
 }
 
+int64_t fc2_dgrad_bias_pieces(int64_t hidden) { return gemm::bwd::segment_pieces(hidden); }
+
 void validate_fc2_dgrad(const Fc2DgradArgs& args) {
   const Device cuda = Device::kCuda;
   MOEFUSE_EXPECT(args.max_ctas >= 0, "max_ctas", "0 (every SM) or a positive CTA count",
@@ -196,7 +217,14 @@ void validate_fc2_dgrad(const Fc2DgradArgs& args) {
     MOEFUSE_EXPECT(!is_absent(args.d_row_scale), "b2",
                    "absent unless d_row_scale is set (it only enters dp)", "a tensor");
     expect_tensor(args.b2, "b2", DType::kFloat32, cuda, {e, h});
+    expect_aligned(args.b2, "b2");
   }
+  if (!is_absent(args.d_b2)) {
+    expect_tensor(args.d_b2, "d_b2", DType::kFloat32, cuda, {e, h});
+    expect_aligned(args.d_b2, "d_b2");
+  }
+  MOEFUSE_EXPECT(!args.accumulate_d_b2 || !is_absent(args.d_b2), "accumulate_d_b2",
+                 "false unless d_b2 is set", "true");
   expect_fc2_disjoint(args, {});
 }
 
@@ -207,19 +235,38 @@ void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scr
   if (dp) {
     expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
                   {args.dys.size(0), fc2_dgrad_dp_blocks(args.w2.size(2))});
-    expect_fc2_disjoint(args, {scratch.dp_partial, "scratch.dp_partial"});
   }
+  const bool bias_partial = !is_absent(scratch.bias_partial);
+  if (bias_partial) {
+    MOEFUSE_EXPECT(!is_absent(args.b2), "scratch.bias_partial", "empty unless b2 is set",
+                   "a tensor");
+    expect_tensor(scratch.bias_partial, "scratch.bias_partial", DType::kFloat32, Device::kCuda,
+                  {fc2_dgrad_bias_pieces(args.w2.size(1)), args.dys.size(0)});
+  }
+  expect_fc2_disjoint(args, {scratch.dp_partial, "scratch.dp_partial"},
+                      {scratch.bias_partial, "scratch.bias_partial"});
   cuda::expect_launchable(stream);
   float* partial = dp ? scratch.dp_partial.as<float>() : nullptr;
   gemm::bwd::DgradLaunch l = dgrad_launch(fc2_plain_dgrad(args, TensorView{}));
   l.dglu = dglu_epilogue(args, partial);
   gemm::bwd::launch_dgrad(l, stream);
-  if (dp) gemm::bwd::launch_dp_reduce(dp_reduce(args, partial), stream);
+  // d_b2 and the dots of dp's b2 term in one pass over dys.
+  gemm::bwd::launch_segment_sums(
+      bias_sums(args, bias_partial ? scratch.bias_partial.as<float>() : nullptr), stream);
+  if (!dp) return;
+  gemm::bwd::DpReduce r = dp_reduce(args, partial);
+  if (bias_partial) {
+    r.bias_partial = scratch.bias_partial.as<const float>();
+    r.bias_pieces = static_cast<int>(fc2_dgrad_bias_pieces(args.w2.size(1)));
+  }
+  gemm::bwd::launch_dp_reduce(r, stream);
 }
 
 void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
                                     cudaStream_t stream) {
   validate_fc2_dgrad(args);
+  MOEFUSE_EXPECT(is_absent(scratch.bias_partial), "scratch.bias_partial",
+                 "an empty view (the unfused twin reads dys for dp's b2 term)", "a tensor");
   expect_tensor(scratch.g, "scratch.g", DType::kBFloat16, Device::kCuda,
                 {args.dys.size(0), args.w2.size(2)});
   expect_aligned(scratch.g, "scratch.g");
@@ -230,6 +277,7 @@ void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScra
   gemm::bwd::launch_dglu_elementwise(plain.problem, dglu_epilogue(args, nullptr),
                                      scratch.g.as<const __nv_bfloat16>(),
                                      dp_reduce(args, nullptr), stream);
+  gemm::bwd::launch_segment_sums(bias_sums(args, nullptr), stream);
 }
 
 // ---- wgrad ---------------------------------------------------------------------------------

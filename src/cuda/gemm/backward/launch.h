@@ -26,8 +26,10 @@ struct WgradLaunch {
 void launch_wgrad(const WgradLaunch& launch, cudaStream_t stream);
 void launch_wgrad_gather(const WgradLaunch& launch, cudaStream_t stream);
 
-// dp[r] = Σ_{b < dp_blocks} dp_partial[r, b] (b in order) + ⟨dys[r], b2[e]⟩ (b2 may be null) for
-// the rows in [offsets[0], min(offsets[E], m_cap)).
+// dp[r] = Σ_{b < dp_blocks} dp_partial[r, b] (b in order) + the b2 term for the rows in
+// [offsets[0], min(offsets[E], m_cap)). The b2 term: Σ_{q < bias_pieces} bias_partial[q, r] (q in
+// order; launch_segment_sums's dot partials, from the pass over dys that d_b2 makes), or else
+// ⟨dys[r], b2[e]⟩ read here (b2 null: none).
 struct DpReduce {
   const int* offsets = nullptr;
   int num_experts = 0;
@@ -38,7 +40,9 @@ struct DpReduce {
   int dp_blocks = 0;  // the dGLU shape's n-blocks
   const __nv_bfloat16* dys = nullptr;  // [m_cap, hidden]
   const float* b2 = nullptr;           // [num_experts, hidden] or null
-  float* dp = nullptr;                 // [m_cap]
+  const float* bias_partial = nullptr;  // [bias_pieces, m_cap] or null (then b2 is read here)
+  int bias_pieces = 0;
+  float* dp = nullptr;  // [m_cap]
 };
 void launch_dp_reduce(const DpReduce& r, cudaStream_t stream);
 

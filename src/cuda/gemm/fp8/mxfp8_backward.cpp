@@ -163,7 +163,9 @@ Fc2DgradArgs checked_fc2_dgrad(const Mxfp8Operand& dys, const Mxfp8Operand& w2,
   const NamedView outputs[] = {{args.d_pre, "d_pre"},
                                {args.scaled_act, "scaled_act"},
                                {args.d_row_scale, "d_row_scale"},
-                               {scratch.dp_partial, "scratch.dp_partial"}};
+                               {args.d_b2, "d_b2"},
+                               {scratch.dp_partial, "scratch.dp_partial"},
+                               {scratch.bias_partial, "scratch.bias_partial"}};
   const NamedView inputs[] = {{args.offsets, "offsets"},
                               {args.pre, "pre"},
                               {args.row_scale, "row_scale"},
