@@ -83,7 +83,8 @@ struct Fc2DgradScratch {
   // Fused, with b2, optional: [fc2_dgrad_bias_pieces(H), M_cap] fp32. Given, dp's b2 term comes
   // out of the pass over dys that d_b2 makes (or a pass of its own without d_b2), as partial dots
   // of 256 columns that the dp reduction adds; absent, the dp reduction reads dys once more.
-  // (gpt-oss-120b: the two passes took 117 + 100 µs: session 35.)
+  // (gpt-oss-120b in the layer's graph: the two passes 117 + 100 µs, the one 129 and the dp
+  // reduction 5: session 35.)
   TensorView bias_partial;
   // Unfused twin only: [M_cap, F] bf16, the plain GEMM's g.
   TensorView g;

@@ -47,8 +47,8 @@ inline bool fc1_gathers_x(const MoeConfig& c, const LayerOptions& options) {
 }
 
 // The bf16 layer's FC2 dgrad sums d_b2 from dys (Fc2DgradArgs::d_b2), fused with dp's b2 term in
-// one pass over dys (scratch bias_partial): gpt-oss-120b's two passes took 117 + 100 µs
-// (session 35). The FP8 and MXFP8 dgrads read quantised dys, so their d_b2 is summed from the
+// one pass over dys (scratch bias_partial): gpt-oss-120b's two passes took 117 + 100 µs, the one
+// 129 (session 35). The FP8 and MXFP8 dgrads read quantised dys, so their d_b2 is summed from the
 // bf16 dys apart (backward.cpp).
 inline bool fc2_dgrad_sums_d_b2(const MoeConfig& c) {
   return c.expert_bias && c.precision == PrecisionRecipe::kBF16;

@@ -20,8 +20,8 @@ inline int64_t segment_pieces(int64_t cols) {
 //   sums[e, c]       = Σ_r w[r]·a[r, c]   (w = row_weight[r], or 1 when null; sums null: none;
 //                                          with accumulate, the old sums[e, c] plus it)
 //   dot_partial[q, r] = Σ_{c in piece q} a[r, c]·dot_with[e, c]   (dot_with null: none)
-// fp32, every sum in a fixed order: bitwise repeatable. cols a multiple of 8; a, dot_with and
-// sums 16-byte aligned. Rows outside the experts' ranges are not touched.
+// fp32, every sum in a fixed order: bitwise repeatable. cols a multiple of 8; a and dot_with
+// 16-byte aligned. Rows outside the experts' ranges are not touched.
 struct SegmentSums {
   const __nv_bfloat16* a = nullptr;  // [m_cap, cols]
   const int* offsets = nullptr;      // [num_experts + 1]
