@@ -94,6 +94,11 @@ TEST(GemmMxfp8BackwardValidation, AcceptsValidArguments) {
   EXPECT_NO_THROW(Dgrad{}.validate());
   EXPECT_NO_THROW(Fc2{}.validate());
   EXPECT_NO_THROW(Wgrad{}.validate());
+  Fc2 bias;  // d_b2 and dp's b2 term by the dot partials
+  bias.args.b2 = dev(DType::kFloat32, {kE, kH});
+  bias.args.d_b2 = dev(DType::kFloat32, {kE, kH});
+  bias.scratch.bias_partial = dev(DType::kFloat32, {fc2_dgrad_bias_pieces(kH), kM});
+  EXPECT_NO_THROW(bias.validate());
   Fc2 bare;  // no dp: no scratch needed
   bare.args.d_row_scale = {};
   bare.scratch = {};
@@ -149,6 +154,17 @@ TEST(GemmMxfp8BackwardValidation, Fc2DgradRejectsBadOperands) {
   expect_invalid(bad<Fc2>([](Fc2& c) { c.scratch.dp_partial = dev(DType::kFloat32, {kM, 7}); }),
                  "scratch.dp_partial");
   expect_invalid(bad<Fc2>([](Fc2& c) { c.ws.data = c.scratch.dp_partial.data; }), "workspace");
+  // d_b2 and the b2 dots' scratch are written too: not over the workspace's bf16 copies.
+  expect_invalid(bad<Fc2>([](Fc2& c) {
+                   c.args.d_b2 = dev(DType::kFloat32, {kE, kH});
+                   c.ws.data = c.args.d_b2.data;
+                 }), "workspace");
+  expect_invalid(bad<Fc2>([](Fc2& c) {
+                   c.args.b2 = dev(DType::kFloat32, {kE, kH});
+                   c.scratch.bias_partial =
+                       dev(DType::kFloat32, {fc2_dgrad_bias_pieces(kH), kM});
+                   c.ws.data = c.scratch.bias_partial.data;
+                 }), "workspace");
   expect_invalid(bad<Fc2>([](Fc2& c) {
                    c.args.d_pre = TensorView::contiguous(c.w2.codes.data, DType::kBFloat16,
                                                          {kM, 2 * kF}, Device::kCuda);

@@ -10,6 +10,7 @@
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/tile_scheduler.h"
 #include "cuda/packed_values.cuh"
+#include "cuda/router/warp_select.cuh"  // warp_sum
 
 namespace moefuse::gemm::bwd {
 namespace {
@@ -48,12 +49,6 @@ __device__ __forceinline__ float bias_dot_share(const DpReduce& r, int row, int 
   return s;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
-  return v;
-}
-
 // Σ of the row's dp partials, in n-block order, then of its b2 term's pieces, in piece order.
 __device__ __forceinline__ float partial_sum(const DpReduce& r, int row) {
   const float* partial = r.dp_partial + static_cast<int64_t>(row) * r.dp_stride;
@@ -70,7 +65,7 @@ __global__ void dp_reduce_bias_kernel(const DpReduce r) {
   const int row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (!row_in_range(r.offsets, r.num_experts, r.m_cap, row)) return;
-  const float bias = warp_sum(bias_dot_share(r, row, lane, 32));
+  const float bias = cuda::warp_sum(bias_dot_share(r, row, lane, 32));
   if (lane == 0) r.dp[row] = partial_sum(r, row) + bias;
 }
 
@@ -116,11 +111,11 @@ __global__ void dglu_elementwise_kernel(const DgradProblem p, const DGluEpilogue
   // Block reduction in a fixed tree: warp sums, then warp 0 over the 8 warp sums.
   __shared__ float warp_sums[kThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  dp = warp_sum(dp + bias_dot_share(r, row, threadIdx.x, blockDim.x));
+  dp = cuda::warp_sum(dp + bias_dot_share(r, row, threadIdx.x, blockDim.x));
   if (lane == 0) warp_sums[warp] = dp;
   __syncthreads();
   if (warp == 0) {
-    const float v = warp_sum(lane < kThreads / 32 ? warp_sums[lane] : 0.0f);
+    const float v = cuda::warp_sum(lane < kThreads / 32 ? warp_sums[lane] : 0.0f);
     if (lane == 0) r.dp[row] = v;
   }
 }

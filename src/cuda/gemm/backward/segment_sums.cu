@@ -8,6 +8,7 @@
 
 #include "cuda/check.h"
 #include "cuda/packed_values.cuh"
+#include "cuda/router/warp_select.cuh"  // warp_sum
 
 namespace moefuse::gemm::bwd {
 namespace {
@@ -15,12 +16,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kRowsInFlight = 4;
 static_assert(kSegmentPiece == 32 * 8, "a piece is a warp of 16-byte vectors");
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
-  return v;
-}
 
 __global__ void __launch_bounds__(kWarps * 32) segment_sums_kernel(const SegmentSums s) {
   __shared__ float warp_sums[kWarps][kSegmentPiece];
@@ -60,7 +55,7 @@ __global__ void __launch_bounds__(kWarps * 32) segment_sums_kernel(const Segment
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) d = fmaf(f[i], w[i], d);
-        d = warp_sum(d);
+        d = cuda::warp_sum(d);
         if (lane == 0) s.dot_partial[int64_t{q} * s.m_cap + r] = d;
       }
     }
