@@ -313,8 +313,10 @@ void run_preset(std::string_view preset_name, int64_t hidden, int64_t T, Routing
     }
   };
   sweep("permute", permute_bytes, cuda::kPermuteCopyTuning,
-        {Tuning{.stage_bytes = 8 << 10}, Tuning{.stage_bytes = 16 << 10}, Tuning{.stage_bytes = 32 << 10},
-         Tuning{.stage_bytes = 64 << 10}, Tuning{.stage_bytes = 32 << 10, .ctas_per_sm = 2},
+        {Tuning{.stage_bytes = 8 << 10}, Tuning{.stage_bytes = 16 << 10},
+         Tuning{.stage_bytes = 20 << 10}, Tuning{.stage_bytes = 24 << 10},
+         Tuning{.stage_bytes = 32 << 10}, Tuning{.stage_bytes = 64 << 10},
+         Tuning{.stage_bytes = 32 << 10, .ctas_per_sm = 2},
          Tuning{.stage_bytes = 16 << 10, .ctas_per_sm = 4}},
         [&](const Tuning& t, cudaStream_t s) {
           cuda::permute_tuned(x.view(DType::kBFloat16, {T, H}), v_row_of, v_tor,
