@@ -58,7 +58,8 @@ void fc2_dgrad_fp8(const Fc2DgradFp8Args& args) {
                       .row_scale = args.row_scale,
                       .scaled_act = args.scaled_act,
                       .d_row_scale = args.d_row_scale,
-                      .b2 = args.b2},
+                      .b2 = args.b2,
+                      .d_b2 = {}},
                      g.data());
 }
 

@@ -142,7 +142,8 @@ void layer_backward_mxfp8(const MoeConfig& c, const LayerWeights& w, const Tenso
                       .scaled_act = host(scaled_act_bits.data(), DType::kBFloat16, {R, F}),
                       .d_row_scale = host(dp.data(), DType::kFloat32, {R}),
                       .b2 = c.expert_bias ? host(b2.data(), DType::kFloat32, {E, H})
-                                          : TensorView{}},
+                                          : TensorView{},
+                      .d_b2 = {}},
                      g.data());
   const std::vector<float> d_pre = widen(d_pre_bits), scaled_act = widen(scaled_act_bits);
 
