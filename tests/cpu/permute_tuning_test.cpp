@@ -1,6 +1,6 @@
 // The permute's launch shape (src/cuda/dispatch/permute_tuning.h): rows of x a stage holds under
-// the copy's tuning and the default one, and the copy's two-row minimum giving way where two
-// rows' stages would not fit shared memory.
+// the copy's tuning and the default one, and the copy's minimums (two rows, four of split
+// 256-byte units) giving way where their stages would not fit shared memory.
 #include <gtest/gtest.h>
 
 #include "cuda/dispatch/permute_tuning.h"
@@ -9,7 +9,8 @@ namespace moefuse::cuda {
 namespace {
 
 TEST(PermuteTuning, CopyStagesHoldAtLeastTwoRows) {
-  EXPECT_EQ(permute_stage_rows(2880, kPermuteCopyTuning), 2);  // gpt-oss: 5760-byte rows
+  EXPECT_EQ(permute_stage_rows(2880, kPermuteCopyTuning), 4);  // gpt-oss: split 256-byte units
+  EXPECT_EQ(permute_stage_rows(2816, kPermuteCopyTuning), 2);  // 5632-byte rows: whole units
   EXPECT_EQ(permute_stage_rows(7168, kPermuteCopyTuning), 2);  // deepseek: 14 KiB rows
   EXPECT_EQ(permute_stage_rows(2048, kPermuteCopyTuning), 2);  // qwen3: 8 KiB of 4 KiB rows
   EXPECT_EQ(permute_stage_rows(512, kPermuteCopyTuning), 8);   // 8 KiB is 8 rows
@@ -22,6 +23,10 @@ TEST(PermuteTuning, TwoRowsGiveWayWhereTheyDoNotFit) {
   EXPECT_EQ(permute_stage_rows(28928, kPermuteCopyTuning), 2);  // 231424 bytes: fits exactly
   EXPECT_EQ(permute_stage_rows(28936, kPermuteCopyTuning), 1);
   EXPECT_EQ(permute_stage_rows(57000, kPermuteCopyTuning), 1);
+  // Four rows of split units likewise: 14400 · 2 · 4 · 2 = 230400 bytes fit, 14480's do not.
+  EXPECT_EQ(permute_stage_rows(14400, kPermuteCopyTuning), 4);
+  EXPECT_EQ(permute_stage_rows(14480, kPermuteCopyTuning), 3);
+  EXPECT_EQ(permute_stage_rows(28920, kPermuteCopyTuning), 2);
 }
 
 }  // namespace

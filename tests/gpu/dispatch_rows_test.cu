@@ -39,6 +39,9 @@ const Case kCases[] = {{37, 2048, 64, 8, 1},  {1024, 2880, 128, 4, 8}, {300, 716
                        // ~396 blocks of 2-token groups for 2048 groups: each block walks ~5
                        // groups, reusing both stages and both mbarrier parities.
                        {4096, 7168, 32, 2, 1},
+                       // Rows of split 256-byte units, four a stage: ~528 blocks walk 3072
+                       // groups, ~6 each.
+                       {12288, 2880, 64, 4, 1},
                        // Rows too wide for the permute's two-row stages: one row a stage.
                        {40, 30000, 8, 2, 1}};
 
