@@ -34,8 +34,8 @@ struct PermuteTuning {
 // units, and they ran 4% slower a byte than rows of 5120 to 6144 bytes that do not (session 36,
 // call 1: 0.853 of copy against 0.880-0.890). Writing each split unit whole from one block did
 // not recover it (call 2); four rows a stage took gpt-oss from 0.852-0.856 to 0.862-0.864
-// (call 6, three rounds; in the same runs two rows 0.856-0.859, three 0.856-0.864), while qwen3's whole-unit
-// rows run best at two (0.91; four 0.88-0.89). Measured, not derived.
+// (call 6, three rounds; in the same runs two rows 0.856-0.859, three 0.856-0.864), while
+// qwen3's whole-unit rows run best at two (0.91; four 0.88-0.89). Measured, not derived.
 inline constexpr PermuteTuning kPermuteCopyTuning{
     .stage_bytes = 8 * 1024, .min_rows = 2, .split_unit_min_rows = 4};
 
