@@ -1,7 +1,7 @@
 // `moefuse-bench gemm-backward`: the expert MLPs' backward grouped GEMMs (FC2 dgrad fused with
 // dGLU + dp and its unfused twin, FC1 dgrad, dW1 plain / gather-fused / gather-unfused, dW2;
-// dW1 on the permuted rows, the layer's dW1 (a gather kernel, then the TMA wgrad) and dW2 also
-// with bf16 outputs)
+// with bf16 outputs also dW1 on the permuted rows (the layer's since session 34), dW1 on a
+// gather kernel's rows (its dW1 before) and dW2)
 // against, in the same run: one dense cuBLAS GEMM of the same M, N, K (the bound; for a wgrad
 // K = all rows, so it writes 1/E of the output), a strided-batched cuBLAS wgrad over E equal
 // slices (every expert's fp32 output written), and torch._grouped_mm's autograd backward on the
