@@ -3,19 +3,18 @@
 // 192, W = 3 or 7) and the FP8 kernel (fp8/dglu_handoff.cuh: N = 128, W = 3 or 7). The contract
 // is DGluEpilogue's (params.h), with g the tile's columns f of F.
 //
-// A tile row's N / 8 octets go to the lanes of a row group: 32 lanes, or 16 where N / 8 <= 16, a
-// warp then finishing two adjacent rows side by side (else half its lanes would idle). Epilogue
-// warp w takes tile rows w, w + W, ... (two-row groups: 2w, 2w + 1, 2w + 2W, ...) kRows at a time
-// per lane (six; four in the FP8 kernel's seven-warp budget), their pre loads in flight together
-// (run 9's profile found three such warps latency-bound on them with four rows; g is read from the
-// buffer only when used, so the registers go to loads in flight). Lane l of a row group finishes
-// columns f0 = n0 + 8l .. f0 + 7 of its row: 16-byte loads of g from the buffer and of the saved
-// pre (GLU: gate f0.. at interleaved column 2·f0, up 8 columns later — the interleave of 8; squared
-// ReLU: column f0), the activation and its derivatives, 16-byte stores of d_pre = act'(pre) ⊙ (p·g)
-// (interleaved like pre) and scaled_act = p·act. A row group thus reads and writes whole row
-// segments: 4N bytes of pre and d_pre, 2N of scaled_act (GLU).
-//   dp: each lane sums g·act over its 8 columns in order, a xor-shuffle tree adds the row group's
-//   lanes, its first lane stores the (row, n-block) partial: deterministic.
+// Which lane finishes which octets (8 columns) of which rows is DGluLaneMap's (dglu_lane_map.h):
+// row groups of 8 lanes, four rows a warp. A lane keeps up to kOctets octets' pre loads in flight
+// together (six; four in the FP8 kernel's seven-warp budget; run 9's profile found three warps
+// of one-octet lanes latency-bound on them with four rows; g is read from the buffer only when
+// used, so the registers go to loads in flight). A lane's octet of columns f0 .. f0 + 7: 16-byte
+// loads of g from the buffer and of the saved pre (GLU: gate f0.. at interleaved column 2·f0, up
+// 8 columns later — the interleave of 8; squared ReLU: column f0), the activation and its
+// derivatives, 16-byte stores of d_pre = act'(pre) ⊙ (p·g) (interleaved like pre) and
+// scaled_act = p·act. A row group's lanes thus read and write whole row segments: 4N bytes of
+// pre and d_pre, 2N of scaled_act (GLU).
+//   dp: each lane sums g·act over its octets' columns in order, a xor-shuffle tree adds the row
+//   group's lanes, its first lane stores the (row, n-block) partial: deterministic.
 //   Cache policy: pre, d_pre and scaled_act are touched once, so they are loaded and stored
 //   `.cs` (evict-first) and not prefetched. Prefetching the next tile's pre rows into L2 (until
 //   session 14) was evicted before its drain began: ncu counted 2.49 GB read by the BF16 dgrad on
@@ -29,7 +28,7 @@
 // fp32 g would give (tests/gpu/grouped_gemm_backward_ops_test.cu, grouped_gemm_fp8_dgrad_test.cpp).
 //
 // Code size: the activation is a template parameter, chosen once per kernel (one switch around
-// the tile loop); the per-row body is one octet per lane.
+// the tile loop); the per-row body is a lane's octets of the row.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +36,7 @@
 #include <cstdint>
 
 #include "cuda/gemm/backward/activation_backward.h"
+#include "cuda/gemm/backward/dglu_lane_map.h"
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/common/tile_rows.cuh"
@@ -44,8 +44,8 @@
 
 namespace moefuse::gemm::bwd {
 
-// Rows a lane of the drain has in flight (their pre loads and scales), unless the caller's
-// register budget asks for fewer (the FP8 kernel's seven epilogue warps: fp8/config.h).
+// Octets a lane of the drain has in flight (their pre loads), unless the caller's register budget
+// asks for fewer (the FP8 kernel's seven epilogue warps: fp8/config.h).
 inline constexpr int kDGluRows = 6;
 
 // One octet: g and pre as loaded (bf16), f0 = its first column; returns Σ g·act.
@@ -77,20 +77,27 @@ __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, 
 
 // The dGLU of one handed-over tile: g in `tile` (kN bf16 columns a row, rows kPitch bytes apart),
 // by the kWarps epilogue warps; rows from rows_of_tile.first (< rows_of_tile.end), columns from
-// n0 (< n, F). kRows: rows a lane has in flight (the default six: kDGluRows).
-template <EpilogueOp kOp, int kN, int kPitch, int kWarps, int kRows = kDGluRows>
+// n0 (< n, F). kOctets: octets a lane has in flight (the default six: kDGluRows).
+template <EpilogueOp kOp, int kN, int kPitch, int kWarps, int kOctets = kDGluRows>
 __device__ __forceinline__ void dglu_drain(const uint8_t* tile, int n, const DGluEpilogue& ep,
                                            const TileRows& rows_of_tile, int n0, int n_block) {
+  using Map = DGluLaneMap<kN, kWarps>;
   constexpr bool kGlu = is_glu_op(kOp);
-  constexpr int kGroupLanes = kN / 8 > 16 ? 32 : 16;  // lanes of a row group (a power of two)
-  constexpr int kWarpRows = 32 / kGroupLanes;         // rows a warp finishes side by side
-  constexpr int kStride = kWarps * kWarpRows;         // from one of a lane's rows to its next
-  static_assert(kN % 8 == 0 && kN / 8 <= kGroupLanes && kN * 2 <= kPitch);
+  constexpr int kLanes = Map::kGroupLanes, kLaneOctets = Map::kLaneOctets;
+  // Rows a lane has in flight: at most kOctets octets' loads, at least a row (256 columns: one
+  // row of four octets; two spilled in the 384-thread kernel).
+  constexpr int kRows = kOctets >= kLaneOctets ? kOctets / kLaneOctets : 1;
+  constexpr int kStride = Map::kStride;
+  constexpr int kPreHop = Map::octet(0, 1) * (kGlu ? 16 : 8);  // from a lane's octet to its next:
+  constexpr int kActHop = Map::octet(0, 1) * 8;                // pre and scaled_act columns
+  static_assert(kN * 2 <= kPitch);
   const int pre_cols = kGlu ? 2 * n : n;
   const EpilogueLane me = EpilogueLane::of_thread();
-  const int octet = me.lane % kGroupLanes, side = me.lane / kGroupLanes;
-  const int f0 = n0 + 8 * octet;
-  const bool col_ok = octet < kN / 8 && f0 < n;
+  const int side = Map::first_row(0, me.lane);  // the lane's row among its warp's side by side
+  const int f0 = n0 + 8 * Map::octet(me.lane, 0);
+  bool col_ok[kLaneOctets];
+#pragma unroll
+  for (int j = 0; j < kLaneOctets; ++j) col_ok[j] = n0 + 8 * Map::octet(me.lane, j) < n;
   const int gate_col = kGlu ? 2 * f0 : f0;
   const int rows = min(kBlockM, rows_of_tile.end - rows_of_tile.first);
   // The lane's row pointers, moved kStride rows a row (a 64-bit add each) rather than computed
@@ -98,7 +105,7 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, int n, const DGl
   // fewer of the ~200 instructions of a row's octet, the fused FC2 dgrad 1-2% faster on every
   // preset (run 37, call 5), where the drain's instruction count sets the kernel's time (call 3).
   // Rows past the tile's get pointers too, never dereferenced.
-  const int64_t first = rows_of_tile.first + kWarpRows * me.warp + side;
+  const int64_t first = rows_of_tile.first + Map::first_row(me.warp, me.lane);
   const int64_t pre_step = int64_t{kStride} * pre_cols, act_step = int64_t{kStride} * n;
   const int64_t dp_step = int64_t{kStride} * ep.dp_stride;
   const __nv_bfloat16* pre = ep.pre + first * pre_cols + gate_col;
@@ -107,30 +114,41 @@ __device__ __forceinline__ void dglu_drain(const uint8_t* tile, int n, const DGl
   const float* row_scale = ep.row_scale ? ep.row_scale + first : nullptr;
   float* dp_partial = ep.dp_partial ? ep.dp_partial + first * ep.dp_stride + n_block : nullptr;
   // w0: the warp's first row of a step (uniform over the warp, unlike a lane's row w0 + side).
-  for (int w0 = kWarpRows * me.warp; w0 < rows; w0 += kStride * kRows) {
-    uint4 gate_raw[kRows], up_raw[kRows];
+  for (int w0 = Map::first_row(me.warp, 0); w0 < rows; w0 += kStride * kRows) {
+    uint4 gate_raw[kRows][kLaneOctets], up_raw[kRows][kLaneOctets];
 #pragma unroll
     for (int i = 0; i < kRows; ++i, pre += pre_step) {
-      const int r = w0 + kStride * i + side;
-      if (r < rows && col_ok) {
-        gate_raw[i] = __ldcs(reinterpret_cast<const uint4*>(pre));
-        up_raw[i] = kGlu ? __ldcs(reinterpret_cast<const uint4*>(pre + 8)) : uint4{};
+      const bool row_ok = w0 + kStride * i + side < rows;
+#pragma unroll
+      for (int j = 0; j < kLaneOctets; ++j) {
+        if (row_ok && col_ok[j]) {
+          gate_raw[i][j] = __ldcs(reinterpret_cast<const uint4*>(pre + kPreHop * j));
+          up_raw[i][j] = kGlu ? __ldcs(reinterpret_cast<const uint4*>(pre + kPreHop * j + 8))
+                              : uint4{};
+        }
       }
     }
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       if (w0 + kStride * i >= rows) break;  // warp-uniform: the shuffles below see all 32 lanes
       const int r = w0 + kStride * i + side;
-      const bool row_ok = r < rows;  // a two-row group's second row may be past the end
+      const bool row_ok = r < rows;  // a side-by-side group's later rows may be past the end
       float dp = 0.0f;
-      if (row_ok && col_ok) {
+      if (row_ok && col_ok[0]) {  // a lane's later octets lie further right than its first
         const float scale = row_scale ? __ldg(row_scale) : 1.0f;
-        const uint4 g_raw = *reinterpret_cast<const uint4*>(tile + r * kPitch + 16 * octet);
-        dp = finish_octet<kOp>(ep.act, scale, g_raw, gate_raw[i], up_raw[i], d_pre, scaled_act);
+#pragma unroll
+        for (int j = 0; j < kLaneOctets; ++j) {
+          if (j > 0 && !col_ok[j]) break;
+          const uint8_t* g = tile + r * kPitch + 16 * Map::octet(me.lane, j);
+          const float dp_j = finish_octet<kOp>(
+              ep.act, scale, *reinterpret_cast<const uint4*>(g), gate_raw[i][j], up_raw[i][j],
+              d_pre + kPreHop * j, scaled_act ? scaled_act + kActHop * j : nullptr);
+          dp = j == 0 ? dp_j : dp + dp_j;
+        }
       }
 #pragma unroll
-      for (int s = kGroupLanes / 2; s > 0; s /= 2) dp += __shfl_xor_sync(0xffffffffu, dp, s);
-      if (dp_partial && row_ok && octet == 0) *dp_partial = dp;
+      for (int s = kLanes / 2; s > 0; s /= 2) dp += __shfl_xor_sync(0xffffffffu, dp, s);
+      if (dp_partial && row_ok && Map::octet(me.lane, 0) == 0) *dp_partial = dp;
       d_pre += pre_step;
       if (scaled_act) scaled_act += act_step;
       if (row_scale) row_scale += kStride;
