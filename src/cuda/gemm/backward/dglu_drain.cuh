@@ -46,7 +46,7 @@ namespace moefuse::gemm::bwd {
 
 // Octets a lane of the drain has in flight (their pre loads), unless the caller's register budget
 // asks for fewer (the FP8 kernel's seven epilogue warps: fp8/config.h).
-inline constexpr int kDGluRows = 6;
+inline constexpr int kDGluOctets = 6;
 
 // One octet: g and pre as loaded (bf16), f0 = its first column; returns Σ g·act.
 template <EpilogueOp kOp>
@@ -77,8 +77,8 @@ __device__ __forceinline__ float finish_octet(const EpilogueParams& act_params, 
 
 // The dGLU of one handed-over tile: g in `tile` (kN bf16 columns a row, rows kPitch bytes apart),
 // by the kWarps epilogue warps; rows from rows_of_tile.first (< rows_of_tile.end), columns from
-// n0 (< n, F). kOctets: octets a lane has in flight (the default six: kDGluRows).
-template <EpilogueOp kOp, int kN, int kPitch, int kWarps, int kOctets = kDGluRows>
+// n0 (< n, F). kOctets: octets a lane has in flight (the default six: kDGluOctets).
+template <EpilogueOp kOp, int kN, int kPitch, int kWarps, int kOctets = kDGluOctets>
 __device__ __forceinline__ void dglu_drain(const uint8_t* tile, int n, const DGluEpilogue& ep,
                                            const TileRows& rows_of_tile, int n0, int n_block) {
   using Map = DGluLaneMap<kN, kWarps>;

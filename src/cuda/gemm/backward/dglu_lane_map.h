@@ -5,10 +5,10 @@
 // takes rows 4w .. 4w + 3, then the same kStride = 4 · kWarps rows further on, and so on.
 //   Why 8 lanes at every width (session 38, docs/measurements.md "Run 38"): a row group of 32
 // lanes over 192 columns (24 octets) left 8 lanes, a quarter of the drain's issue slots, idle
-// (the narrow fused FC2 dgrad 0.94-0.95x the time on qwen3 without them); and where whole groups
-// of 32 or 16 lanes fit (256, 128 columns), a lane's several octets of a row still share its
-// per-row work — the routing-prob scale, the pointer steps, a dp tree of three shuffles instead
-// of five or four — for the wide dGLU 0.994x and the FP8 one ~0.9x the time.
+// (with them at work the narrow fused FC2 dgrad took 0.94-0.95x the time on qwen3); and where
+// whole groups of 32 or 16 lanes fit (256, 128 columns), a lane's several octets of a row still
+// share its per-row work — the routing-prob scale, the pointer steps, a dp tree of three
+// shuffles instead of five or four — for the wide dGLU 0.994x and the FP8 one ~0.9x the time.
 //   The lanes of a row group are an aligned block of 8, so an xor-shuffle tree over offsets 4, 2, 1
 // sums a row's partial dp without mixing rows.
 // Constexpr arithmetic, used on the device (--expt-relaxed-constexpr) and brute-forced on the CPU

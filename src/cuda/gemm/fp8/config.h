@@ -33,10 +33,10 @@ static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 // - forward, 384 threads: 80 × 128 + 208 × 256 fits the CTA's 168 × 384 (common/warp_roles.h);
 //   the epilogue warps unpack two 8-wide bf16 pieces (72 spilled 4 bytes, 80 spills nothing).
 // - dGLU, three epilogue warps, 384 threads: 136 / 184, the BF16 dgrad's split; its drain keeps
-//   six rows' pre loads in flight a lane (backward/dglu_drain.cuh; 128 is the least that does
+//   six octets' pre loads in flight a lane (backward/dglu_drain.cuh; 128 is the least that does
 //   not spill, 80 spilled 1,288 bytes).
 // - dGLU, seven epilogue warps (warps 1-3 and 12-15), 512 threads launched with 128 registers
-//   each: 112 for warpgroups 0 and 3, 144 for the consumers; four rows in flight a drain lane
+//   each: 112 for warpgroups 0 and 3, 144 for the consumers; four octets in flight a drain lane
 //   (five spilled 4 bytes at 112, six 20 at 120). The BF16 narrow dgrad's remedy
 //   (backward/config.h): with three, the FP8 dgrad's consumers waited for the tile buffer in 26%
 //   of all stall samples (run 22, ncu, qwen3), the drain (pre read, d_pre and scaled_act written,
@@ -52,15 +52,15 @@ struct Roles {
   int epilogue_warps;
   int producer_regs;  // setmaxnreg of warpgroup 0 (and 3)
   int consumer_regs;  // setmaxnreg of warpgroups 1 and 2
-  int drain_rows;     // the dGLU drain's rows in flight a lane (0: no dGLU)
+  int drain_octets;   // the dGLU drain's octets in flight a lane (0: no dGLU)
 };
 constexpr Roles roles(int role_set) {
   if (role_set == 7) return {.threads = 4 * kWarpgroupThreads, .epilogue_warps = 7,
-                             .producer_regs = 112, .consumer_regs = 144, .drain_rows = 4};
+                             .producer_regs = 112, .consumer_regs = 144, .drain_octets = 4};
   if (role_set == 3) return {.threads = kThreads, .epilogue_warps = kEpilogueWarps,
-                             .producer_regs = 136, .consumer_regs = 184, .drain_rows = 6};
+                             .producer_regs = 136, .consumer_regs = 184, .drain_octets = 6};
   return {.threads = kThreads, .epilogue_warps = kEpilogueWarps, .producer_regs = 80,
-          .consumer_regs = 208, .drain_rows = 0};
+          .consumer_regs = 208, .drain_octets = 0};
 }
 constexpr bool fit(const Roles& r) {
   return fits_register_file(r.producer_regs, r.consumer_regs, r.threads);

@@ -44,15 +44,15 @@ __device__ __forceinline__ void stage_g(const float (&acc)[kAccumulators], TileH
   bwd::send_part<__nv_bfloat16, 0, kTilePitch>(acc, handoff, slab);
 }
 
-// The kWarps epilogue warps, kRows rows in flight a lane (config.h, Roles): the dGLU of the
+// The kWarps epilogue warps, kOctets octets in flight a lane (config.h, Roles): the dGLU of the
 // staged tile of n-block n_block.
-template <EpilogueOp kOp, int kWarps, int kRows>
+template <EpilogueOp kOp, int kWarps, int kOctets>
 __device__ __forceinline__ void drain_g(const uint8_t* tile, const Fp8GemmProblem& p,
                                         const bwd::DGluEpilogue& ep, const TileRows& rows,
                                         int n_block) {
   assume_shared(tile);  // g by LDS, not generic loads
-  bwd::dglu_drain<kOp, kBlockN, kTilePitch, kWarps, kRows>(tile, p.n, ep, rows,
-                                                          n_block * kBlockN, n_block);
+  bwd::dglu_drain<kOp, kBlockN, kTilePitch, kWarps, kOctets>(tile, p.n, ep, rows,
+                                                            n_block * kBlockN, n_block);
 }
 
 }  // namespace moefuse::gemm::fp8

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
         // One switch on the activation around the tile loop (activation_backward.h says why).
         dispatch_epilogue_op(dglu.act.op, [&](auto op) {
           walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c, int) {
-            drain_g<decltype(op)::value, kRoles.epilogue_warps, kRoles.drain_rows>(
+            drain_g<decltype(op)::value, kRoles.epilogue_warps, kRoles.drain_octets>(
                 tile, p, dglu, rows, c.n_block);
           });
         });
