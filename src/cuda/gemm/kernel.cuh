@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     TileHandoff handoff = TileHandoff::of(smem);
     for (int u = units.first, i = 0; u < units.total; u += units.step, ++i) {
       ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);  // unit i's slot is written
-      const TileSlot t = read_tile(tile_slots, i);
+      const TileSlot t = read_tile(tile_slots, i, units.rank);
       if (!warp_uniform(t.live)) {
         skip_phantom<kCluster>(ceil_div(p.k, kBlockK), smem, pipe);
         continue;

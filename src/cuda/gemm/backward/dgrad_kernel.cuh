@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     PipelineState<G::kStages> pipe;
     for (int u = units.first, i = 0; u < units.total; u += units.step, ++i) {
       ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);  // unit i's slot is written
-      if (!warp_uniform(read_tile(tile_slots, i).live)) {
+      if (!warp_uniform(read_tile(tile_slots, i, units.rank).live)) {
         skip_phantom<S::kCluster>(k_blocks, smem, pipe);
         continue;
       }

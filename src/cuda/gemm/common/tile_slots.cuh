@@ -12,13 +12,16 @@
 // Protocol (unit i of the CTA's walk, slot i % kTileSlots):
 //   producer: after its wait on empty for unit i's first stage, write the slot, then arrive on
 //     that stage's full barrier (mbarrier.arrive has release semantics);
-//   consumers: wait on full for unit i's first stage (acquire), then read the slot.
+//   consumers: wait on full for unit i's first stage (acquire), then read the slot (one lane a
+//     warp, shuffled to the others: read_tile).
 // The consumers read slot i before they release unit i's first stage. The producer overwrites
 // it for unit i + kTileSlots after its empty wait for that unit's first stage, i.e. after the
 // consumers released the stage kStages K blocks before it; with at least one K block a unit
 // (every kernel has K > 0) that stage is unit i's first or later as long as kTileSlots >=
 // kStages, so the read came first.
 #pragma once
+
+#include <cstddef>
 
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/tile_rows.cuh"
@@ -58,10 +61,29 @@ __device__ __forceinline__ void publish_tile(TileSlot* slots, int i, const UnitT
   compiler_fence();
 }
 
-// Consumers: unit i's slot, after their full wait for the unit's first stage.
-__device__ __forceinline__ TileSlot read_tile(const TileSlot* slots, int i) {
+// Consumers: unit i's slot, after their full wait for the unit's first stage, read by lane
+// `rank` of each warp (the CTA's rank in its cluster, 0 without one) and shuffled to the others.
+// Only the lanes that arrive on this CTA's empty barriers have their reads ordered (by the PTX
+// memory model) before the producer's next write of the slot: every lane without a cluster, lane
+// `rank` in one (common/pipeline.cuh release_stage). With every lane reading, racecheck reported
+// the other lanes' reads against that write in a clustered gather kernel (run 39, branch
+// wip/gather-clusters), though not yet in these kernels.
+__device__ __forceinline__ TileSlot read_tile(const TileSlot* slots, int i, int rank) {
+  static_assert(sizeof(TileSlot) == 2 * sizeof(int4) && offsetof(TileSlot, live) == 12 &&
+                offsetof(TileSlot, rows) == 16);
   compiler_fence();
-  return slots[i % kTileSlots];
+  int4 v[2] = {};
+  if (threadIdx.x % 32 == static_cast<unsigned>(rank)) {
+    const int4* slot = reinterpret_cast<const int4*>(slots + i % kTileSlots);
+    v[0] = slot[0];
+    v[1] = slot[1];
+  }
+  TileSlot t;
+  t.tile = {.expert = __shfl_sync(~0u, v[0].x, rank), .m_block = __shfl_sync(~0u, v[0].y, rank),
+            .n_block = __shfl_sync(~0u, v[0].z, rank)};
+  t.live = __shfl_sync(~0u, v[0].w, rank);
+  t.rows = {.first = __shfl_sync(~0u, v[1].x, rank), .end = __shfl_sync(~0u, v[1].y, rank)};
+  return t;
 }
 
 }  // namespace moefuse::gemm

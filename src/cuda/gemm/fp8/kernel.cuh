@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
     IssueTurns turns(slab);
     for (int u = cluster, i = 0; u < total_units; u += clusters, ++i) {
       ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);  // unit i's slot is written
-      const TileSlot t = read_tile(tile_slots, i);
+      const TileSlot t = read_tile(tile_slots, i, rank);
       if (!warp_uniform(t.live)) {
         skip_tile(p, smem, pipe);
         continue;
