@@ -142,10 +142,14 @@ if [[ " $stages " == *" sanitize "* ]]; then
   }
   export -f sanitize_one
   export BUILD
-  # Quoted: the patterns must reach gtest, not the shell's globbing.
+  # Quoted: the patterns must reach gtest, not the shell's globbing. The cluster tests walk the
+  # tile-slot ring and the two-CTA stage release, where racecheck found unordered slot reads
+  # (docs/RELIABILITY.md, run 39).
   default_filter=(
     'Router*' 'Dispatch*' 'ExpertOffsets.*' 'QuantGpu.Blockwise*' 'QuantGpu.Mxfp8*'
-    'GroupedGemm.SkewedRouting*' 'GroupedGemm.GatherFusedFc1' 'GroupedGemmBackward.DgradRagged*'
+    'GroupedGemm.SkewedRouting*' 'GroupedGemm.GatherFusedFc1' 'GroupedGemm.ClusterPairsAndPhantoms'
+    'GroupedGemm.OneKBlockTilesOnOneCta' 'GroupedGemmBackward.Fc2DgradClusterGroupsAndPhantoms'
+    'GroupedGemmBackward.DgradRagged*'
     'GroupedGemmBackward.WgradGather*' 'GroupedGemmFp8.Fc1EveryActivation'
     'GroupedGemmFp8.DeepGemmShapeRagged'
     'GroupedGemmMxfp8.Fc1SwiGluBiasAndPreActivation' 'Fp8Dgrad.Fc1Dgrad*'
