@@ -21,8 +21,6 @@
 // kStages, so the read came first.
 #pragma once
 
-#include <cstddef>
-
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/tile_rows.cuh"
 
@@ -69,21 +67,15 @@ __device__ __forceinline__ void publish_tile(TileSlot* slots, int i, const UnitT
 // the other lanes' reads against that write in a clustered gather kernel (run 39, branch
 // wip/gather-clusters), though not yet in these kernels.
 __device__ __forceinline__ TileSlot read_tile(const TileSlot* slots, int i, int rank) {
-  static_assert(sizeof(TileSlot) == 2 * sizeof(int4) && offsetof(TileSlot, live) == 12 &&
-                offsetof(TileSlot, rows) == 16);
   compiler_fence();
-  int4 v[2] = {};
-  if (threadIdx.x % 32 == static_cast<unsigned>(rank)) {
-    const int4* slot = reinterpret_cast<const int4*>(slots + i % kTileSlots);
-    v[0] = slot[0];
-    v[1] = slot[1];
-  }
-  TileSlot t;
-  t.tile = {.expert = __shfl_sync(~0u, v[0].x, rank), .m_block = __shfl_sync(~0u, v[0].y, rank),
-            .n_block = __shfl_sync(~0u, v[0].z, rank)};
-  t.live = __shfl_sync(~0u, v[0].w, rank);
-  t.rows = {.first = __shfl_sync(~0u, v[1].x, rank), .end = __shfl_sync(~0u, v[1].y, rank)};
-  return t;
+  TileSlot own{};
+  if (threadIdx.x % 32 == static_cast<unsigned>(rank)) own = slots[i % kTileSlots];
+  auto from_rank = [rank](int v) { return __shfl_sync(~0u, v, rank); };
+  return TileSlot{.tile = {.expert = from_rank(own.tile.expert),
+                           .m_block = from_rank(own.tile.m_block),
+                           .n_block = from_rank(own.tile.n_block)},
+                  .live = from_rank(own.live),
+                  .rows = {.first = from_rank(own.rows.first), .end = from_rank(own.rows.end)}};
 }
 
 }  // namespace moefuse::gemm
