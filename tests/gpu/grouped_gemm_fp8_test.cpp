@@ -507,21 +507,30 @@ TEST(GroupedGemmFp8, ClusterPairsOddBlocksAndPhantoms) {
               .act = Activation::kSwiGLU, .fp32_out = fp32},
              "swiglu, N 336" + out);
   }
+  // bf16 output runs 192-wide tiles (fp8/config.h Fp8Tile), whose n-block counts at N 264 and
+  // 336 are even: N 456 (a 72-column tail, its second B half past N) and 528 (a 144-column
+  // tail) give three, and odd tiles start at column 64 of a weight block.
+  run_case({.counts = counts, .spare_rows = 5, .n = 456, .k = 272, .row_scale = true,
+            .fp32_out = false, .bias = true},
+           "linear, N 456 bf16");
+  run_case({.counts = counts, .spare_rows = 5, .n = 528, .k = 272, .activation = true,
+            .act = Activation::kSwiGLU, .fp32_out = false},
+           "swiglu, N 528 bf16");
 }
 
-// Several units per cluster with phantoms between live units (9 n-blocks, random expert sizes)
-// and K = 6 blocks, so the 5-stage rings wrap inside and across units and the hand-off's tile
-// buffer is reused many times.
+// Several units per cluster with phantoms between live units (7 n-blocks of the bf16 output's
+// 192-wide tiles, random expert sizes) and K = 6 blocks, so the 4-stage rings wrap inside and
+// across units and the hand-off's tile buffer is reused many times.
 TEST(GroupedGemmFp8, SeveralUnitsPerClusterWithPhantoms) {
   MOEFUSE_REQUIRE_HOPPER();
   std::vector<int> counts = uniform_counts(12, 6000);
   counts[3] = 0;
   counts[7] = 1;
   for (Activation act : {Activation::kSwiGLU, Activation::kSquaredReLU})
-    run_case({.counts = counts, .row_base = 2, .spare_rows = 40, .n = 1040, .k = 768,
+    run_case({.counts = counts, .row_base = 2, .spare_rows = 40, .n = 1232, .k = 768,
               .activation = true, .act = act, .row_scale = true, .fp32_out = false, .pre = true},
-             std::string(activation_name(act)) + ", 9 n-blocks (+ pre)");
-  // One K block a unit (K = 128) and about 14 units a cluster: the producer runs five units
+             std::string(activation_name(act)) + ", 7 n-blocks (+ pre)");
+  // One K block a unit (K = 128) and about 14 units a cluster: the producer runs four units
   // ahead of the consumers, and the tile slots it hands them (common/tile_slots.cuh) wrap.
   std::vector<int> many = uniform_counts(12, 80000);
   many[5] = 0;

@@ -11,13 +11,18 @@
 namespace moefuse::gemm::fp8 {
 
 inline constexpr int kBlockM = 128;  // rows per tile: 2 consumer warpgroups × 64
-// 128 columns: one weight-scale block per tile, and the consumer holds two accumulator sets
-// (the running fp32 sum and the current K block's wgmma output), 64 + 64 registers; N = 256
-// would need 256 accumulator registers (docs/fp8.md, "Speed", weighs the alternatives).
+// Tile columns. The consumer holds two accumulator sets (the running fp32 sum and the current K
+// block's wgmma output), N / 2 registers each; N = 256 would need 256 (docs/fp8.md, "Speed",
+// weighs the alternatives). 128 (one weight-scale block a tile) for every instantiation but the
+// bf16 forward output's, which runs 192 (Fp8Tile below says why).
 inline constexpr int kBlockN = 128;
+inline constexpr int kBf16OutBlockN = 192;
 inline constexpr int kBlockK = 128;  // 128 e4m3 = 128 bytes: one 128B-swizzle row, one scale group
+// Columns of a weight-scale block (the recipe's 128 × 128 blocks of B).
+inline constexpr int kWeightBlock = 128;
 inline constexpr int kWgmmaK = 32;   // wgmma m64n128k32 e4m3
-// Five stages: a sixth does not fit next to the hand-off's tile buffer (static_assert below).
+// Five stages of the 128-wide tile: a sixth does not fit next to the hand-off's tile buffer
+// (Fp8Tile below counts them).
 inline constexpr int kStages = 5;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (cluster_scheduler.h)
 static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
@@ -54,7 +59,12 @@ struct Roles {
   int consumer_regs;  // setmaxnreg of warpgroups 1 and 2
   int drain_octets;   // the dGLU drain's octets in flight a lane (0: no dGLU)
 };
-constexpr Roles roles(int role_set) {
+// n: the tile's width (Fp8Tile). At 192 the forward's consumers hold 96 + 96 accumulators:
+// 208 spilled 12 bytes, 216 (with 72 for warpgroup 0, the BF16 forward's split) spills nothing.
+constexpr Roles roles(int role_set, int n = kBlockN) {
+  if (role_set == 0 && n == kBf16OutBlockN)
+    return {.threads = kThreads, .epilogue_warps = kEpilogueWarps, .producer_regs = 72,
+            .consumer_regs = 216, .drain_octets = 0};
   if (role_set == 7) return {.threads = 4 * kWarpgroupThreads, .epilogue_warps = 7,
                              .producer_regs = 112, .consumer_regs = 144, .drain_octets = 4};
   if (role_set == 3) return {.threads = kThreads, .epilogue_warps = kEpilogueWarps,
@@ -65,7 +75,8 @@ constexpr Roles roles(int role_set) {
 constexpr bool fit(const Roles& r) {
   return fits_register_file(r.producer_regs, r.consumer_regs, r.threads);
 }
-static_assert(fit(roles(0)) && fit(roles(3)) && fit(roles(7)), "setmaxnreg budgets too large");
+static_assert(fit(roles(0)) && fit(roles(3)) && fit(roles(7)) && fit(roles(0, kBf16OutBlockN)),
+              "setmaxnreg budgets too large");
 // The epilogue warps of the dGLU (K = H) and the E4M3 forward (K = H for FC1) by K: seven up to
 // kSevenWarpsMaxK, three beyond.
 inline constexpr int64_t kSevenWarpsMaxK = 3072;
@@ -82,9 +93,10 @@ inline constexpr int kScaleAlignRows = 4;
 inline constexpr int kScaleBoxRows = kBlockM + kScaleAlignRows;
 inline constexpr int kScaleBytes = kScaleBoxRows * 4;  // what the box delivers
 inline constexpr int kScaleSlotBytes = 640;            // kScaleBytes rounded up to 128
-// The stage's weight scale (one fp32 for the tile's n-block and K block) sits after the box: the
-// producer stores it there, so the consumers read it with the row scales from shared memory
-// instead of a global load per K block on their critical path (mainloop.cuh).
+// The stage's weight scale (one fp32 for the tile's n-block and K block; a 192-wide tile's two,
+// Fp8Tile) sits after the box: the producer stores it there, so the consumers read it with the
+// row scales from shared memory instead of a global load per K block on their critical path
+// (mainloop.cuh).
 inline constexpr int kBScaleOffset = kScaleBytes;
 inline constexpr int kStageBytes = kABytes + kBBytes + kScaleSlotBytes;
 // The box's first row for a tile whose first row is `first`; row r of the tile is then entry
@@ -97,14 +109,14 @@ inline constexpr int kHalfBytes = kHalfRows * kBlockK;
 static_assert(kBlockM == kBlockN, "A and B stages split into the same halves");
 static_assert(kHalfBytes % kSwizzleAtomBytes == 0, "a half starts on a swizzle atom");
 static_assert(kBlockK == kSwizzleRowBytes, "one K block is one swizzle row and one scale group");
-static_assert(kBlockN == 128, "one tile spans exactly one 128-row weight-scale block");
+static_assert(kBlockN == kWeightBlock, "a 128-wide tile spans exactly one weight-scale block");
 static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
 static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomBytes == 0,
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kScaleSlotBytes % 128 == 0 && kScaleSlotBytes >= kScaleBytes,
               "TMA destinations need 128-byte alignment");
 static_assert(kScaleBytes % 16 == 0, "a TMA box's inner extent is a multiple of 16 bytes");
-static_assert(kBScaleOffset + 4 <= kScaleSlotBytes, "the weight scale fits behind the box");
+static_assert(kBScaleOffset + 8 <= kScaleSlotBytes, "two weight scales fit behind the box");
 
 // The hand-off's tile buffer (bf16 forward output: staged_tile.cuh; the dGLU's g:
 // dglu_handoff.cuh): 128 rows of 128 bf16, padded to a 272-byte pitch so that a warp's
@@ -120,15 +132,67 @@ inline constexpr int kAmaxBytes = (1 + kAmaxBuffers) * kBlockM * 4;
 // Empty-barrier arrivals: lanes 0 and 1 of each consumer warp of both CTAs (mainloop.cuh).
 inline constexpr int kEmptyArrivals = (kConsumerThreads / 32) * kClusterSize;
 
-// Dynamic shared memory: A stages, B stages, scale stages, the tile buffer, the amax buffers,
-// 2 × kStages + 2 + 2 × kAmaxBuffers mbarriers, then unit_start[E + 1]; plus slack to align the
-// base to the 1024-byte swizzle atom.
-constexpr int64_t fp8_gemm_smem_bytes(int num_experts) {
-  return kSwizzleAtomBytes + int64_t{kStages} * kStageBytes + kTileBytes + kAmaxBytes +
-         (2 * kStages + 2 + 2 * kAmaxBuffers) * 8 + 4 * (int64_t{num_experts} + 1);
+// Dynamic shared memory for `stages` stages of `stage_bytes` and a tile buffer of `tile_bytes`:
+// A stages, B stages, scale stages, the tile buffer, the amax buffers, 2 × stages + 2 + 2 ×
+// kAmaxBuffers mbarriers, then unit_start[E + 1]; plus slack to align the base to the 1024-byte
+// swizzle atom.
+constexpr int64_t fp8_gemm_smem_bytes(int stages, int stage_bytes, int tile_bytes,
+                                      int num_experts) {
+  return kSwizzleAtomBytes + int64_t{stages} * stage_bytes + tile_bytes + kAmaxBytes +
+         (2 * stages + 2 + 2 * kAmaxBuffers) * 8 + 4 * (int64_t{num_experts} + 1);
 }
-static_assert(fp8_gemm_smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
-static_assert(fp8_gemm_smem_bytes(1024) + kStageBytes > 227 * 1024,
-              "a sixth stage would fit: raise kStages");
+
+// The forward kernel's tile, kN columns wide: 128 (the constants above; every instantiation but
+// one), or 192 with bf16 output (FC2 with its row scale, FC1 with its activation, the FC1 dgrad,
+// the plain GEMMs). A 192-wide tile spans two weight-scale blocks, starting at column 0 or 64 of
+// one (second_weight_group), so each stage carries two weight scales; 4 stages fit beside its
+// 50 KB tile buffer. Run 40 (H200, interleaved A/B in one binary, four rounds over two calls,
+// 192 against 128): FC2 0.81 (qwen3, K 768), 0.94 (gpt-oss), 0.96 (deepseek); FC1 0.94
+// (gpt-oss), 0.98-1.01 (qwen3, deepseek); DeepGEMM's K = 2048 shapes 0.94-0.97, K = 7168
+// 0.98-1.00; in the FP8 layer the fc2 stage 0.80 / 0.94 and fc1_dgrad 0.96 / 0.95 (qwen3 /
+// gpt-oss). The long-K shapes' indifference refutes the estimate that shared-memory bandwidth
+// bounds the 128-wide mainloop (docs/fp8.md): what 192 saves is per-tile work (a third fewer
+// tiles, hand-offs and scale loads) and gpt-oss's N tails (2880 = 15 × 192). The E4M3 output
+// (1 × 128 scale groups of act, e4m3_drain.cuh), the dGLU and fp32 output keep 128. The FP8
+// layer's step: docs/fp8.md "Wider tiles".
+template <int kN>
+struct Fp8Tile {
+  static_assert(kN == fp8::kBlockN || kN == kBf16OutBlockN, "the widths the kernel is written for");
+  static constexpr int kBlockN = kN;
+  static constexpr int kAccumulators = kN / 2;  // fp32 per thread for m64nN
+  static constexpr int kBBytes = kN * kBlockK;
+  // B in halves of kN / 2 rows, one per CTA of a cluster when B is the shared operand.
+  static constexpr int kBHalfRows = kN / kClusterSize;
+  static constexpr int kBHalfBytes = kBHalfRows * kBlockK;
+  static constexpr int kStageBytes = kABytes + kBBytes + kScaleSlotBytes;
+  // 2N + 16 is an odd multiple of 16 bytes: a warp's 8 rows of 16-byte pieces hit all 32 banks.
+  static constexpr int kTilePitch = kN * 2 + 16;
+  static constexpr int kTileBytes = kBlockM * kTilePitch;
+  // As many stages as fit at the most experts, beside the 256 bytes of static tile slots
+  // (common/tile_slots.cuh).
+  static constexpr int kStages = [] {
+    int s = 1;
+    while (fp8_gemm_smem_bytes(s + 1, kStageBytes, kTileBytes, 1024) + 256 <= 227 * 1024) ++s;
+    return s;
+  }();
+  static constexpr int64_t smem_bytes(int num_experts) {
+    return fp8_gemm_smem_bytes(kStages, kStageBytes, kTileBytes, num_experts);
+  }
+  static_assert(kBHalfBytes % kSwizzleAtomBytes == 0, "a B half starts on a swizzle atom");
+  static_assert(kStageBytes * kStages % 16 == 0, "the tile buffer and barriers stay aligned");
+};
+static_assert(Fp8Tile<kBlockN>::kStages == kStages && Fp8Tile<kBlockN>::kTilePitch == kTilePitch);
+static_assert(Fp8Tile<kBf16OutBlockN>::kStages == 4);
+// The weight blocks' two scales must cover the tile: its columns lie in at most two blocks.
+static_assert(kBf16OutBlockN <= 2 * kWeightBlock && kBf16OutBlockN % 64 == 0);
+
+// The 8-column group of a kN-wide tile whose first column is n0 at which the next weight-scale
+// block begins (kN / 8 when the tile lies in one block). n0 is a multiple of kN, so at 192 the
+// tile starts at column 0 or 64 of a block: 16 or 8.
+template <int kN>
+MOEFUSE_HOST_DEVICE constexpr int second_weight_group(int n0) {
+  const int to_next = kWeightBlock - n0 % kWeightBlock;
+  return (to_next < kN ? to_next : kN) / 8;
+}
 
 }  // namespace moefuse::gemm::fp8

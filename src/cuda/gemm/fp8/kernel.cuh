@@ -12,8 +12,9 @@
 //               (staged_tile.cuh; e4m3_drain.cuh; dglu_handoff.cuh).
 //   warpgroups 1, 2 (consumers, setmaxnreg up): for the same units, this CTA's tile (from the
 //               slot the producer wrote before the unit's first stage, common/tile_slots.cuh):
-//               the K loop with per-block promotion into 64 fp32 registers each (rows 0-63 and
-//               64-127 of the tile), the two warpgroups issuing their K blocks in turns
+//               the K loop with per-block promotion into N / 2 fp32 registers each (rows 0-63
+//               and 64-127 of the 128 × N tile; N 192 with bf16 output, 128 otherwise:
+//               config.h Fp8Tile), the two warpgroups issuing their K blocks in turns
 //               (issue_turns.cuh), then, by instantiation:
 //                 bf16 and E4M3 forward: the hand-off of bf16(h + bias) to the epilogue warps
 //                   (the next tile's wgmma overlap this tile's activation and stores; E4M3: the
@@ -87,9 +88,8 @@ namespace moefuse::gemm::fp8 {
 // The epilogue warps (warps 1-3 of warpgroup 0, with seven also warpgroup 3): every live tile the
 // consumers stage, in their order, given to drain(tile buffer, its rows, its coordinates, its
 // unit) between the hand-off's waits.
-template <class Drain>
-__device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
-                                                   const SharedLayout& smem,
+template <class Layout, class Drain>
+__device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p, const Layout& smem,
                                                    const TileShape& shape, int total_units,
                                                    int cluster, int clusters, int rank,
                                                    Drain&& drain) {
@@ -109,8 +109,9 @@ __device__ __forceinline__ void run_epilogue_warps(const Fp8GemmProblem& p,
 // forward; unused with the dGLU, which writes dglu's outputs).
 // kRoleSet: the warp roles (config.h, Roles): 0 the forward's, 3 or 7 epilogue warps for the
 // dGLU (OutT bf16), 7 for the E4M3 forward at short K.
-template <class OutT, int kRoleSet>
-__global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
+// kN: the tile's columns (config.h, Fp8Tile): kBlockN, or kBf16OutBlockN for the bf16 forward.
+template <class OutT, int kRoleSet, int kN = kBlockN>
+__global__ void __launch_bounds__(roles(kRoleSet, kN).threads, 1)
     grouped_gemm_fp8_kernel(const __grid_constant__ CUtensorMap tmap_a,
                             const __grid_constant__ CUtensorMap tmap_b,
                             const __grid_constant__ CUtensorMap tmap_scales,
@@ -122,15 +123,19 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
   constexpr bool kE4m3 = std::is_same_v<OutT, __nv_fp8_e4m3>;
   static_assert(!kE4m3 || kRoleSet != 3, "the E4M3 forward runs three or seven epilogue warps");
   constexpr bool kDGlu = kRoleSet > 0 && !kE4m3;
-  constexpr Roles kRoles = roles(kRoleSet);
+  constexpr Roles kRoles = roles(kRoleSet, kN);
   constexpr bool kHandoff = kDGlu || kE4m3 || std::is_same_v<OutT, __nv_bfloat16>;
+  static_assert(kN == kBlockN || (kRoleSet == 0 && std::is_same_v<OutT, __nv_bfloat16>),
+                "wider tiles for the bf16 forward only");
+  using G = Fp8Tile<kN>;
+  using Layout = TileSharedLayout<G>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ TileSlot tile_slots[kTileSlots];
-  static_assert(tile_slots_cover<kStages>() &&
-                fits_beside_tile_slots(fp8_gemm_smem_bytes(kGroupedGemmMaxExperts)));
-  const SharedLayout smem = SharedLayout::carve(smem_raw);
-  const TileShape shape{.block_m = kBlockM, .block_n = kBlockN, .group_m = kGroupM,
-                        .n_blocks = ceil_div(p.n, kBlockN)};
+  static_assert(tile_slots_cover<G::kStages>() &&
+                fits_beside_tile_slots(G::smem_bytes(kGroupedGemmMaxExperts)));
+  const Layout smem = Layout::carve(smem_raw);
+  const TileShape shape{.block_m = kBlockM, .block_n = kN, .group_m = kGroupM,
+                        .n_blocks = ceil_div(p.n, kN)};
   const int rank = static_cast<int>(cute::block_rank_in_cluster());
   const int cluster = blockIdx.x / kClusterSize, clusters = gridDim.x / kClusterSize;
 
@@ -150,8 +155,8 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
     cutlass::arch::warpgroup_reg_dealloc<kRoles.producer_regs>();
     // Warp-uniform, so that the producer's loop is convergent (mainloop.cuh, produce).
     if (warp_uniform(threadIdx.x / 32) == 0) {
-      produce(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_units, cluster, clusters,
-              rank, tile_slots);
+      produce<G>(&tmap_a, &tmap_b, &tmap_scales, p, smem, shape, total_units, cluster, clusters,
+                 rank, tile_slots);
     } else if (kHandoff && threadIdx.x >= 32) {
       auto walk = [&](auto&& drain) {
         run_epilogue_warps(p, smem, shape, total_units, cluster, clusters, rank, drain);
@@ -180,17 +185,17 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
         });
       } else {
         walk([&](const uint8_t* tile, const TileRows& rows, const TileCoord& c, int) {
-          drain_tile<kBlockM, kBlockN, kTilePitch>(tile, p, ep, rows.first, rows.end,
-                                                   c.n_block * kBlockN);
+          drain_tile<kBlockM, kN, G::kTilePitch>(tile, p, ep, rows.first, rows.end,
+                                                 c.n_block * kN);
         });
       }
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<kRoles.consumer_regs>();
     const int slab = warpgroup - 1;
-    const StageAddresses stages = StageAddresses::of(smem);
-    float acc[kAccumulators];
-    PipelineState<kStages> pipe;
+    const StageAddresses<G> stages = StageAddresses<G>::of(smem);
+    float acc[G::kAccumulators];
+    PipelineState<G::kStages> pipe;
     TileHandoff handoff = TileHandoff::of(smem);
     IssueTurns turns(slab);
     for (int u = cluster, i = 0; u < total_units; u += clusters, ++i) {
@@ -202,19 +207,19 @@ __global__ void __launch_bounds__(roles(kRoleSet).threads, 1)
       }
       const TileCoord& c = t.tile;
       const TileRows& rows = t.rows;
-      const int n0 = c.n_block * kBlockN;
+      const int n0 = c.n_block * kN;
       RowScales scales;
       if constexpr (kHandoff && !kDGlu)
-        scales = prefetch_tile_operands<kBlockM, kBlockN>(ep, slab, c.expert, p.n, n0,
-                                                          rows.first, rows.end);
+        scales = prefetch_tile_operands<kBlockM, kN>(ep, slab, c.expert, p.n, n0, rows.first,
+                                                     rows.end);
       // The slab as a template argument: its A offset folds into the descriptor constants.
-      if (slab == 0) consume_tile<0>(acc, p, stages, pipe, rows.first, turns);
-      else consume_tile<1>(acc, p, stages, pipe, rows.first, turns);
+      if (slab == 0) consume_tile<G, 0>(acc, p, stages, pipe, rows.first, n0, turns);
+      else consume_tile<G, 1>(acc, p, stages, pipe, rows.first, n0, turns);
       if constexpr (kDGlu) {
         stage_g(acc, handoff, slab);
       } else if constexpr (kHandoff) {
-        stage_tile<kBlockM, kBlockN, kTilePitch>(acc, handoff, slab, ep, c.expert, p.n, n0,
-                                                 scales);
+        stage_tile<kBlockM, kN, G::kTilePitch>(acc, handoff, slab, ep, c.expert, p.n, n0,
+                                               scales);
       } else {
         epilogue_tile<OutT>(acc, p, ep, c.expert, rows.first + slab * (kBlockM / 2), rows.end,
                             n0);

@@ -1,6 +1,6 @@
 // The FP8 kernel's host launcher (a persistent grid of 2-CTA clusters) and its six
-// instantiations (bf16 and fp32 output; E4M3 output and the dGLU, each with three or seven
-// epilogue warps).
+// instantiations (bf16 output in 192-wide tiles, fp32 output; E4M3 output and the dGLU, each with
+// three or seven epilogue warps; config.h Fp8Tile says why bf16 output runs 192).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -14,15 +14,16 @@
 namespace moefuse::gemm::fp8 {
 namespace {
 
-template <class OutT, int kRoleSet>
+template <class OutT, int kRoleSet, int kN = kBlockN>
 void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
+  using G = Fp8Tile<kN>;
   const Fp8GemmProblem& p = launch.problem;
   if (p.m_cap == 0) return;  // nothing can be written
-  // A and B in 64-row boxes: each CTA of a cluster loads one half of the shared operand
-  // (mainloop.cuh).
+  // A and B in boxes of half a tile (64 rows of A, kN / 2 of B): each CTA of a cluster loads
+  // one half of the shared operand (mainloop.cuh).
   const CUtensorMap tmap_a = make_tma_2d(kTmaE4m3, launch.a, p.m_cap, p.k, kHalfRows, kBlockK);
   const CUtensorMap tmap_b =
-      make_tma_3d(kTmaE4m3, launch.b, p.num_experts, p.n, p.k, kHalfRows, kBlockK);
+      make_tma_3d(kTmaE4m3, launch.b, p.num_experts, p.n, p.k, G::kBHalfRows, kBlockK);
   // The activation scales, K-major [K groups, M_cap padded to 4]: one row of kScaleBoxRows per
   // box (config.h).
   const CUtensorMap tmap_scales = make_tma_2d(kTmaF32Rows, launch.a_scales, fp8_scale_groups(p.k),
@@ -32,12 +33,12 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
   // m-block, and an m-block run as n-pairs at most one phantom) only trims the grid for tiny
   // problems.
   const int64_t max_m_blocks = int64_t{ceil_div(p.m_cap, kBlockM)} + p.num_experts;
-  const int64_t max_units = (max_m_blocks * ceil_div(p.n, kBlockN) + max_m_blocks + 1) / 2;
-  const int64_t smem_bytes = fp8_gemm_smem_bytes(p.num_experts);
-  auto* kernel = &grouped_gemm_fp8_kernel<OutT, kRoleSet>;
+  const int64_t max_units = (max_m_blocks * ceil_div(p.n, kN) + max_m_blocks + 1) / 2;
+  const int64_t smem_bytes = G::smem_bytes(p.num_experts);
+  auto* kernel = &grouped_gemm_fp8_kernel<OutT, kRoleSet, kN>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem_bytes)));
-  launch_persistent<kClusterSize>(kernel, max_units, 0, roles(kRoleSet).threads,
+  launch_persistent<kClusterSize>(kernel, max_units, 0, roles(kRoleSet, kN).threads,
                                   smem_bytes, stream, "the FP8 grouped GEMM", tmap_a, tmap_b,
                                   tmap_scales, p, launch.epilogue, launch.dglu);
 }
@@ -45,7 +46,7 @@ void launch_fp8(const Fp8GemmLaunch& launch, cudaStream_t stream) {
 }  // namespace
 
 void launch_grouped_gemm_fp8_bf16(const Fp8GemmLaunch& launch, cudaStream_t stream) {
-  launch_fp8<__nv_bfloat16, 0>(launch, stream);
+  launch_fp8<__nv_bfloat16, 0, kBf16OutBlockN>(launch, stream);
 }
 
 void launch_grouped_gemm_fp8_fp32(const Fp8GemmLaunch& launch, cudaStream_t stream) {

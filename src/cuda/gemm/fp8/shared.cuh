@@ -15,9 +15,15 @@
 
 namespace moefuse::gemm::fp8 {
 
-struct SharedLayout {
+// G: the tile geometry (config.h, Fp8Tile).
+template <class G>
+struct TileSharedLayout {
+  static constexpr int kStages = G::kStages;
+  static constexpr int kBBytes = G::kBBytes;
+  static constexpr int kTileBytes = G::kTileBytes;
+
   uint8_t* a;            // kStages × [kBlockM rows × 128 B], 128B-swizzled
-  uint8_t* b;            // kStages × [kBlockN rows × 128 B], 128B-swizzled
+  uint8_t* b;            // kStages × [G::kBlockN rows × 128 B], 128B-swizzled
   float* a_scale;        // kStages × [kScaleSlotBytes]: activation scales of a K group (config.h)
   uint8_t* tile;         // kTileBytes: the hand-off's tile buffer (bf16 forward output, dGLU)
   float* amax_own;       // [kBlockM]: E4M3 GLU output, this CTA's row amax (e4m3_drain.cuh)
@@ -39,8 +45,8 @@ struct SharedLayout {
   static constexpr int kFullOffset = kAmaxOffset + kAmaxBytes;
   static constexpr int kEmptyOffset = kFullOffset + kStages * int{sizeof(uint64_t)};
 
-  __device__ static SharedLayout carve(uint8_t* raw) {
-    SharedLayout s;
+  __device__ static TileSharedLayout carve(uint8_t* raw) {
+    TileSharedLayout s;
     s.a = align_to_swizzle_atom(raw);
     s.b = s.a + kBOffset;
     s.a_scale = reinterpret_cast<float*>(s.a + kScaleOffset);
@@ -73,6 +79,7 @@ struct SharedLayout {
     cutlass::arch::fence_barrier_init();
   }
 };
-static_assert(kStageBytes * kStages % 16 == 0, "the tile buffer and barriers stay aligned");
+// Every instantiation but the wide bf16 forward's.
+using SharedLayout = TileSharedLayout<Fp8Tile<kBlockN>>;
 
 }  // namespace moefuse::gemm::fp8

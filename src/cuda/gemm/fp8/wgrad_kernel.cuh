@@ -132,9 +132,9 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int gr
 #pragma unroll
     for (int k = 0; k < kBlockK / fp8::kWgmmaK; ++k) {
       // +32 bytes of K per step = +2 in the descriptor's address field (smem_descriptor).
-      fp8::wgmma_m64n128k32(desc_a + 2 * k, desc_b + 2 * k, block,
-                            k == 0 ? ScaleOut::Zero : ScaleOut::One,
-                            std::make_index_sequence<kAccumulators>{});
+      fp8::wgmma_m64k32<kBlockN>(desc_a + 2 * k, desc_b + 2 * k, block,
+                                 k == 0 ? ScaleOut::Zero : ScaleOut::One,
+                                 std::make_index_sequence<kAccumulators>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<0>();
