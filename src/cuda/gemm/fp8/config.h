@@ -146,15 +146,15 @@ constexpr int64_t fp8_gemm_smem_bytes(int stages, int stage_bytes, int tile_byte
 // one), or 192 with bf16 output (FC2 with its row scale, FC1 with its activation, the FC1 dgrad,
 // the plain GEMMs). A 192-wide tile spans two weight-scale blocks, starting at column 0 or 64 of
 // one (second_weight_group), so each stage carries two weight scales; 4 stages fit beside its
-// 50 KB tile buffer. Run 40 (H200, interleaved A/B in one binary, four rounds over two calls,
-// 192 against 128): FC2 0.81 (qwen3, K 768), 0.94 (gpt-oss), 0.96 (deepseek); FC1 0.94
-// (gpt-oss), 0.98-1.01 (qwen3, deepseek); DeepGEMM's K = 2048 shapes 0.94-0.97, K = 7168
-// 0.98-1.00; in the FP8 layer the fc2 stage 0.80 / 0.94 and fc1_dgrad 0.96 / 0.95 (qwen3 /
-// gpt-oss). The long-K shapes' indifference refutes the estimate that shared-memory bandwidth
-// bounds the 128-wide mainloop (docs/fp8.md): what 192 saves is per-tile work (a third fewer
-// tiles, hand-offs and scale loads) and gpt-oss's N tails (2880 = 15 × 192). The E4M3 output
-// (1 × 128 scale groups of act, e4m3_drain.cuh), the dGLU and fp32 output keep 128. The FP8
-// layer's step: docs/fp8.md "Wider tiles".
+// 50 KB tile buffer. Run 40 (H200, interleaved A/B in one binary, the time at 192 against 128):
+// FC2 0.81 (qwen3, K 768), 0.93-0.94 (gpt-oss), 0.96 (deepseek); FC1 0.94 (gpt-oss), 0.98-1.01
+// (qwen3, deepseek); DeepGEMM's K = 2048 shapes 0.91-1.02 (eight of ten 0.94-0.98), K = 7168
+// 0.98-1.00; in the FP8 layer the fc2 stage 0.80-0.81 / 0.90-0.94 and fc1_dgrad 0.96 /
+// 0.91-0.95 (qwen3 / gpt-oss). The long-K shapes' indifference refutes the estimate that
+// shared-memory bandwidth bounds the 128-wide mainloop (docs/fp8.md): what 192 saves is
+// per-tile work (a third fewer tiles, hand-offs and scale loads) and gpt-oss's N tails (2880 =
+// 15 × 192). The E4M3 output (1 × 128 scale groups of act, e4m3_drain.cuh), the dGLU and fp32
+// output keep 128. The FP8 layer's step: docs/fp8.md "Wider tiles".
 template <int kN>
 struct Fp8Tile {
   static_assert(kN == fp8::kBlockN || kN == kBf16OutBlockN, "the widths the kernel is written for");
