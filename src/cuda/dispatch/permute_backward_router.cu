@@ -23,16 +23,21 @@
 //     lane l % 16 one 16-byte vector (8 columns) of each; Σ_j dxs rows in j order in fp32 (as
 //     permute_backward), + add, + P, one rounding. Each dx element is written by one thread: no
 //     atomics, deterministic, and add may be dx itself (read before written).
-// The two roles hand the P buffers over by named barriers (full: the product warps arrive, the
-// gather warps wait; empty: the reverse), so the gather warps' loads never wait on the product's
+// The two roles hand the P buffers over by mbarriers (full: the product warps arrive, the gather
+// warps wait; empty: the reverse), so the gather warps' loads never wait on the product's
 // staging and syncs. (Run 34: one role after the other in every warp, the pass ran at 0.56-0.79
 // of copy against permute_backward's 0.90-0.96; with the roles split but each piece staged by
-// plain loads, the product warps' load latency bound gpt-oss's at 0.39.)
+// plain loads, the product warps' load latency bound gpt-oss's at 0.39.) Named barriers
+// (bar.arrive / bar.sync) ordered the hand-over as well, but compute-sanitizer's racecheck does
+// not model bar.arrive and reported every P read against its write (runs 35, 40); mbarrier
+// arrive (release) and wait (acquire) it follows.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -66,16 +71,23 @@ static_assert(kTileTokens == 2 * 16 && kTileCols == (kProductWarps / 2) * 8 * 8,
               "two m16 tiles, each product warp eight n8 tiles");
 static_assert(kTileTokens == kGatherWarps * 4 && kTileVecs == 16,
               "a gather half-warp covers a token's chunk");
-// Named barriers (0 is __syncthreads): the product warps among themselves, and each P buffer's
-// full and empty hand-over between the roles.
+// Named barriers (0 is __syncthreads) within a role: the product warps', the gather warps'.
 constexpr int kProductBarrier = 1;
-constexpr int kFullBarrier = 2;   // + buffer
-constexpr int kEmptyBarrier = 4;  // + buffer
-constexpr int kGatherBarrier = 6;
+constexpr int kGatherBarrier = 2;
 constexpr int kGatherThreads = kGatherWarps * 32;
 
-// Two stages of the product's operands (a piece of one item each), two P buffers, two tiles' rows.
+using cutlass::arch::ClusterBarrier;
+
+// Two stages of the product's operands (a piece of one item each), two P buffers with their
+// hand-over mbarriers, two tiles' rows. Item j of the block uses P buffer j % 2, its (j / 2)-th
+// use: the product warps wait for empty[j % 2]'s phase j / 2 - 1 (the gather warps' release of
+// item j - 2) before writing P, then arrive on full[j % 2] (kProductThreads arrivals complete
+// phase j / 2); the gather warps wait for that phase, read P and arrive on empty[j % 2]
+// (kGatherThreads arrivals). Each waiter waits on every phase of its barrier in order, one use
+// of a buffer apart, so no parity wait can be lapped.
 struct SharedTiles {
+  uint64_t full[2];
+  uint64_t empty[2];
   float a[2][kTileTokens * kAPitch];
   __nv_bfloat16 b[2][kPieceK * kBPitch];
   float p[2][kTileTokens * kPPitch];
@@ -107,9 +119,6 @@ inline bool contiguous_items(int64_t hidden) { return hidden * 2 % 256 == 0; }
 
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -244,7 +253,7 @@ __device__ __forceinline__ void router_products(SharedTiles& s, const Params& p)
     // The item's P into buffer j % 2, once the gather warps are done with its item j - 2.
     const int64_t j = step / w.pieces;
     const int buffer = j % 2;
-    if (j >= 2) named_sync(kEmptyBarrier + buffer, kThreads);
+    if (j >= 2) ClusterBarrier::wait(&s.empty[buffer], static_cast<uint32_t>((j / 2 - 1) % 2));
     float* out = s.p[buffer];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -254,12 +263,8 @@ __device__ __forceinline__ void router_products(SharedTiles& s, const Params& p)
       *reinterpret_cast<float2*>(out + (m0 + g + 8) * kPPitch + col) =
           make_float2(acc[n][2], acc[n][3]);
     }
-    named_arrive(kFullBarrier + buffer, kThreads);
+    ClusterBarrier::arrive(&s.full[buffer]);
   }
-  // The gather warps' last releases (of the last two items) find their waits here, so that no
-  // barrier is left half-counted at exit.
-  for (int64_t j = std::max<int64_t>(my_items - 2, 0); j < my_items; ++j)
-    named_sync(kEmptyBarrier + j % 2, kThreads);
 }
 
 // The gather warps' rows of `item` (usable_row of row_of, -1 past T) into s.rows[buffer].
@@ -305,7 +310,8 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[2][8],
   }
 }
 
-// The gather warps' item: dx of `item`, adding P from buffer `buffer` last. Its token tile's
+// The gather warps' item: dx of `item`, the block's j-th, adding P from buffer j % 2 last (its
+// full barrier's phase parity (j / 2) % 2: SharedTiles). Its token tile's
 // rows are in shared memory (s.rows[rows_buffer]), staged by the block's first item of the tile
 // (`new_tile`; a gather thread may still read the previous tile's rows while another stages
 // these, hence two buffers), so that every load of dxs is issued at once instead of each behind
@@ -313,7 +319,8 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[2][8],
 // this item's loads were in flight measured no faster, and gpt-oss 1.15x slower: run 34, call
 // 5.)
 __device__ __forceinline__ void gather_sum(SharedTiles& s, const Params& p, int64_t item,
-                                           int buffer, int rows_buffer, bool new_tile) {
+                                           int64_t j, int rows_buffer, bool new_tile) {
+  const int buffer = j % 2;
   const int warp = threadIdx.x / 32 - kProductWarps, lane = threadIdx.x % 32;
   const int t0 = static_cast<int>(item / p.chunks) * kTileTokens;
   const int n0 = static_cast<int>(item % p.chunks) * kTileCols;
@@ -345,7 +352,7 @@ __device__ __forceinline__ void gather_sum(SharedTiles& s, const Params& p, int6
       for (int e = 0; e < 8; ++e) acc[i][e] += a[e];
     }
   }
-  named_sync(kFullBarrier + buffer, kThreads);
+  ClusterBarrier::wait(&s.full[buffer], static_cast<uint32_t>((j / 2) % 2));
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float4* prod =
@@ -354,7 +361,7 @@ __device__ __forceinline__ void gather_sum(SharedTiles& s, const Params& p, int6
     acc[i][0] += lo.x, acc[i][1] += lo.y, acc[i][2] += lo.z, acc[i][3] += lo.w;
     acc[i][4] += hi.x, acc[i][5] += hi.y, acc[i][6] += hi.z, acc[i][7] += hi.w;
   }
-  named_arrive(kEmptyBarrier + buffer, kThreads);
+  ClusterBarrier::arrive(&s.empty[buffer]);
 #pragma unroll
   for (int i = 0; i < 2; ++i)
     if (live[i]) p.dx[static_cast<int64_t>(t0 + tl[i]) * vecs + c] = pack_bf16x8(acc[i]);
@@ -365,6 +372,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     permute_backward_router_kernel(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
   SharedTiles& tiles = *reinterpret_cast<SharedTiles*>(smem);
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < 2; ++b) {
+      ClusterBarrier::init(&tiles.full[b], kProductThreads);
+      ClusterBarrier::init(&tiles.empty[b], kGatherThreads);
+    }
+  }
+  __syncthreads();  // the barriers exist before either role touches them
   if (threadIdx.x < kProductThreads) return router_products<kContiguous>(tiles, p);
   if constexpr (kContiguous) {
     const BlockItems items = block_items<true>(p);
@@ -374,12 +388,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       const int64_t item = items.item(j);
       const bool new_tile = item / p.chunks != tile;
       if (new_tile) tile = item / p.chunks, ++tiles_seen;
-      gather_sum(tiles, p, item, j % 2, tiles_seen % 2, new_tile);
+      gather_sum(tiles, p, item, j, tiles_seen % 2, new_tile);
     }
   } else {  // block_items<false>'s items, each one's rows staged in the item's buffer
     int j = 0;
     for (int64_t item = blockIdx.x; item < p.items; item += gridDim.x, ++j)
-      gather_sum(tiles, p, item, j % 2, j % 2, true);
+      gather_sum(tiles, p, item, j, j % 2, true);
   }
 }
 
