@@ -16,9 +16,9 @@
 //     st.shared, loaded from global before the wait; a 192-wide tile's two, config.h Fp8Tile),
 //     which the arrive below releases and the consumers' wait acquires;
 //     arrive.expect_tx(own full[s], loads.bytes); then
-//       the shared operand: its half (rows 64·rank ..) multicast (mask 0b11) to the same offset
-//         of both CTAs, signalling full[s] at the same offset in each;
-//       its own operand: both 64-row halves, to itself;
+//       the shared operand: its half (rows 64·rank .. of A, kN/2·rank .. of B) multicast (mask
+//         0b11) to the same offset of both CTAs, signalling full[s] at the same offset in each;
+//       its own operand: both halves, to itself;
 //       its tile rows' activation scales (one box from the row rounded down to 4; config.h),
 //       to itself.
 //     A half whose first row lies past the tensor (rows past m_cap, or columns past N for B) is
@@ -71,8 +71,8 @@
 namespace moefuse::gemm::fp8 {
 
 // What the producer copies into every stage of one unit (the same for all its K blocks). The
-// halves are bit masks (bit h: the 64-row half h has its first row inside the tensor), so that
-// indexing them by the CTA's rank needs no local memory.
+// halves are bit masks (bit h: half h, 64 rows of A or kN / 2 of B, has its first row inside the
+// tensor), so that indexing them by the CTA's rank needs no local memory.
 struct StageLoads {
   uint32_t a_halves;
   uint32_t b_halves;
@@ -151,9 +151,9 @@ static_assert(kHalfBytes % 16 == 0 && kABytes % 16 == 0);
 // never waited for a free stage. Now a lane loads the scales of 32 K blocks at once and a
 // shuffle hands each K block its own.
 //
-// A through a 2D map over [m_cap, K] and B through a 3D map over [E, N, K], both in boxes of 64
-// rows × 128 bytes (rows of the next expert loaded and masked in the epilogue; n past N
-// zero-filled, never another expert); the scales through a 2D map over
+// A through a 2D map over [m_cap, K] and B through a 3D map over [E, N, K], in boxes of 64 rows
+// (A) and kN / 2 rows (B) × 128 bytes (rows of the next expert loaded and masked in the
+// epilogue; n past N zero-filled, never another expert); the scales through a 2D map over
 // [ceil(K/128), fp8_scale_rows(m_cap)] in boxes of kScaleBoxRows. K past the end is zero-filled
 // in A and B, so a short last K block adds nothing extra.
 template <class G>
