@@ -492,8 +492,9 @@ TEST(GroupedGemmFp8, DeepSeekFc1Preset) {
 
 // The 2-CTA clusters (src/cuda/gemm/cluster_scheduler.h): experts with odd m-block counts
 // (their last m-block runs as n-pairs sharing A) and, with 3 n-blocks, a phantom partner per such
-// expert; the last n-block's second 64-row half of B lies entirely past N at N 264 (not loaded)
-// and partly at N 336; the last expert's second half of A lies past M_cap (1 row in its last
+// expert; in 128-wide tiles (fp32 output) the last n-block's second 64-row half of B lies
+// entirely past N at N 264 (not loaded) and partly at N 336 (bf16 output's 192-wide tiles: the
+// cases at the end); the last expert's second half of A lies past M_cap (1 row in its last
 // m-block, 5 spare rows). Every output kind.
 TEST(GroupedGemmFp8, ClusterPairsOddBlocksAndPhantoms) {
   MOEFUSE_REQUIRE_HOPPER();
