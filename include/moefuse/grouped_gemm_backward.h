@@ -48,6 +48,19 @@ struct GroupedGemmDgradArgs {
   TensorView offsets;  // [E+1] int32
   TensorView d;        // [M_cap, N] bf16 or fp32
   int max_ctas = 0;    // persistent CTAs (0: one per SM), as GroupedGemmArgs::max_ctas
+  // Optional: moefuse::permute (dispatch.h) run inside the same launch by the epilogue warps,
+  // in the time they wait for the next tile, writing exactly what permute writes (xs[row_of[t,
+  // j]] = x[t], rows whose token_of_row is -1 zeroed, bad rows flagged in health). The
+  // backward's FC1 dgrad builds the FC1 wgrad's xs this way, so that the copy's HBM traffic runs
+  // under a compute-bound GEMM instead of as a pass of its own. x, row_of, token_of_row and xs
+  // all present or all absent (health optional); xs apart from every other operand.
+  struct Permute {
+    TensorView x;             // [T, H] bf16
+    TensorView row_of;        // [T, k] int32
+    TensorView token_of_row;  // [R] int32
+    TensorView xs;            // [R, H] bf16 out
+    TensorView health;        // int32 [1] or absent
+  } permute;
 };
 void grouped_gemm_dgrad(const GroupedGemmDgradArgs& args, cudaStream_t stream);
 void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args);

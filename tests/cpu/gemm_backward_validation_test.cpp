@@ -118,6 +118,44 @@ TEST(GemmBackwardValidation, DgradRejectsBadArguments) {
   expect_rejects(v, with([](auto& a) { a.d = at(a.offsets, 0, DType::kBFloat16, {kM, kH}); }), "d");
 }
 
+// The side permute: T = 30 tokens, k = 3, R = kM rows of H = kH.
+GroupedGemmDgradArgs with_permute() {
+  GroupedGemmDgradArgs a = valid_dgrad();
+  a.permute = {.x = dev(DType::kBFloat16, {30, kH}),
+               .row_of = dev(DType::kInt32, {30, 3}),
+               .token_of_row = dev(DType::kInt32, {kM}),
+               .xs = dev(DType::kBFloat16, {kM, kH}),
+               .health = dev(DType::kInt32, {1})};
+  return a;
+}
+
+TEST(GemmBackwardValidation, DgradPermuteIsWholeAndApart) {
+  const auto v = &validate_grouped_gemm_dgrad;
+  EXPECT_NO_THROW(v(with_permute()));
+  auto with = [](std::function<void(GroupedGemmDgradArgs&)> edit) {
+    GroupedGemmDgradArgs a = with_permute();
+    edit(a);
+    return a;
+  };
+  EXPECT_NO_THROW(v(with([](auto& a) { a.permute.health = {}; })));
+  expect_rejects(v, with([](auto& a) { a.permute.x = {}; }), "permute.x");
+  expect_rejects(v, with([](auto& a) { a.permute.xs = {}; }), "permute.xs");
+  expect_rejects(v, with([](auto& a) { a.permute.xs = dev(DType::kBFloat16, {kM, 2 * kH}); }),
+                 "permute.xs");
+  expect_rejects(v, with([](auto& a) { a.permute.row_of = dev(DType::kInt32, {31, 3}); }),
+                 "permute.row_of");
+  expect_rejects(v, with([](auto& a) { a.permute.health = dev(DType::kFloat32, {1}); }),
+                 "permute.health");
+  // xs over the GEMM's operands or output, or over x.
+  expect_rejects(v, with([](auto& a) { a.permute.xs = at(a.d, 0, DType::kBFloat16, {kM, kH}); }),
+                 "d");
+  expect_rejects(v, with([](auto& a) { a.permute.xs = at(a.a, 0, DType::kBFloat16, {kM, kH}); }),
+                 "permute.xs");
+  expect_rejects(v, with([](auto& a) {
+                   a.permute.xs = at(a.permute.x, 0, DType::kBFloat16, {kM, kH});
+                 }), "permute.xs");
+}
+
 TEST(GemmBackwardValidation, Fc2DgradRejectsBadArguments) {
   const auto v = &validate_fc2_dgrad;
   auto with = [](std::function<void(Fc2DgradArgs&)> edit) {

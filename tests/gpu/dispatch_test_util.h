@@ -112,7 +112,7 @@ template <class T>
 // padded to `align`, and R = T·k + E·(align - 1) + 3 rows (a few past every offsets[E]).
 struct RefMaps {
   int64_t R;
-  std::vector<int32_t> row_of, token_of_row;
+  std::vector<int32_t> row_of, token_of_row, offsets;
 };
 inline RefMaps make_ref_maps(int64_t T, int64_t E, int64_t k, int64_t align) {
   std::vector<int32_t> idx(T * k), perm(E), counts(E, 0), offsets(E + 1);
@@ -131,6 +131,7 @@ inline RefMaps make_ref_maps(int64_t T, int64_t E, int64_t k, int64_t align) {
                      host_view(offsets, DType::kInt32, {E + 1}),
                      host_view(m.row_of, DType::kInt32, {T, k}),
                      host_view(m.token_of_row, DType::kInt32, {m.R}));
+  m.offsets = offsets;
   return m;
 }
 

@@ -7,8 +7,9 @@
 //   router_topk_bwd (+ aux, z) → router_logits_bwd (dWr) → permute_bwd (dx = Σ dxs + shared dx
 //   + d_logits·Wr, one pass: permute_backward_router)
 //   → the bias gradients and the k-grouped wgrads dW2 = Σ dysᵀ·(p·act), dW1 = Σ d_preᵀ·xs
-//   (xs = x[token_of_row], permuted by the recompute or by the wgrad stage first: faster than
-//   gathering inside the wgrad).
+//   (xs = x[token_of_row]: permuted by the recompute, or, fused, by the FC1 dgrad's epilogue
+//   warps between their tiles, or by the wgrad stage first; each faster than gathering inside
+//   the wgrad).
 // Second stream: the shared expert's backward, from the start; the main stream joins it before
 // permute_bwd, which adds its dx.
 // The routed wgrads once ran on the second stream beside FC1 dgrad. But each of these GEMMs is a
@@ -134,12 +135,22 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     // FC1 dgrad's operand, before the wgrads quantise d_pre column-wise in place.
     if (mx) qdq_mxfp8_rows(v.dpre, v.dpre_qdq, stream);
   });
+  // dW1's xs, where no recompute permuted x: fused, the FC1 dgrad's epilogue warps permute it
+  // between their tiles (GroupedGemmDgradArgs::permute), else the wgrad stage does.
+  const bool dgrad_permutes_x = fused && !recompute && !fp8;
   layer::run_stage(LayerStage::kFc1Dgrad, stream, obs, [&] {
     if (fp8) return layer::fc1_dgrad_fp8(v, stream);
     grouped_gemm_dgrad({.a = mx ? v.dpre_qdq : v.dpre,
                         .b = mx ? v.w1_qdq_dgrad : w.w1,
                         .offsets = v.offsets,
-                        .d = v.dxs},
+                        .d = v.dxs,
+                        .permute = dgrad_permutes_x ? GroupedGemmDgradArgs::Permute{
+                                                          .x = x,
+                                                          .row_of = v.row_of,
+                                                          .token_of_row = v.token_of_row,
+                                                          .xs = v.xs_bwd,
+                                                          .health = run.health}
+                                                    : GroupedGemmDgradArgs::Permute{}},
                        stream);
   });
   layer::run_stage(LayerStage::kRouterBackward, stream, obs, [&] {
@@ -183,7 +194,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
     // and MXFP8 recompute, else here. The permute reads each x row once and writes its k rows
     // (qwen3: 0.17 ms, where the row gather of grouped_gemm_wgrad_unfused, k reads an x row,
     // took 0.26 ms in the graph: run 34).
-    if (!recompute || fp8) permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, stream);
+    if ((!recompute || fp8) && !dgrad_permutes_x)
+      permute(x, v.row_of, v.token_of_row, v.xs_bwd, run.health, stream);
     if (mx_wgrad) {
       qdq_mxfp8_cols(v.xs_bwd, v.offsets, v.xs_bwd, stream);
       qdq_mxfp8_cols(v.dpre, v.offsets, v.dpre, stream);

@@ -15,6 +15,7 @@
 #include "cuda/gemm/backward/dglu_drain.cuh"
 #include "cuda/gemm/backward/mainloop.cuh"
 #include "cuda/gemm/backward/params.h"
+#include "cuda/gemm/backward/side_permute.cuh"
 #include "cuda/gemm/backward/tile_handoff.cuh"
 #include "cuda/gemm/cluster_scheduler.h"
 #include "cuda/gemm/common/tile_rows.cuh"
@@ -52,6 +53,8 @@ __device__ __forceinline__ void dglu_epilogue_warps(const DgradProblem& p, const
 
 // The plain dgrad's warps 1-3 of warpgroup 0: every live tile of this CTA, in the consumers'
 // order. A narrow shape's bf16 tile (DgradNarrowStoreShape) goes out by bulk copies, a row each.
+// With p.permute, a piece of the side permute before the first tile and after each
+// (side_permute.cuh).
 template <class S>
 __device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p,
                                                            const StagedLayout<typename S::G>& smem,
@@ -59,6 +62,11 @@ __device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p
                                                            const ClusterUnits& units) {
   constexpr int kN = S::G::kN;
   TileHandoff h = TileHandoff::of(smem);
+  const int worker = EpilogueLane::of_thread().worker(), workers = S::kEpilogueWarps * 32;
+  const bool permutes = p.permute.x != nullptr;
+  const int tiles = units.total > units.first ? ceil_div(units.total - units.first, units.step) : 0;
+  SidePermuteShare side(p.permute, tiles + 1);
+  if (permutes) side.take_piece(worker, workers);
   for (int u = units.first; u < units.total; u += units.step) {
     const UnitTile w = cluster_unit_tile<S::kCluster>(u, p.offsets, smem.tile_start,
                                                       p.num_experts, shape, units.rank);
@@ -77,7 +85,9 @@ __device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p
         drain_output<false>(tile, part, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end, n0);
       });
     }
+    if (permutes) side.take_piece(worker, workers);
   }
+  if (permutes) side.finish(worker, workers);
 }
 
 }  // namespace moefuse::gemm::bwd

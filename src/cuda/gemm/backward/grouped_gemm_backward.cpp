@@ -7,12 +7,14 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "cuda/dispatch/dispatch_args.h"
 #include "cuda/gemm/backward/config.h"
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/backward/segment_sums.h"
 #include "cuda/gemm/launch.h"
 #include "cuda/gemm/row_length.h"
 #include "cuda/gemm/tile_scheduler.h"
+#include "cuda/router/checks.h"
 #include "moefuse/error.h"
 
 namespace moefuse {
@@ -57,6 +59,25 @@ void expect_wgrad_disjoint(const GroupedGemmWgradArgs& args, const NamedView& sc
   expect_outputs_disjoint(outputs, inputs);
 }
 
+bool has_permute(const GroupedGemmDgradArgs::Permute& p) {
+  return !is_absent(p.x) || !is_absent(p.row_of) || !is_absent(p.token_of_row) ||
+         !is_absent(p.xs);
+}
+
+// The side permute's device view of validated views (none when absent).
+gemm::bwd::SidePermute side_permute(const GroupedGemmDgradArgs::Permute& p) {
+  if (!has_permute(p)) return {};
+  return {.x = p.x.as<const uint4>(),
+          .row_of = p.row_of.as<const int32_t>(),
+          .token_of_row = p.token_of_row.as<const int32_t>(),
+          .xs = p.xs.as<uint4>(),
+          .tokens = static_cast<int>(p.x.size(0)),
+          .top_k = static_cast<int>(p.row_of.size(1)),
+          .rows = static_cast<int>(p.xs.size(0)),
+          .vecs = static_cast<int>(p.x.size(1) / 8),
+          .health = cuda::expect_health(p.health)};
+}
+
 gemm::bwd::DgradLaunch dgrad_launch(const GroupedGemmDgradArgs& args) {
   return gemm::bwd::DgradLaunch{
       .problem = {.offsets = args.offsets.as<const int>(),
@@ -65,7 +86,8 @@ gemm::bwd::DgradLaunch dgrad_launch(const GroupedGemmDgradArgs& args) {
                   .n = static_cast<int>(args.b.size(2)),
                   .k = static_cast<int>(args.b.size(1)),
                   .d = args.d.data,
-                  .d_fp32 = args.d.dtype == DType::kFloat32},
+                  .d_fp32 = args.d.dtype == DType::kFloat32,
+                  .permute = side_permute(args.permute)},
       .dglu = {},
       .a = args.a.data,
       .b = args.b.data,
@@ -117,8 +139,12 @@ gemm::bwd::SegmentSums bias_sums(const Fc2DgradArgs& args, float* dot_partial) {
 }
 
 GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView& g) {
-  return GroupedGemmDgradArgs{
-      .a = args.dys, .b = args.w2, .offsets = args.offsets, .d = g, .max_ctas = args.max_ctas};
+  return GroupedGemmDgradArgs{.a = args.dys,
+                              .b = args.w2,
+                              .offsets = args.offsets,
+                              .d = g,
+                              .max_ctas = args.max_ctas,
+                              .permute = {}};
 }
 
 gemm::bwd::WgradLaunch wgrad_launch(const GroupedGemmWgradArgs& args) {
@@ -163,8 +189,27 @@ void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args) {
                  "dtype bf16 or fp32", "dtype " + std::string(dtype_name(args.d.dtype)));
   expect_tensor(args.d, "d", args.d.dtype, cuda, {args.a.size(0), n});
   expect_aligned(args.d, "d");
-  const NamedView outputs[] = {{args.d, "d"}};
-  const NamedView inputs[] = {{args.a, "a"}, {args.b, "b"}, {args.offsets, "offsets"}};
+  const GroupedGemmDgradArgs::Permute& pm = args.permute;
+  if (has_permute(pm)) {
+    for (const NamedView& v : {NamedView{pm.x, "permute.x"}, NamedView{pm.row_of, "permute.row_of"},
+                               NamedView{pm.token_of_row, "permute.token_of_row"},
+                               NamedView{pm.xs, "permute.xs"}})
+      MOEFUSE_EXPECT(!is_absent(v.view), v.name,
+                     "present (permute's x, row_of, token_of_row and xs go together)", "absent");
+    try {  // permute's own checks, their argument named as a member of `permute`
+      cuda::check_permute(pm.x, pm.row_of, pm.token_of_row, pm.xs);
+      cuda::expect_health(pm.health);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("permute." + e.argument(), e.expected(), e.actual());
+    }
+  }
+  const NamedView outputs[] = {{args.d, "d"}, {pm.xs, "permute.xs"}};
+  const NamedView inputs[] = {{args.a, "a"},
+                              {args.b, "b"},
+                              {args.offsets, "offsets"},
+                              {pm.x, "permute.x"},
+                              {pm.row_of, "permute.row_of"},
+                              {pm.token_of_row, "permute.token_of_row"}};
   expect_outputs_disjoint(outputs, inputs);
 }
 

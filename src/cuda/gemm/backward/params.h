@@ -10,6 +10,17 @@
 
 namespace moefuse::gemm::bwd {
 
+// A permute run by the plain dgrad's epilogue warps between tiles (side_permute.cuh):
+// xs[row_of[t, j]] = x[t], rows whose token_of_row is -1 zeroed.
+struct SidePermute {
+  const uint4* x = nullptr;               // [tokens, vecs] bf16 rows; null: no permute
+  const int32_t* row_of = nullptr;        // [tokens, top_k]
+  const int32_t* token_of_row = nullptr;  // [rows]
+  uint4* xs = nullptr;                    // [rows, vecs]
+  int tokens = 0, top_k = 0, rows = 0, vecs = 0;
+  int32_t* health = nullptr;  // or null
+};
+
 // dgrad: D[r] = A[r] · B[e], A [m_cap, k] K-major, B [E, k, n] read MN-major (n contiguous).
 struct DgradProblem {
   const int* offsets = nullptr;  // [num_experts + 1], device
@@ -19,6 +30,7 @@ struct DgradProblem {
   int k = 0;
   void* d = nullptr;  // [m_cap, n]; unused by the dGLU epilogue
   bool d_fp32 = false;
+  SidePermute permute;  // run by the plain store's epilogue warps (side_permute.cuh), or none
 };
 
 // The FC2-dgrad epilogue (enabled iff pre != nullptr). With g = the accumulator (n = F):
