@@ -63,7 +63,7 @@ __device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p
   constexpr int kN = S::G::kN;
   TileHandoff h = TileHandoff::of(smem);
   const int worker = EpilogueLane::of_thread().worker(), workers = S::kEpilogueWarps * 32;
-  const bool permutes = p.permute.x != nullptr;
+  const bool permutes = p.permute.xs != nullptr;
   const int tiles = units.total > units.first ? ceil_div(units.total - units.first, units.step) : 0;
   SidePermuteShare side(p.permute, tiles + 1);
   if (permutes) side.take_piece(worker, workers);

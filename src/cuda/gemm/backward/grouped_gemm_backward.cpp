@@ -59,14 +59,14 @@ void expect_wgrad_disjoint(const GroupedGemmWgradArgs& args, const NamedView& sc
   expect_outputs_disjoint(outputs, inputs);
 }
 
+// Asked for: any of its views given (a view of T = 0 tokens has no data but a shape).
 bool has_permute(const GroupedGemmDgradArgs::Permute& p) {
-  return !is_absent(p.x) || !is_absent(p.row_of) || !is_absent(p.token_of_row) ||
-         !is_absent(p.xs);
+  return p.x.rank != 0 || p.row_of.rank != 0 || p.token_of_row.rank != 0 || p.xs.rank != 0;
 }
 
-// The side permute's device view of validated views (none when absent).
+// The side permute's device view of validated views (none when absent or without rows).
 gemm::bwd::SidePermute side_permute(const GroupedGemmDgradArgs::Permute& p) {
-  if (!has_permute(p)) return {};
+  if (!has_permute(p) || p.xs.numel() == 0) return {};
   return {.x = p.x.as<const uint4>(),
           .row_of = p.row_of.as<const int32_t>(),
           .token_of_row = p.token_of_row.as<const int32_t>(),
@@ -194,8 +194,8 @@ void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args) {
     for (const NamedView& v : {NamedView{pm.x, "permute.x"}, NamedView{pm.row_of, "permute.row_of"},
                                NamedView{pm.token_of_row, "permute.token_of_row"},
                                NamedView{pm.xs, "permute.xs"}})
-      MOEFUSE_EXPECT(!is_absent(v.view), v.name,
-                     "present (permute's x, row_of, token_of_row and xs go together)", "absent");
+      MOEFUSE_EXPECT(v.view.rank != 0, v.name,
+                     "given (permute's x, row_of, token_of_row and xs go together)", "absent");
     try {  // permute's own checks, their argument named as a member of `permute`
       cuda::check_permute(pm.x, pm.row_of, pm.token_of_row, pm.xs);
       cuda::expect_health(pm.health);

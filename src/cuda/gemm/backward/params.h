@@ -13,10 +13,10 @@ namespace moefuse::gemm::bwd {
 // A permute run by the plain dgrad's epilogue warps between tiles (side_permute.cuh):
 // xs[row_of[t, j]] = x[t], rows whose token_of_row is -1 zeroed.
 struct SidePermute {
-  const uint4* x = nullptr;               // [tokens, vecs] bf16 rows; null: no permute
+  const uint4* x = nullptr;               // [tokens, vecs] bf16 rows
   const int32_t* row_of = nullptr;        // [tokens, top_k]
   const int32_t* token_of_row = nullptr;  // [rows]
-  uint4* xs = nullptr;                    // [rows, vecs]
+  uint4* xs = nullptr;                    // [rows, vecs]; null: no permute
   int tokens = 0, top_k = 0, rows = 0, vecs = 0;
   int32_t* health = nullptr;  // or null
 };
