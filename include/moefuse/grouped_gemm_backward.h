@@ -52,8 +52,10 @@ struct GroupedGemmDgradArgs {
   // in the time they wait for the next tile, writing exactly what permute writes (xs[row_of[t,
   // j]] = x[t], rows whose token_of_row is -1 zeroed, bad rows flagged in health). The
   // backward's FC1 dgrad builds the FC1 wgrad's xs this way, so that the copy's HBM traffic runs
-  // under a compute-bound GEMM instead of as a pass of its own. x, row_of, token_of_row and xs
-  // all present or all absent (health optional); xs apart from every other operand.
+  // under a compute-bound GEMM instead of as a pass of its own (docs/grouped_gemm_backward.md).
+  // x, row_of, token_of_row and xs all given or none (x of T = 0 tokens may hold no data;
+  // health optional); xs apart from every other operand. Shapes as permute's, checked as
+  // permute checks them (errors name "permute.<view>").
   struct Permute {
     TensorView x;             // [T, H] bf16
     TensorView row_of;        // [T, k] int32
