@@ -52,8 +52,9 @@ void run_case(const Case& c, int64_t bad_row = -1) {
   ref::permute(test::host_view(x, DType::kFloat32, {T, H}),
                test::host_view(m.token_of_row, DType::kInt32, {R}),
                test::host_view(xs, DType::kFloat32, {R, H}));
-  DeviceBuffer<Bf16> g_x(test::to_bf16(x)), g_xs(R * H), g_a(test::to_bf16(test::random_normal(R * K))),
-      g_b(test::to_bf16(test::random_normal(E * K * H))), g_d(R * H), g_d_plain(R * H);
+  DeviceBuffer<Bf16> g_x(test::to_bf16(x)), g_xs(R * H), g_d(R * H), g_d_plain(R * H),
+      g_a(test::to_bf16(test::random_normal(R * K))),
+      g_b(test::to_bf16(test::random_normal(E * K * H)));
   DeviceBuffer<int32_t> g_row_of(m.row_of), g_tor(m.token_of_row), g_off(m.offsets), health(1);
   g_xs.poison(), g_d.poison(), g_d_plain.poison();
   const auto hv = health.view(DType::kInt32, {1});
