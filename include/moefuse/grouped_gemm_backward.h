@@ -55,7 +55,7 @@ struct GroupedGemmDgradArgs {
   // under a compute-bound GEMM instead of as a pass of its own (docs/grouped_gemm_backward.md).
   // x, row_of, token_of_row and xs all given or none (x of T = 0 tokens may hold no data;
   // health optional); xs apart from every other operand. Shapes as permute's, checked as
-  // permute checks them (errors name "permute.<view>").
+  // permute checks them (errors name "permute.<view>"); bf16 d only.
   struct Permute {
     TensorView x;             // [T, H] bf16
     TensorView row_of;        // [T, k] int32

@@ -146,6 +146,7 @@ TEST(GemmBackwardValidation, DgradPermuteIsWholeAndApart) {
                  "permute.row_of");
   expect_rejects(v, with([](auto& a) { a.permute.health = dev(DType::kFloat32, {1}); }),
                  "permute.health");
+  expect_rejects(v, with([](auto& a) { a.d = dev(DType::kFloat32, {kM, kH}); }), "permute");
   // xs over the GEMM's operands or output, or over x.
   expect_rejects(v, with([](auto& a) { a.permute.xs = at(a.d, 0, DType::kBFloat16, {kM, kH}); }),
                  "d");

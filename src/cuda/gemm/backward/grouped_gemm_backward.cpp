@@ -191,6 +191,10 @@ void validate_grouped_gemm_dgrad(const GroupedGemmDgradArgs& args) {
   expect_aligned(args.d, "d");
   const GroupedGemmDgradArgs::Permute& pm = args.permute;
   if (has_permute(pm)) {
+    // Run and tested beside the bf16 store only (the layer's dxs); the fp32 store's two-part
+    // hand-off would run the same pieces, but no GPU run has checked it.
+    MOEFUSE_EXPECT(args.d.dtype == DType::kBFloat16, "permute", "absent unless d is bf16",
+                   "given with d " + std::string(dtype_name(args.d.dtype)));
     for (const NamedView& v : {NamedView{pm.x, "permute.x"}, NamedView{pm.row_of, "permute.row_of"},
                                NamedView{pm.token_of_row, "permute.token_of_row"},
                                NamedView{pm.xs, "permute.xs"}})
