@@ -332,15 +332,16 @@ TEST(GemmBackwardValidation, DgluShapeByHidden) {
     EXPECT_GE(fc2_dgrad_dp_blocks(f), (f + 255) / 256) << "F " << f;
 }
 
-// The TMA wgrad's narrow 128 × 192 tiles exactly for fp32 D where 192 divides N_out and 256 does
-// not: gpt-oss's 2880 (both wgrads), not qwen3's 768 or 2048 nor the tails of 328 or 520.
+// The TMA wgrad's narrow 128 × 192 tiles exactly for fp32 D where 192 divides N_out: gpt-oss's
+// 2880 (both wgrads) and qwen3's dW2 (768), not qwen3's 2048, mixtral's, deepseek's nor the
+// tails of 328 or 520.
 TEST(GemmBackwardValidation, WgradNarrowTilesByWidth) {
   using gemm::bwd::wgrad_narrow;
-  for (int64_t n : {192, 576, 2880}) {
+  for (int64_t n : {192, 576, 768, 2880}) {
     EXPECT_TRUE(wgrad_narrow(n, true)) << "N " << n;
     EXPECT_FALSE(wgrad_narrow(n, false)) << "bf16 D, N " << n;
   }
-  for (int64_t n : {256, 768, 2048, 4096, 7168, 14336, 328, 520})
+  for (int64_t n : {256, 2048, 4096, 7168, 14336, 328, 520})
     EXPECT_FALSE(wgrad_narrow(n, true)) << "N " << n;
 }
 

@@ -591,7 +591,7 @@ TEST(GroupedGemmBackward, WgradLastKBlockStepBoundaries) {
 
 // N_out a multiple of 192 but not of 256 (gpt-oss's 2880): with fp32 D the narrow wgrad, 128 ×
 // 192 tiles handed over whole (backward/config.h wgrad_narrow), overwriting and accumulating;
-// bf16 D the 256-wide tiles with a tail.
+// bf16 D the 256-wide tiles with a tail. A multiple of both (qwen3's dW2, 768): narrow too.
 TEST(GroupedGemmBackward, WgradNarrowTilesWholeHandOff) {
   MOEFUSE_REQUIRE_HOPPER();
   const std::vector<int> counts{0, 1, 63, 64, 65, 0, 200, 7};
@@ -601,6 +601,7 @@ TEST(GroupedGemmBackward, WgradNarrowTilesWholeHandOff) {
             "bf16, 256-wide");
   run_wgrad({.counts = counts, .spare_rows = 9, .m_out = 136, .n_out = 576, .accumulate = true},
             "narrow accumulate");
+  run_wgrad({.counts = counts, .spare_rows = 9, .m_out = 136, .n_out = 768}, "narrow fp32, N 768");
 }
 
 TEST(GroupedGemmBackward, WgradGatherFusedAndUnfused) {

@@ -108,12 +108,14 @@ static_assert(DgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 22
 // - Gather wgrad: its producer needs all of warpgroup 0, so its consumers store their tiles, by
 //   asynchronous TMA stores through small sub-tile buffers; four stages fit beside them (run 21:
 //   0.90-0.99x the time of three beside a synchronous in-consumer epilogue).
-// - TMA wgrad with fp32 D, narrow (`wgrad_narrow`): tiles 128 × 192 where n_out is a multiple
-//   of 192 but not of 256 (gpt-oss's 2880 = 15 × 192, which 256-wide tiles cover with a
-//   64-column tail, 6.7% of the work). The whole fp32 tile then goes over in one hand-off (rows
-//   768 bytes, 800 apart: the pitches' rule above), beside three 40 KiB stages, so the
-//   consumers no longer wait for a first half's drain. Run 29 (H200, gpt-oss, three interleaved
-//   rounds): dW1 0.94×, dW2 0.91× the time; the layer's step with fp32 expert gradients 0.96×.
+// - TMA wgrad with fp32 D, narrow (`wgrad_narrow`): tiles 128 × 192 wherever n_out is a
+//   multiple of 192 (gpt-oss's 2880 = 15 × 192, which 256-wide tiles cover with a 64-column
+//   tail, 6.7% of the work; qwen3's dW2, 768). The whole fp32 tile then goes over in one
+//   hand-off (rows 768 bytes, 800 apart: the pitches' rule above), beside three 40 KiB stages,
+//   so the consumers no longer wait for a first half's drain. Run 29 (H200, gpt-oss, three
+//   interleaved rounds): dW1 0.94×, dW2 0.91× the time; the layer's step with fp32 expert
+//   gradients 0.96×. Run 30 at every width: qwen3's dW2 0.965×, but where 192 leaves a column
+//   tail 0.99-1.03× (qwen3's dW1, mixtral, deepseek), so those keep 256-wide tiles.
 //   With bf16 D, one hand-off already, the narrow tile measured 0.98-1.02×: not used there.
 //   The 256-wide fp32 tile in one hand-off leaves room for only 72 KiB of stages, which cost the
 //   mainloop more than the hand-off saved (run 29, call 1: 1.10-1.19× on qwen3, deepseek,
@@ -122,7 +124,9 @@ using WgradStages = Stages<64, 3>;
 inline constexpr int kNarrowRowBytes = kNarrowBlockN * 4;
 inline constexpr int kNarrowPitch = kNarrowRowBytes + 32;
 using WgradNarrowStages = Stages<64, 3, kNarrowBlockN, kBlockM * kNarrowPitch>;
-constexpr bool wgrad_narrow(int64_t n_out, bool d_fp32) { return d_fp32 && narrow_width(n_out); }
+constexpr bool wgrad_narrow(int64_t n_out, bool d_fp32) {
+  return d_fp32 && n_out % kNarrowBlockN == 0;
+}
 using GatherWgradStages = Stages<64, 4, kBlockN, kSlabBuffersBytes>;
 static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 static_assert(WgradNarrowStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB");

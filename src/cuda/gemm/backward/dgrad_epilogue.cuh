@@ -81,8 +81,9 @@ __device__ __forceinline__ void dgrad_store_epilogue_warps(const DgradProblem& p
                        min(kBlockM, rows.end - rows.first), min(kN, p.n - n0) * 2);
       });
     } else {
-      receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
-        drain_output<false>(tile, part, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end, n0);
+      const int parts = handoff_parts(p.d_fp32);
+      receive_tile(h, parts, [&](int part, const uint8_t* tile) {
+        drain_output<false>(tile, part, parts, p.d, p.d_fp32, p.n, p.n, rows.first, rows.end, n0);
       });
     }
     if (permutes) side.take_piece(worker, workers);

@@ -124,27 +124,29 @@ __device__ __forceinline__ void drain_rows(const uint8_t* tile, int tile_pitch, 
   }
 }
 
-// A plain output tile: part `part` of the tile at (row_first, n0) of a row-major D with row pitch
-// `ld` elements, `n` valid columns, rows < row_end; fp32 (two parts, kAdd possible) or bf16.
-// A part drained while the next tile's mainloop runs (a bf16 tile, an fp32 tile's part 1) goes
-// by bulk copies; part 0 of an fp32 tile, whose drain the consumers wait for before they write
-// part 1, goes through the registers (drain_rows), which finish sooner. Run 17 (gemm-backward
-// A/B against register drains only): bf16 tiles 1-3% faster (FC1 dgrad, the wgrads' bf16 out),
-// fp32 wgrads 1.5-4% faster; bulk copies for part 0 as well made the fp32 wgrads 1-2% slower
-// wherever K is short (qwen3, gpt-oss, deepseek). The accumulate's parts go by bulk reduce-adds,
+// A plain output tile: part `part` of `parts` of the tile at (row_first, n0) of a row-major D
+// with row pitch `ld` elements, `n` valid columns, rows < row_end; fp32 (kAdd possible) or bf16.
+// A part drained while the next tile's mainloop runs (a bf16 tile, an fp32 tile's last part)
+// goes by bulk copies; part 0 of a two-part fp32 tile, whose drain the consumers wait for before
+// they write part 1, goes through the registers (drain_rows), which finish sooner. Run 17
+// (gemm-backward A/B against register drains only): bf16 tiles 1-3% faster (FC1 dgrad, the
+// wgrads' bf16 out), fp32 wgrads 1.5-4% faster; bulk copies for part 0 as well made the fp32
+// wgrads 1-2% slower wherever K is short (qwen3, gpt-oss, deepseek). The FP8 wgrad's one-part
+// fp32 tile by bulk copies instead of registers: its qwen3 stages 0.965-0.969× the time, gpt-oss
+// 0.995-1.006× (run 42, call 1, two rounds). The accumulate's parts go by bulk reduce-adds,
 // the add done in L2: run 28 (call 5, the layer's step with fp32-accumulate) measured them
 // 0.88 / 0.94 / 0.95× the time of the register read-add-write (gpt-oss / qwen3 / deepseek),
 // which had the old D prefetched into L2 a tile ahead; the reduce-adds with that prefetch kept
 // were 0.96-0.98×, so it went.
 template <bool kAdd>
-__device__ __forceinline__ void drain_output(const uint8_t* tile, int part, void* d, bool fp32,
-                                             int64_t ld, int n, int row_first, int row_end,
-                                             int n0) {
+__device__ __forceinline__ void drain_output(const uint8_t* tile, int part, int parts, void* d,
+                                             bool fp32, int64_t ld, int n, int row_first,
+                                             int row_end, int n0) {
   const int elt = fp32 ? 4 : 2;
   uint8_t* dst = static_cast<uint8_t*>(d);
   const int byte_first = n0 * elt + part * kTileRowBytes;
   const int pitch = tile_pitch(fp32);
-  if (fp32 && !kAdd && part == 0)
+  if (fp32 && !kAdd && part == 0 && parts == 2)
     drain_rows(tile, pitch, dst, ld * elt, row_first, row_end, byte_first, n * elt);
   else
     copy_rows_bulk<kAdd>(tile, pitch, dst + row_first * ld * elt + byte_first, ld * elt,

@@ -243,11 +243,12 @@ __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
       });
       continue;
     }
-    receive_tile(h, handoff_parts(p.d_fp32), [&](int part, const uint8_t* tile) {
+    const int parts = handoff_parts(p.d_fp32);
+    receive_tile(h, parts, [&](int part, const uint8_t* tile) {
       if (p.accumulate)
-        drain_output<true>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
+        drain_output<true>(tile, part, parts, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
       else
-        drain_output<false>(tile, part, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
+        drain_output<false>(tile, part, parts, d, p.d_fp32, p.n_out, cols, 0, rows, 0);
     });
   }
 }

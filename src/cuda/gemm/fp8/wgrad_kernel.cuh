@@ -20,8 +20,8 @@
 //     empty[s] (count 256). The two consumer warpgroups interleave, so one's promotion overlaps
 //     the other's wgmmas.
 //   hand-off (common/tile_handoff.cuh): the finished tile goes as fp32 (bf16 d: rounded to bf16)
-//     into the tile buffer in one part; warps 1-3 drain it (bwd::drain_output, plain or, with
-//     accumulate, by bulk reduce-adds) while the consumers run the next tile. An empty expert's
+//     into the tile buffer in one part; warps 1-3 drain it by bulk copies (bwd::drain_output;
+//     with accumulate, bulk reduce-adds) while the consumers run the next tile. An empty expert's
 //     tile hands over zeros, or with accumulate nothing at all (both sides skip it by the same
 //     rule).
 #pragma once
@@ -179,9 +179,9 @@ __device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const S
     const OutputTile out = OutputTile::of(p, c);
     bwd::receive_tile(h, 1, [&](int, const uint8_t* tile) {
       if (p.accumulate)
-        bwd::drain_output<true>(tile, 0, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
+        bwd::drain_output<true>(tile, 0, 1, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
       else
-        bwd::drain_output<false>(tile, 0, out.origin, p.fp32, p.n_b, out.cols, 0, out.rows, 0);
+        bwd::drain_output<false>(tile, 0, 1, out.origin, p.fp32, p.n_b, out.cols, 0, out.rows, 0);
     });
   }
 }
@@ -224,13 +224,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int groups = expert_groups(smem, c.expert).count;
     consume_tile(acc, groups, smem, pipe, slab);
     if (skip_tile(p, groups)) continue;
-    // The 64 × 128 slab as one buffer part: fp32, drained through the registers or, with
-    // accumulate, by bulk reduce-adds; or bf16, drained by bulk copies (bwd::drain_output's
-    // choice). What the async proxy reads is fenced for it (send_part's kBulk).
-    if (p.fp32 && p.accumulate)
+    // The 64 × 128 slab as one buffer part, drained by bulk copies (bulk reduce-adds with
+    // accumulate: bwd::drain_output with one part), which read it through the async proxy:
+    // send_part's kBulk fences the writes for them.
+    if (p.fp32)
       bwd::send_part<float, 0, bwd::kTilePitchF32, true>(acc, handoff, slab);
-    else if (p.fp32)
-      bwd::send_part<float, 0, bwd::kTilePitchF32>(acc, handoff, slab);
     else
       bwd::send_part<__nv_bfloat16, 0, bwd::kTilePitch, true>(acc, handoff, slab);
   }
