@@ -33,10 +33,12 @@ TEST(Fp8Tile, WeightScaleBlocksOfEveryColumn) {
 }
 
 TEST(Fp8Tile, GeometryOfBothWidths) {
-  // The 128-wide tile is the constants every other instantiation uses.
-  EXPECT_EQ(Fp8Tile<kBlockN>::kAccumulators, kAccumulators);
-  EXPECT_EQ(Fp8Tile<kBlockN>::kStages, kStages);
-  EXPECT_EQ(Fp8Tile<kBlockN>::kBHalfRows, kHalfRows);
+  // The 128-wide one, every other instantiation's: 64 + 64 accumulators, B in A's halves, five
+  // stages, a 272-byte tile pitch.
+  EXPECT_EQ(Tile128::kAccumulators, 64);
+  EXPECT_EQ(Tile128::kStages, 5);
+  EXPECT_EQ(Tile128::kBHalfRows, kHalfRows);
+  EXPECT_EQ(Tile128::kTilePitch, 272);
   // The 192-wide one: 96 + 96 accumulators, B in halves of 96 rows, four stages, and its shared
   // memory (with the 256 static bytes of tile slots) within Hopper's 227 KiB at 1024 experts.
   using Wide = Fp8Tile<kBf16OutBlockN>;

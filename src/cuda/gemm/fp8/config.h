@@ -21,9 +21,6 @@ inline constexpr int kBlockK = 128;  // 128 e4m3 = 128 bytes: one 128B-swizzle r
 // Columns of a weight-scale block (the recipe's 128 × 128 blocks of B).
 inline constexpr int kWeightBlock = 128;
 inline constexpr int kWgmmaK = 32;   // wgmma m64n128k32 e4m3
-// Five stages of the 128-wide tile: a sixth does not fit next to the hand-off's tile buffer
-// (Fp8Tile below counts them).
-inline constexpr int kStages = 5;
 inline constexpr int kGroupM = 8;    // m-blocks per raster group (cluster_scheduler.h)
 static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-pairs");
 
@@ -82,9 +79,7 @@ static_assert(fit(roles(0)) && fit(roles(3)) && fit(roles(7)) && fit(roles(0, kB
 inline constexpr int64_t kSevenWarpsMaxK = 3072;
 constexpr bool seven_epilogue_warps(int64_t k) { return k <= kSevenWarpsMaxK; }
 
-inline constexpr int kAccumulators = kBlockN / 2;      // fp32 per thread for m64n128
-inline constexpr int kABytes = kBlockM * kBlockK;      // one stage of A, e4m3
-inline constexpr int kBBytes = kBlockN * kBlockK;      // one stage of B
+inline constexpr int kABytes = kBlockM * kBlockK;  // one stage of A, e4m3 (B's: Fp8Tile)
 // The tile rows' activation scales of one K group arrive as one TMA box over the K-major scale
 // tensor, whose innermost coordinate is the row. TMA faults (illegal instruction, measured on the
 // H200) unless that coordinate starts on 16 bytes, and an expert's rows start anywhere: the box
@@ -98,7 +93,6 @@ inline constexpr int kScaleSlotBytes = 640;            // kScaleBytes rounded up
 // row scales from shared memory instead of a global load per K block on their critical path
 // (mainloop.cuh).
 inline constexpr int kBScaleOffset = kScaleBytes;
-inline constexpr int kStageBytes = kABytes + kBBytes + kScaleSlotBytes;
 // The box's first row for a tile whose first row is `first`; row r of the tile is then entry
 // r + first - scale_box_row(first) of the box.
 MOEFUSE_HOST_DEVICE constexpr int scale_box_row(int first) { return first & -kScaleAlignRows; }
@@ -110,19 +104,13 @@ static_assert(kBlockM == kBlockN, "A and B stages split into the same halves");
 static_assert(kHalfBytes % kSwizzleAtomBytes == 0, "a half starts on a swizzle atom");
 static_assert(kBlockK == kSwizzleRowBytes, "one K block is one swizzle row and one scale group");
 static_assert(kBlockN == kWeightBlock, "a 128-wide tile spans exactly one weight-scale block");
-static_assert(kABytes % kSwizzleAtomBytes == 0 && kBBytes % kSwizzleAtomBytes == 0);
+static_assert(kABytes % kSwizzleAtomBytes == 0);
 static_assert((kBlockM / kConsumerWarpgroups) * kSwizzleRowBytes % kSwizzleAtomBytes == 0,
               "each consumer's A slab must start on a swizzle atom");
 static_assert(kScaleSlotBytes % 128 == 0 && kScaleSlotBytes >= kScaleBytes,
               "TMA destinations need 128-byte alignment");
 static_assert(kScaleBytes % 16 == 0, "a TMA box's inner extent is a multiple of 16 bytes");
 static_assert(kBScaleOffset + 8 <= kScaleSlotBytes, "two weight scales fit behind the box");
-
-// The hand-off's tile buffer (bf16 forward output: staged_tile.cuh; the dGLU's g:
-// dglu_handoff.cuh): 128 rows of 128 bf16, padded to a 272-byte pitch so that a warp's
-// column-pair stores (8 rows × 4 lanes) hit all 32 banks.
-inline constexpr int kTilePitch = kBlockN * 2 + 16;
-inline constexpr int kTileBytes = kBlockM * kTilePitch;
 
 // E4M3 GLU output (e4m3_drain.cuh): a CTA's row amax of its tile, and its partner's, double
 // buffered (a CTA's epilogue can be one tile ahead of its partner's).
@@ -142,30 +130,32 @@ constexpr int64_t fp8_gemm_smem_bytes(int stages, int stage_bytes, int tile_byte
          (2 * stages + 2 + 2 * kAmaxBuffers) * 8 + 4 * (int64_t{num_experts} + 1);
 }
 
-// The forward kernel's tile, kN columns wide: 128 (the constants above; every instantiation but
-// one), or 192 with bf16 output (FC2 with its row scale, FC1 with its activation, the FC1 dgrad,
-// the plain GEMMs). A 192-wide tile spans two weight-scale blocks, starting at column 0 or 64 of
-// one (second_weight_group), so each stage carries two weight scales; 4 stages fit beside its
-// 50 KB tile buffer. Run 40 (H200, interleaved A/B in one binary, the time at 192 against 128):
-// FC2 0.81 (qwen3, K 768), 0.93-0.94 (gpt-oss), 0.96 (deepseek); FC1 0.94 (gpt-oss), 0.98-1.01
-// (qwen3, deepseek); DeepGEMM's K = 2048 shapes 0.91-1.02 (eight of ten 0.94-0.98), K = 7168
-// 0.98-1.00; in the FP8 layer the fc2 stage 0.80-0.81 / 0.90-0.94 and fc1_dgrad 0.96 /
-// 0.91-0.95 (qwen3 / gpt-oss). The long-K shapes' indifference refutes the estimate that
-// shared-memory bandwidth bounds the 128-wide mainloop (docs/fp8.md): what 192 saves is
-// per-tile work (a third fewer tiles, hand-offs and scale loads) and gpt-oss's N tails (2880 =
-// 15 × 192). The E4M3 output (1 × 128 scale groups of act, e4m3_drain.cuh), the dGLU and fp32
-// output keep 128. The FP8 layer's step: docs/fp8.md "Wider tiles".
+// The FP8 kernels' tile, kN columns wide: 128 (kBlockN, Tile128 below: every instantiation but
+// one, the dgrads' and the FP8 wgrad's included), or 192 with bf16 output (FC2 with its row scale,
+// FC1 with its activation, the FC1 dgrad, the plain GEMMs). A 192-wide tile spans two weight-scale
+// blocks, starting at column 0 or 64 of one (second_weight_group), so each stage carries two
+// weight scales; 4 stages fit beside its 50 KB tile buffer. Run 40 (H200, interleaved A/B in one
+// binary, the time at 192 against 128): FC2 0.81 (qwen3, K 768), 0.93-0.94 (gpt-oss), 0.96
+// (deepseek); FC1 0.94 (gpt-oss), 0.98-1.01 (qwen3, deepseek); DeepGEMM's K = 2048 shapes
+// 0.91-1.02 (eight of ten 0.94-0.98), K = 7168 0.98-1.00; in the FP8 layer the fc2 stage 0.80-0.81
+// / 0.90-0.94 and fc1_dgrad 0.96 / 0.91-0.95 (qwen3 / gpt-oss). The long-K shapes' indifference
+// refutes the estimate that shared-memory bandwidth bounds the 128-wide mainloop (docs/fp8.md):
+// what 192 saves is per-tile work (a third fewer tiles, hand-offs and scale loads) and gpt-oss's N
+// tails (2880 = 15 × 192). The E4M3 output (1 × 128 scale groups of act, e4m3_drain.cuh), the dGLU
+// and fp32 output keep 128. The FP8 layer's step: docs/fp8.md "Wider tiles".
 template <int kN>
 struct Fp8Tile {
   static_assert(kN == fp8::kBlockN || kN == kBf16OutBlockN, "the widths the kernel is written for");
   static constexpr int kBlockN = kN;
   static constexpr int kAccumulators = kN / 2;  // fp32 per thread for m64nN
-  static constexpr int kBBytes = kN * kBlockK;
+  static constexpr int kBBytes = kN * kBlockK;  // one stage of B, e4m3
   // B in halves of kN / 2 rows, one per CTA of a cluster when B is the shared operand.
   static constexpr int kBHalfRows = kN / kClusterSize;
   static constexpr int kBHalfBytes = kBHalfRows * kBlockK;
   static constexpr int kStageBytes = kABytes + kBBytes + kScaleSlotBytes;
-  // 2N + 16 is an odd multiple of 16 bytes: a warp's 8 rows of 16-byte pieces hit all 32 banks.
+  // The hand-off's tile buffer (bf16 forward output: staged_tile.cuh; the dGLU's g:
+  // dglu_handoff.cuh): 128 rows of N bf16 at a pitch of 2N + 16 bytes, an odd multiple of 16, so
+  // that a warp's 8 rows of 16-byte pieces hit all 32 banks.
   static constexpr int kTilePitch = kN * 2 + 16;
   static constexpr int kTileBytes = kBlockM * kTilePitch;
   // As many stages as fit at the most experts, beside the 256 bytes of static tile slots
@@ -178,11 +168,14 @@ struct Fp8Tile {
   static constexpr int64_t smem_bytes(int num_experts) {
     return fp8_gemm_smem_bytes(kStages, kStageBytes, kTileBytes, num_experts);
   }
-  static_assert(kBHalfBytes % kSwizzleAtomBytes == 0, "a B half starts on a swizzle atom");
+  static_assert(kBBytes % kSwizzleAtomBytes == 0 && kBHalfBytes % kSwizzleAtomBytes == 0,
+                "B and its halves start on swizzle atoms");
   static_assert(kStageBytes * kStages % 16 == 0, "the tile buffer and barriers stay aligned");
 };
-static_assert(Fp8Tile<kBlockN>::kStages == kStages && Fp8Tile<kBlockN>::kTilePitch == kTilePitch);
-static_assert(Fp8Tile<kBf16OutBlockN>::kStages == 4);
+// The 128-wide tile of every instantiation but the bf16 forward output's.
+using Tile128 = Fp8Tile<kBlockN>;
+// Five stages at 128 wide, four at 192: one more does not fit beside the tile buffer.
+static_assert(Tile128::kStages == 5 && Fp8Tile<kBf16OutBlockN>::kStages == 4);
 // The weight blocks' two scales must cover the tile: its columns lie in at most two blocks.
 static_assert(kBf16OutBlockN <= 2 * kWeightBlock && kBf16OutBlockN % 64 == 0);
 

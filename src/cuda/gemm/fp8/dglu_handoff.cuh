@@ -39,9 +39,9 @@ namespace moefuse::gemm::fp8 {
 static_assert(kBlockM == bwd::kBlockM, "send_part and the drain assume the BF16 dgrad's 128 rows");
 
 // Consumer warpgroup `slab`: its rows of g into the buffer once the last tile is drained.
-__device__ __forceinline__ void stage_g(const float (&acc)[kAccumulators], TileHandoff& handoff,
-                                        int slab) {
-  bwd::send_part<__nv_bfloat16, 0, kTilePitch>(acc, handoff, slab);
+__device__ __forceinline__ void stage_g(const float (&acc)[Tile128::kAccumulators],
+                                        TileHandoff& handoff, int slab) {
+  bwd::send_part<__nv_bfloat16, 0, Tile128::kTilePitch>(acc, handoff, slab);
 }
 
 // The kWarps epilogue warps, kOctets octets in flight a lane (config.h, Roles): the dGLU of the
@@ -51,7 +51,7 @@ __device__ __forceinline__ void drain_g(const uint8_t* tile, const Fp8GemmProble
                                         const bwd::DGluEpilogue& ep, const TileRows& rows,
                                         int n_block) {
   assume_shared(tile);  // g by LDS, not generic loads
-  bwd::dglu_drain<kOp, kBlockN, kTilePitch, kWarps, kOctets>(tile, p.n, ep, rows,
+  bwd::dglu_drain<kOp, kBlockN, Tile128::kTilePitch, kWarps, kOctets>(tile, p.n, ep, rows,
                                                             n_block * kBlockN, n_block);
 }
 

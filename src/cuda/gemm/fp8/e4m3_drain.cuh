@@ -84,6 +84,8 @@ __device__ __forceinline__ void st_async_f32(uint32_t remote, float v, uint32_t 
 template <int kWorkers>
 class E4m3Drain {
   static_assert(kWorkers % 32 == 0, "whole warps: every warp walks its items in step");
+  static constexpr int kPitch = Tile128::kTilePitch;  // the staged tile's rows (config.h)
+
  public:
   __device__ E4m3Drain(const SharedLayout& smem, int rank, int worker)
       : amax_own_(smem.amax_own), amax_peer_(smem.amax_peer), smem_amax_full_(smem.amax_full),
@@ -129,7 +131,7 @@ class E4m3Drain {
       const bool valid = row < rows.end && col < p.n;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (valid) {
-        const uint4 staged = *reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 16);
+        const uint4 staged = *reinterpret_cast<const uint4*>(tile + r * kPitch + c * 16);
         if (ep.pre) *reinterpret_cast<uint4*>(ep.pre + int64_t{row} * p.n + col) = staged;
         v = staged_final ? staged : activate8<kOp>(ep, staged, row_scale_of(ep, row));
       }
@@ -165,7 +167,7 @@ class E4m3Drain {
       const bool valid = row < rows.end && n0 + 16 * q < p.n;
       uint4 act = make_uint4(0, 0, 0, 0);
       if (valid) {
-        uint4* chunk = reinterpret_cast<uint4*>(tile + r * kTilePitch + q * 32);
+        uint4* chunk = reinterpret_cast<uint4*>(tile + r * kPitch + q * 32);
         const uint4 gate = chunk[0], up = chunk[1];
         if (ep.pre) {
           uint4* pre = reinterpret_cast<uint4*>(ep.pre + int64_t{row} * p.n + n0 + 16 * q);
@@ -192,7 +194,7 @@ class E4m3Drain {
       if (row >= rows.end || col >= p.n_out) continue;
       const float amax = peer_live ? fmaxf(own[r], peer[r]) : own[r];
       const formats::BlockwiseScale s = formats::blockwise_scale(amax);
-      const uint4* chunk = reinterpret_cast<const uint4*>(tile + r * kTilePitch + c * 64);
+      const uint4* chunk = reinterpret_cast<const uint4*>(tile + r * kPitch + c * 64);
       // act of pairs 2c and 2c + 1
       q::store16_e4m3(d + int64_t{row} * p.n_out + col, q::raw16_of(chunk[0], chunk[2]),
                       s.multiplier);

@@ -30,7 +30,7 @@ namespace moefuse::gemm::fp8 {
 // slab_first: the first row of this warpgroup's 64-row slab; row_end: exclusive; n0: first
 // column of h in this tile; expert: the tile's expert (selects the bias row).
 template <class OutT, EpilogueOp kOp>
-__device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulators],
+__device__ __forceinline__ void epilogue_tile_op(const float (&acc)[Tile128::kAccumulators],
                                                  const Fp8GemmProblem& p, const EpilogueParams& ep,
                                                  int expert, int slab_first, int row_end, int n0) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
@@ -69,7 +69,7 @@ __device__ __forceinline__ void epilogue_tile_op(const float (&acc)[kAccumulator
 }
 
 template <class OutT>
-__device__ __forceinline__ void epilogue_tile(const float (&acc)[kAccumulators],
+__device__ __forceinline__ void epilogue_tile(const float (&acc)[Tile128::kAccumulators],
                                               const Fp8GemmProblem& p, const EpilogueParams& ep,
                                               int expert, int slab_first, int row_end, int n0) {
   dispatch_epilogue_op(ep.op, [&](auto op) {

@@ -15,7 +15,7 @@ namespace moefuse::gemm::fp8_wgrad {
 inline constexpr int kBlockM = fp8::kBlockM;  // rows of D[e] (N_a) per tile: 2 warpgroups × 64
 inline constexpr int kBlockN = fp8::kBlockN;  // columns of D[e] (N_b) per tile
 inline constexpr int kBlockK = fp8::kBlockK;  // 128 columns of at / bt: exactly one scale group
-inline constexpr int kAccumulators = fp8::kAccumulators;
+inline constexpr int kAccumulators = fp8::Tile128::kAccumulators;
 // Four stages fit next to the 66 KiB hand-off buffer (five would need 232 KiB).
 inline constexpr int kStages = 4;
 inline constexpr int kGroupM = 8;  // m-blocks per raster group (tile_scheduler.h)
