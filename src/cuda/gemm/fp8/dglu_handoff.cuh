@@ -52,7 +52,7 @@ __device__ __forceinline__ void drain_g(const uint8_t* tile, const Fp8GemmProble
                                         int n_block) {
   assume_shared(tile);  // g by LDS, not generic loads
   bwd::dglu_drain<kOp, kBlockN, Tile128::kTilePitch, kWarps, kOctets>(tile, p.n, ep, rows,
-                                                            n_block * kBlockN, n_block);
+                                                                     n_block * kBlockN, n_block);
 }
 
 }  // namespace moefuse::gemm::fp8
