@@ -30,8 +30,8 @@ struct GemmBenchOptions {
 // Args::finish.
 GemmBenchOptions parse_gemm_bench_options(Args& args);
 inline constexpr std::string_view kGemmBenchOptions =
-    "[--preset NAME|all] [--tokens 16384] [--routing uniform|zipf] [--warmup 10] [--iters 50] "
-    "[--json FILE] [--no-torch]";
+    "[--preset NAME|all] [--tokens 16384] [--routing uniform|zipf|balanced] [--warmup 10] "
+    "[--iters 50] [--json FILE] [--no-torch]";
 
 // "128x256x64, 3 stages".
 std::string tile_text(const GroupedGemmTile& tile);

@@ -389,8 +389,8 @@ int run_dispatch(Args& args) {
 
 MOEFUSE_BENCH_MODE(dispatch, "dispatch",
                    "router top-k, maps, permute, combine (+ backward) vs copy bandwidth and torch",
-                   "[--preset NAME|all] [--tokens 16384] [--hidden H] [--routing uniform|zipf] "
-                   "[--seed 1234] [--json FILE] [--no-torch]",
+                   "[--preset NAME|all] [--tokens 16384] [--hidden H] "
+                   "[--routing uniform|zipf|balanced] [--seed 1234] [--json FILE] [--no-torch]",
                    run_dispatch);
 
 }  // namespace moefuse::bench

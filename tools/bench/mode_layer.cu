@@ -358,6 +358,11 @@ int run(Args& args) {
   o.tokens = args.get_int("tokens", 16384, 1, int64_t{1} << 22);
   o.routing_name = args.get("routing", "uniform");
   o.routing = parse_routing(o.routing_name);
+  // The layer routes with its own router (--routing zipf skews its weights); "balanced" is an
+  // assignment no router weights give.
+  MOEFUSE_EXPECT(o.routing != RoutingDistribution::kBalanced, "--routing",
+                 "uniform or zipf (balanced: gemm, gemm-backward, dispatch and quant only)",
+                 o.routing_name);
   const std::string mode = args.get("mode", "both");
   MOEFUSE_EXPECT(mode == "both" || mode == "fused" || mode == "unfused", "--mode",
                  "fused, unfused or both", mode);

@@ -3,7 +3,7 @@
 // cudaMemcpyAsync device-to-device copy moving the same number of bytes, measured in the same run.
 //
 //   moefuse-bench quant [--m 16384] [--k 7168] [--dtype bf16|fp32] [--experts 8] [--n 2048]
-//                       [--topk 2] [--routing uniform|zipf] [--iters 50] [--warmup 10]
+//                       [--topk 2] [--routing uniform|zipf|balanced] [--iters 50] [--warmup 10]
 //                       [--json FILE]
 // Activations are x [m, k]; weights (128x128 blocks) are w [experts, n, k]. The MXFP8
 // quantise-dequantise passes (bf16 only) run on x along k (rows), on x down its rows in 32-row
@@ -254,7 +254,7 @@ MOEFUSE_BENCH_MODE(quant, "quant",
                    "GPU quantise/dequantise kernels (blockwise FP8, MXFP8, NVFP4, MXFP8 qdq): "
                    "TB/s vs copy",
                    "[--m 16384] [--k 7168] [--experts 8] [--n 2048] [--dtype bf16|fp32] "
-                   "[--topk 2] [--routing uniform|zipf] [--warmup 10] [--iters 50] "
+                   "[--topk 2] [--routing uniform|zipf|balanced] [--warmup 10] [--iters 50] "
                    "[--json FILE]",
                    run_quant);
 

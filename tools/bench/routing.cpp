@@ -15,7 +15,8 @@ namespace moefuse::bench {
 RoutingDistribution parse_routing(std::string_view name) {
   if (name == "uniform") return RoutingDistribution::kUniform;
   if (name == "zipf") return RoutingDistribution::kZipf;
-  throw InvalidArgument("--routing", "uniform or zipf", "'" + std::string(name) + "'");
+  if (name == "balanced") return RoutingDistribution::kBalanced;
+  throw InvalidArgument("--routing", "uniform, zipf or balanced", "'" + std::string(name) + "'");
 }
 
 SyntheticRouting draw_routing(int64_t tokens, int64_t experts, int64_t top_k,
@@ -36,9 +37,14 @@ SyntheticRouting draw_routing(int64_t tokens, int64_t experts, int64_t top_k,
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<std::pair<double, int32_t>> keys(experts);
   for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t e = 0; e < experts; ++e)
-      keys[e] = {std::log(uniform(rng) + 1e-300) / weight[e], static_cast<int32_t>(e)};
-    std::partial_sort(keys.begin(), keys.begin() + top_k, keys.end(), std::greater<>());
+    if (distribution == RoutingDistribution::kBalanced) {
+      for (int64_t j = 0; j < top_k; ++j)
+        keys[j].second = static_cast<int32_t>((t * top_k + j) % experts);
+    } else {
+      for (int64_t e = 0; e < experts; ++e)
+        keys[e] = {std::log(uniform(rng) + 1e-300) / weight[e], static_cast<int32_t>(e)};
+      std::partial_sort(keys.begin(), keys.begin() + top_k, keys.end(), std::greater<>());
+    }
     for (int64_t j = 0; j < top_k; ++j) {
       r.expert_idx[t * top_k + j] = keys[j].second;
       ++r.counts[keys[j].second];

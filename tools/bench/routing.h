@@ -11,9 +11,13 @@ namespace moefuse::bench {
 enum class RoutingDistribution {
   kUniform,  // every token picks k distinct experts uniformly at random
   kZipf,     // expert popularity ∝ 1/rank^1.2 (ranks a random permutation), k distinct per token
+  // Token t picks experts (t·k + j) mod E, j < k: every expert T·k / E rows where E divides T·k
+  // (no expert's last m-block partly empty where that is a multiple of the tile's 128 rows: the
+  // best case of uniform routing, against which its partial m-blocks are measured).
+  kBalanced,
 };
 
-RoutingDistribution parse_routing(std::string_view name);  // "uniform" | "zipf"
+RoutingDistribution parse_routing(std::string_view name);  // "uniform" | "zipf" | "balanced"
 
 struct SyntheticRouting {
   std::vector<int32_t> expert_idx;    // [T, k]
