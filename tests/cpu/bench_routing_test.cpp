@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "moefuse/error.h"
 
