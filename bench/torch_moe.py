@@ -80,7 +80,8 @@ def moe_forward(a, x, wr, w1, w2, sw1=None, sw2=None):
 def main():
     ap = argparse.ArgumentParser()
     for name, default in [("tokens", 16384), ("hidden", 2048), ("ffn", 768), ("experts", 128),
-                          ("topk", 8), ("shared-ffn", 0), ("warmup", 5), ("iters", 30)]:
+                          ("topk", 8), ("shared-ffn", 0), ("warmup", 5), ("iters", 30),
+                          ("warm-ms", 0)]:
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--activation", choices=["glu", "plain"], default="glu")
     ap.add_argument("--routing", choices=["uniform", "zipf"], default="uniform")
@@ -96,7 +97,7 @@ def main():
         with torch.no_grad():
             return moe_forward(a, p["x"], *weights)
 
-    print(f"torch fwd {median_ms(forward, a.warmup, a.iters):.6f}", flush=True)
+    print(f"torch fwd {median_ms(forward, a.warmup, a.iters, a.warm_ms):.6f}", flush=True)
 
     leaves = [t.detach().requires_grad_(True) for t in [p["x"]] + weights]
 
@@ -105,7 +106,8 @@ def main():
             t.grad = None
         moe_forward(a, *leaves).backward(p["dy"])
 
-    print(f"torch fwdbwd {median_ms(forward_backward, a.warmup, a.iters):.6f}", flush=True)
+    fwdbwd_ms = median_ms(forward_backward, a.warmup, a.iters, a.warm_ms)
+    print(f"torch fwdbwd {fwdbwd_ms:.6f}", flush=True)
     return 0
 
 

@@ -20,11 +20,20 @@ def torch_or_none():
         return None
 
 
-def median_ms(fn, warmup, iters):
-    """Median of `iters` CUDA-event-timed calls of fn after `warmup` untimed ones."""
+def median_ms(fn, warmup, iters, warm_ms=0):
+    """Median of `iters` CUDA-event-timed calls of fn after `warmup` untimed ones, and after at
+    least `warm_ms` milliseconds of untimed calls (moefuse-bench's --warm-ms: bench/timing.h
+    says why)."""
+    import time
+
     import torch
     for _ in range(warmup):
         fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    while (time.perf_counter() - start) * 1e3 < warm_ms:
+        fn()
+        torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):

@@ -61,6 +61,7 @@ struct Options {
   DType expert_grads = DType::kFloat32;
   bool accumulate = false;
   int warmup = 5, iters = 30;
+  int warm_ms = 0;  // --warm-ms: warm up for at least this long too (bench/timing.h)
 };
 
 struct Totals {
@@ -180,17 +181,17 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
   if (o.graph) {
     const Graph fg([&](cudaStream_t s) { forward(s, {}); }, stream);
     tot.forward_ms = time_on_stream([&](cudaStream_t s) { fg.launch(s); }, stream, o.warmup,
-                                    o.iters).median_ms;
+                                    o.iters, o.warm_ms).median_ms;
     progress(tag + "graph forward+backward");
     const Graph sg([&](cudaStream_t s) { step(s, {}); }, stream);
     tot.step_ms = time_on_stream([&](cudaStream_t s) { sg.launch(s); }, stream, o.warmup,
-                                 o.iters).median_ms;
+                                 o.iters, o.warm_ms).median_ms;
   } else {
     tot.forward_ms = time_on_stream([&](cudaStream_t s) { forward(s, {}); }, stream, o.warmup,
-                                    o.iters).median_ms;
+                                    o.iters, o.warm_ms).median_ms;
     progress(tag + "eager forward+backward");
     tot.step_ms = time_on_stream([&](cudaStream_t s) { step(s, {}); }, stream, o.warmup,
-                                 o.iters).median_ms;
+                                 o.iters, o.warm_ms).median_ms;
   }
   return tot;
 }
@@ -227,8 +228,9 @@ Totals dense_bound(const MoeConfig& c, int64_t T, const Options& o, cudaStream_t
         if (with_backward || !gm.backward) cublas.gemm_bf16(A.get(), B.get(), D.get(), gm.m, gm.n, gm.k, st);
     };
   };
-  return {.forward_ms = time_on_stream(chain(false), stream, o.warmup, o.iters).median_ms,
-          .step_ms = time_on_stream(chain(true), stream, o.warmup, o.iters).median_ms};
+  return {.forward_ms = time_on_stream(chain(false), stream, o.warmup, o.iters, o.warm_ms)
+                            .median_ms,
+          .step_ms = time_on_stream(chain(true), stream, o.warmup, o.iters, o.warm_ms).median_ms};
 }
 
 std::optional<Totals> torch_times(const MoeConfig& c, int64_t T, const Options& o,
@@ -236,12 +238,13 @@ std::optional<Totals> torch_times(const MoeConfig& c, int64_t T, const Options& 
   char args[512];
   std::snprintf(args, sizeof args,
                 "--tokens %lld --hidden %lld --ffn %lld --experts %lld --topk %lld "
-                "--shared-ffn %lld --activation %s --routing %s --warmup %d --iters %d",
+                "--shared-ffn %lld --activation %s --routing %s --warmup %d --iters %d "
+                "--warm-ms %d",
                 static_cast<long long>(T), static_cast<long long>(c.hidden),
                 static_cast<long long>(c.ffn), static_cast<long long>(c.num_experts),
                 static_cast<long long>(c.top_k), static_cast<long long>(c.shared_expert_ffn),
                 is_glu(c.activation) ? "glu" : "plain", o.routing_name.c_str(), o.warmup,
-                o.iters);
+                o.iters, o.warm_ms);
   const auto t = run_torch_baseline("bench/torch_moe.py", args, why);
   if (!t || !t->count("fwd") || !t->count("fwdbwd")) {
     if (t) *why = "the script printed no fwd/fwdbwd line";
@@ -386,6 +389,7 @@ int run(Args& args) {
   if (fp8_wgrad == "both") o.fp8_bf16_wgrad = {false, true};
   o.warmup = static_cast<int>(args.get_int("warmup", 5, 0, 10000));
   o.iters = static_cast<int>(args.get_int("iters", 30, 1, 100000));
+  o.warm_ms = static_cast<int>(args.get_int("warm-ms", 0, 0, 60000));
   const std::string json = args.get("json", "");
   args.finish();
   if (gpu_missing("layer")) return 0;
@@ -396,7 +400,11 @@ int run(Args& args) {
   }
   r.totals.set_meta("timing", std::string(o.graph ? "one CUDA graph per pass" : "eager") +
                                   ", median of " + std::to_string(o.iters) + " after " +
-                                  std::to_string(o.warmup) + " warm-up, CUDA events");
+                                  std::to_string(o.warmup) + " warm-up" +
+                                  (o.warm_ms > 0 ? " and at least " + std::to_string(o.warm_ms) +
+                                                       " ms of warm-up"
+                                                 : "") +
+                                  ", CUDA events");
   r.totals.set_meta("expert_grads", expert_grads);
   r.totals.set_meta("flops", "fwd 2·T·k·H·(fc1+F) (= 6·T·k·H·F with GLU), bwd 2× fwd, + shared "
                              "expert; of_dense = dense cuBLAS time / this time");
@@ -424,8 +432,7 @@ MOEFUSE_BENCH_MODE(layer, "layer",
                    "[--tokens 16384] [--routing uniform|zipf] [--precision bf16|fp8|mxfp8] "
                    "[--fp8-wgrad fp8|bf16|both] [--mode both|fused|unfused] [--eager] "
                    "[--recompute] [--expert-grads fp32|bf16|fp32-accumulate] [--no-torch] "
-                   "[--warmup 5] "
-                   "[--iters 30] [--json FILE]",
+                   "[--warmup 5] [--warm-ms 0] [--iters 30] [--json FILE]",
                    run);
 
 }  // namespace moefuse::bench
