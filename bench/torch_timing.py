@@ -29,11 +29,12 @@ def median_ms(fn, warmup, iters, warm_ms=0):
     import torch
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    while (time.perf_counter() - start) * 1e3 < warm_ms:
-        fn()
+    if warm_ms > 0:
         torch.cuda.synchronize()
+        start = time.perf_counter()
+        while (time.perf_counter() - start) * 1e3 < warm_ms:
+            fn()
+            torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):

@@ -164,6 +164,21 @@ def test_gemm_modes_take_no_torch_as_a_flag(mode):
     assert "'--no-torch': expected no value (a flag), got 'yes'" in bad.stdout + bad.stderr
 
 
+@pytest.mark.skipif(not BENCH.exists(), reason="moefuse-bench not built (scripts/build.sh)")
+@pytest.mark.parametrize("args,message", [
+    (["layer", "--routing", "balanced"],
+     "'--routing': expected uniform or zipf (balanced: gemm, gemm-backward, dispatch and quant "
+     "only), got balanced"),
+    (["layer", "--warm-ms", "70000"], "'--warm-ms': expected a value in [0, 60000], got 70000"),
+    (["gemm", "--routing", "even"], "'--routing': expected uniform, zipf or balanced, got 'even'"),
+])
+def test_bench_names_bad_options(args, message):
+    # Checked before the GPU is looked for, so these fail the same way on a machine without one.
+    proc = subprocess.run([str(BENCH), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     (["gemm", "p", "1", "x=."], "BUILD_DIR/moefuse-bench"),
     (["gemm", "p", "0", "x=."], "ROUNDS must be a positive integer, got '0'"),
