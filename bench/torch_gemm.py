@@ -14,7 +14,7 @@ import sys
 from torch_timing import UNAVAILABLE, grouped_gemm_cli, median_ms, torch_or_none
 
 
-def time_problem(name, counts, n, k, op, warmup, iters):
+def time_problem(name, counts, n, k, op, timing):
     import torch
     m, e = sum(counts), len(counts)
     dev = torch.device("cuda")
@@ -26,7 +26,7 @@ def time_problem(name, counts, n, k, op, warmup, iters):
     def grouped():
         return torch._grouped_mm(x, wt, offs=offs)
 
-    print(f"torch {name}.grouped_mm {median_ms(grouped, warmup, iters):.6f}", flush=True)
+    print(f"torch {name}.grouped_mm {median_ms(grouped, *timing):.6f}", flush=True)
     if op == "swiglu":
         f = n // 2
 
@@ -34,16 +34,16 @@ def time_problem(name, counts, n, k, op, warmup, iters):
             h = torch._grouped_mm(x, wt, offs=offs)
             return torch.nn.functional.silu(h[:, :f]) * h[:, f:]
 
-        print(f"torch {name}.grouped_mm+silu_mul {median_ms(grouped_swiglu, warmup, iters):.6f}",
+        print(f"torch {name}.grouped_mm+silu_mul {median_ms(grouped_swiglu, *timing):.6f}",
               flush=True)
 
 
 def main():
-    counts, problems, warmup, iters = grouped_gemm_cli("NAME:N:K:OP, OP plain or swiglu (N = 2F for a GLU FC1)")
+    counts, problems, timing = grouped_gemm_cli("NAME:N:K:OP, OP plain or swiglu (N = 2F for a GLU FC1)")
     if torch_or_none() is None:
         return UNAVAILABLE
     for name, n, k, op in problems:
-        time_problem(name, counts, int(n), int(k), op, warmup, iters)
+        time_problem(name, counts, int(n), int(k), op, timing)
     return 0
 
 

@@ -17,7 +17,7 @@ import sys
 from torch_timing import UNAVAILABLE, grouped_gemm_cli, median_ms, torch_or_none
 
 
-def time_problem(name, counts, n, k, warmup, iters):
+def time_problem(name, counts, n, k, timing):
     import torch
     m, e = sum(counts), len(counts)
     dev = torch.device("cuda")
@@ -33,7 +33,7 @@ def time_problem(name, counts, n, k, warmup, iters):
 
     for part, fn in (("dgrad", grad_of(x)), ("wgrad", grad_of(w)), ("backward", grad_of(x, w))):
         try:
-            ms = median_ms(fn, warmup, iters)
+            ms = median_ms(fn, *timing)
         except RuntimeError as err:  # a torch build without this backward: report, go on
             print(f"{name}.{part}: {err}", file=sys.stderr)
             continue
@@ -41,11 +41,11 @@ def time_problem(name, counts, n, k, warmup, iters):
 
 
 def main():
-    counts, problems, warmup, iters = grouped_gemm_cli("NAME:N:K, the forward GEMM's output width N and reduction K")
+    counts, problems, timing = grouped_gemm_cli("NAME:N:K, the forward GEMM's output width N and reduction K")
     if torch_or_none() is None:
         return UNAVAILABLE
     for name, n, k in problems:
-        time_problem(name, counts, int(n), int(k), warmup, iters)
+        time_problem(name, counts, int(n), int(k), timing)
     return 0
 
 

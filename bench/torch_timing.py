@@ -47,13 +47,15 @@ def median_ms(fn, warmup, iters, warm_ms=0):
 
 def grouped_gemm_cli(problem_help):
     """The command line of the grouped-GEMM baselines (torch_gemm*.py): --counts (rows per expert),
-    repeated --problem specs (colon-separated fields), --warmup, --iters. Returns
-    (counts, [fields of each problem], warmup, iters)."""
+    repeated --problem specs (colon-separated fields), --warmup, --warm-ms, --iters. Returns
+    (counts, [fields of each problem], timing): timing holds warmup, iters and warm_ms, the
+    arguments median_ms takes after fn."""
     p = argparse.ArgumentParser()
     p.add_argument("--counts", required=True, help="rows per expert, comma separated")
     p.add_argument("--problem", action="append", required=True, help=problem_help)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--warm-ms", type=int, default=0)
     p.add_argument("--iters", type=int, default=50)
     a = p.parse_args()
     counts = [int(c) for c in a.counts.split(",")]
-    return counts, [spec.split(":") for spec in a.problem], a.warmup, a.iters
+    return counts, [spec.split(":") for spec in a.problem], (a.warmup, a.iters, a.warm_ms)

@@ -1,5 +1,6 @@
 """scripts/bench_compare.py and scripts/ab_bench.sh on made-up reports (no GPU: runs in CI)."""
 
+import inspect
 import json
 import os
 import pathlib
@@ -171,6 +172,7 @@ def test_gemm_modes_take_no_torch_as_a_flag(mode):
      "only), got balanced"),
     (["layer", "--warm-ms", "70000"], "'--warm-ms': expected a value in [0, 60000], got 70000"),
     (["gemm", "--routing", "even"], "'--routing': expected uniform, zipf or balanced, got 'even'"),
+    (["gemm-fp8", "--warm-ms", "-1"], "'--warm-ms': expected a value in [0, 60000], got -1"),
 ])
 def test_bench_names_bad_options(args, message):
     # Checked before the GPU is looked for, so these fail the same way on a machine without one.
@@ -188,3 +190,17 @@ def test_ab_bench_names_bad_arguments(tmp_path, args, message):
     proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), *args], capture_output=True,
                           text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_torch_gemm_baselines_take_the_warm_up_options(monkeypatch):
+    # The command line moefuse-bench's GEMM modes give bench/torch_gemm*.py (gemm_bench.cpp
+    # run_torch_gemm): its timing fields reach median_ms in its argument order.
+    monkeypatch.syspath_prepend(str(SCRIPTS.parent / "bench"))
+    import torch_timing
+    monkeypatch.setattr(sys, "argv", ["torch_gemm.py", "--counts", "3,0,5", "--problem",
+                                      "fc1:64:32:swiglu", "--warmup", "2", "--warm-ms", "1500",
+                                      "--iters", "7"])
+    counts, problems, timing = torch_timing.grouped_gemm_cli("NAME:N:K:OP")
+    assert counts == [3, 0, 5] and problems == [["fc1", "64", "32", "swiglu"]]
+    bound = inspect.signature(torch_timing.median_ms).bind(None, *timing).arguments
+    assert (bound["warmup"], bound["iters"], bound["warm_ms"]) == (2, 7, 1500)

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "bench/timing.h"
 #include "bench/torch_runner.h"
 #include "moefuse/config.h"
 
@@ -14,6 +15,7 @@ GemmBenchOptions parse_gemm_bench_options(Args& args) {
   o.routing_name = args.get("routing", "uniform");
   o.routing = parse_routing(o.routing_name);
   o.warmup = static_cast<int>(args.get_int("warmup", 10, 0, 10000));
+  o.warm_ms = static_cast<int>(args.get_int("warm-ms", 0, 0, 60000));
   o.iters = static_cast<int>(args.get_int("iters", 50, 1, 100000));
   o.json = args.get("json", "");
   o.torch = !args.flag("no-torch");
@@ -38,8 +40,7 @@ Report make_gemm_report(const std::string& title, const GemmBenchOptions& o,
                         "vs_unfused"});
   report.set_meta("tokens", static_cast<long long>(o.tokens));
   report.set_meta("routing", o.routing_name);
-  report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
-                                std::to_string(o.warmup) + " warm-up, CUDA events");
+  report.set_meta("timing", timing_note(o.warmup, o.iters, o.warm_ms));
   report.set_meta("tile", tile);
   report.set_meta("columns", columns_note);
   return report;
@@ -61,7 +62,8 @@ TorchGemmTimings run_torch_gemm(const std::string& script, const std::vector<int
   }
   t.ms = run_torch_baseline(script,
                             "--counts " + list + problems + " --warmup " +
-                                std::to_string(o.warmup) + " --iters " + std::to_string(o.iters),
+                                std::to_string(o.warmup) + " --warm-ms " +
+                                std::to_string(o.warm_ms) + " --iters " + std::to_string(o.iters),
                             &t.unavailable);
   return t;
 }

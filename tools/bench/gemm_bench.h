@@ -22,16 +22,17 @@ struct GemmBenchOptions {
   RoutingDistribution routing = RoutingDistribution::kUniform;
   std::string routing_name;
   int warmup = 0, iters = 0;
+  int warm_ms = 0;  // --warm-ms: every variant warms up for at least this long too (bench/timing.h)
   std::string json;
   bool torch = true;  // run the torch baseline (--no-torch: skip it, as the layer mode can)
 };
 
-// --preset (a name or "all"), --tokens, --routing, --warmup, --iters, --json, --no-torch; then
-// Args::finish.
+// --preset (a name or "all"), --tokens, --routing, --warmup, --warm-ms, --iters, --json,
+// --no-torch; then Args::finish.
 GemmBenchOptions parse_gemm_bench_options(Args& args);
 inline constexpr std::string_view kGemmBenchOptions =
     "[--preset NAME|all] [--tokens 16384] [--routing uniform|zipf|balanced] [--warmup 10] "
-    "[--iters 50] [--json FILE] [--no-torch]";
+    "[--warm-ms 0] [--iters 50] [--json FILE] [--no-torch]";
 
 // "128x256x64, 3 stages".
 std::string tile_text(const GroupedGemmTile& tile);

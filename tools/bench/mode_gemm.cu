@@ -71,7 +71,7 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBase
 
   auto time = [&](const std::string& what, auto&& launch) {
     progress("gemm " + name + ": " + what);
-    return time_on_stream(launch, stream, o.warmup, o.iters).median_ms;
+    return time_on_stream(launch, stream, o.warmup, o.iters, o.warm_ms).median_ms;
   };
   auto empty = TensorView{};
   auto bias1 = c.expert_bias ? buf.b1.view(DType::kFloat32, {e, fc1}) : empty;

@@ -91,7 +91,7 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
 
   auto time = [&](const std::string& what, auto&& launch) {
     progress("gemm-backward " + name + ": " + what);
-    return time_on_stream(launch, stream, o.warmup, o.iters).median_ms;
+    return time_on_stream(launch, stream, o.warmup, o.iters, o.warm_ms).median_ms;
   };
   const TensorView offsets = buf.offsets.view(DType::kInt32, {e + 1});
 

@@ -145,7 +145,7 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
 
   auto time = [&](const std::string& what, auto&& launch) {
     progress("gemm-fp8 " + p.name + " " + p.op + ": " + what);
-    return time_on_stream(launch, nullptr, o.warmup, o.iters).median_ms;
+    return time_on_stream(launch, nullptr, o.warmup, o.iters, o.warm_ms).median_ms;
   };
   // The dense bound writes [m, n]: a scratch of that size (d may be half as wide for GLU).
   DeviceBuffer dense_out(m * p.n * 2);
@@ -208,7 +208,7 @@ void report_fp8_twins(const std::string& name, const std::string& op, double flo
                       const GemmBenchOptions& o, Report& report) {
   auto time = [&](const std::string& what, auto&& launch) {
     progress("gemm-fp8 " + name + " " + op + ": " + what);
-    return time_on_stream(launch, nullptr, o.warmup, o.iters).median_ms;
+    return time_on_stream(launch, nullptr, o.warmup, o.iters, o.warm_ms).median_ms;
   };
   const double ms[3] = {time("bf16", run.bf16), time("fp8", run.fp8),
                         time("fp8 with its quantisation", [&](cudaStream_t s) {
@@ -367,8 +367,7 @@ int run(Args& args) {
                  "vs_bf16_grouped"});
   report.set_meta("tokens", static_cast<long long>(o.tokens));
   report.set_meta("routing", o.routing_name);
-  report.set_meta("timing", "median of " + std::to_string(o.iters) + " after " +
-                                std::to_string(o.warmup) + " warm-up, CUDA events");
+  report.set_meta("timing", timing_note(o.warmup, o.iters, o.warm_ms));
   report.set_meta("columns", "vs_* = that variant's time / this time (the same FLOPs)");
   Report mx_report("MXFP8 emulation: dequantise passes vs the BF16 grouped GEMM",
                    {"problem", "op", "dequantise_ms", "TB/s", "mxfp8_ms", "bf16_grouped_ms",

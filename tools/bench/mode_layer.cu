@@ -398,13 +398,8 @@ int run(Args& args) {
     rep->set_meta("tokens", static_cast<long long>(o.tokens));
     rep->set_meta("routing", o.routing_name);
   }
-  r.totals.set_meta("timing", std::string(o.graph ? "one CUDA graph per pass" : "eager") +
-                                  ", median of " + std::to_string(o.iters) + " after " +
-                                  std::to_string(o.warmup) + " warm-up" +
-                                  (o.warm_ms > 0 ? " and at least " + std::to_string(o.warm_ms) +
-                                                       " ms of warm-up"
-                                                 : "") +
-                                  ", CUDA events");
+  r.totals.set_meta("timing", std::string(o.graph ? "one CUDA graph per pass" : "eager") + ", " +
+                                  timing_note(o.warmup, o.iters, o.warm_ms));
   r.totals.set_meta("expert_grads", expert_grads);
   r.totals.set_meta("flops", "fwd 2·T·k·H·(fc1+F) (= 6·T·k·H·F with GLU), bwd 2× fwd, + shared "
                              "expert; of_dense = dense cuBLAS time / this time");

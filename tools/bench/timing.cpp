@@ -61,4 +61,10 @@ Timing time_on_stream(const std::function<void(cudaStream_t)>& launch, cudaStrea
   return {.median_ms = ms[iters / 2], .min_ms = ms.front(), .iterations = iters};
 }
 
+std::string timing_note(int warmup, int iters, int warm_ms) {
+  return "median of " + std::to_string(iters) + " after " + std::to_string(warmup) + " warm-up" +
+         (warm_ms > 0 ? " and at least " + std::to_string(warm_ms) + " ms of warm-up" : "") +
+         ", CUDA events";
+}
+
 }  // namespace moefuse::bench

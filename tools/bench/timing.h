@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <string>
 
 namespace moefuse::bench {
 
@@ -22,5 +23,9 @@ struct Timing {
 // training run sees the warm one.
 Timing time_on_stream(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream,
                       int warmup, int iters, int warm_ms = 0);
+
+// The reports' "timing" note: "median of `iters` after `warmup` warm-up[ and at least `warm_ms`
+// ms of warm-up], CUDA events".
+std::string timing_note(int warmup, int iters, int warm_ms);
 
 }  // namespace moefuse::bench
