@@ -604,6 +604,32 @@ TEST(GroupedGemmBackward, WgradNarrowTilesWholeHandOff) {
   run_wgrad({.counts = counts, .spare_rows = 9, .m_out = 136, .n_out = 768}, "narrow fp32, N 768");
 }
 
+// The TMA wgrads walk a skewed load's experts longest first in snake rounds, others in index
+// order (backward/wgrad_order.h), the order kept in shared memory: 1024 experts (the most a
+// grouped GEMM takes, the order's whole room) with skewed counts and ties, one or two tiles
+// each, so every CTA walks about eight rounds, the last one partial; empty experts (sorted last)
+// untouched with accumulate; and a near-uniform load of as many experts, in index order.
+std::vector<int> skewed_counts(int experts) {
+  std::vector<int> counts(experts);
+  std::uniform_int_distribution<int> small(0, 6), big(100, 700), coin(0, 15);
+  for (int& c : counts) c = coin(test::rng()) == 0 ? big(test::rng()) : small(test::rng());
+  counts[experts / 3] = 2000;
+  return counts;
+}
+
+TEST(GroupedGemmBackward, WgradLongestFirstOverMaxExperts) {
+  MOEFUSE_REQUIRE_HOPPER();
+  const std::vector<int> counts = skewed_counts(1024);
+  run_wgrad({.counts = counts, .row_base = 3, .spare_rows = 20}, "fp32, 1024 experts");
+  run_wgrad({.counts = counts, .spare_rows = 20, .accumulate = true}, "accumulate");
+  run_wgrad({.counts = counts, .spare_rows = 20, .n_out = 192}, "narrow fp32");
+  run_wgrad({.counts = counts, .spare_rows = 20, .n_out = 320, .fp32 = false}, "bf16, 2 tiles");
+  std::vector<int> level(1024);
+  std::uniform_int_distribution<int> near(20, 30);
+  for (int& c : level) c = near(test::rng());
+  run_wgrad({.counts = level, .row_base = 1, .spare_rows = 5}, "near-uniform: index order");
+}
+
 TEST(GroupedGemmBackward, WgradGatherFusedAndUnfused) {
   MOEFUSE_REQUIRE_HOPPER();
   for (bool unfused : {false, true})

@@ -342,6 +342,24 @@ TEST(GroupedGemmFp8Wgrad, SeveralTilesPerCtaWithEmptyExperts) {
              accumulate ? "720 tiles, accumulate" : "720 tiles, overwrite");
 }
 
+// A skewed load's experts longest first in snake rounds, others in index order
+// (bwd/wgrad_order.h), the order behind group_start in shared memory: 1024 experts (the most
+// allowed, the layout's whole room) with skewed counts and ties, one tile each, so every CTA
+// walks about eight rounds, the last one partial; and a near-uniform load (index order).
+TEST(GroupedGemmFp8Wgrad, LongestFirstOverMaxExperts) {
+  MOEFUSE_REQUIRE_HOPPER();
+  std::vector<int> counts(1024);
+  std::uniform_int_distribution<int> small(0, 6), big(100, 500), coin(0, 15);
+  for (int& c : counts) c = coin(test::rng()) == 0 ? big(test::rng()) : small(test::rng());
+  counts[300] = 1500;
+  for (bool accumulate : {false, true})
+    run_case({.counts = counts, .spare_rows = 7, .n_a = 128, .n_b = 120, .accumulate = accumulate},
+             accumulate ? "1024 experts, accumulate" : "1024 experts, overwrite");
+  std::uniform_int_distribution<int> near(100, 140);
+  for (int& c : counts) c = near(test::rng());
+  run_case({.counts = counts, .spare_rows = 7, .n_a = 128, .n_b = 120}, "near-uniform");
+}
+
 // dW2 of the deepseek-v3 slice: N_a = H = 7168, N_b = F = 2048, skewed ragged experts.
 TEST(GroupedGemmFp8Wgrad, DeepSeekDw2Shape) {
   MOEFUSE_REQUIRE_HOPPER();

@@ -128,8 +128,9 @@ constexpr bool wgrad_narrow(int64_t n_out, bool d_fp32) {
   return d_fp32 && n_out % kNarrowBlockN == 0;
 }
 using GatherWgradStages = Stages<64, 4, kBlockN, kSlabBuffersBytes>;
-static_assert(WgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
-static_assert(WgradNarrowStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB");
+// The TMA wgrads hold the expert order (wgrad_order.h) in the layout's tile_start slot.
+static_assert(WgradStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
+static_assert(WgradNarrowStages::smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB");
 static_assert(GatherWgradStages::smem_bytes(0) <= 227 * 1024, "must fit Hopper's 227 KiB");
 
 // The FC2 dgrad with the dGLU epilogue has two shapes, chosen by K (the hidden size H):

@@ -34,7 +34,7 @@ void launch_wgrad_ring(const WgradLaunch& launch, cudaStream_t stream) {
   const int sms = cuda::device_sm_count();
   const int ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, sms) : sms;
   const int grid = static_cast<int>(std::min<int64_t>(ctas, tiles));
-  const int64_t bytes = G::smem_bytes(0);
+  const int64_t bytes = G::smem_bytes(kGather ? 0 : p.num_experts);  // + the expert order
   auto* kernel = &wgrad_kernel<kGather, G>;
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));

@@ -4,9 +4,10 @@
 // Persistent, warp-specialised, 384 threads.
 //
 // Tiles: (expert, m-block, n-block) over the fixed [m_out, n_out] output of every expert, experts
-// in turn (m-blocks in groups of 8 inside an expert, as the forward's scheduler); the count is
-// known on the host, no scan. An expert with no rows runs no K block: its tile writes zeros, or
-// nothing with accumulate.
+// in turn (longest first, walked in snake rounds, where the load is skewed: wgrad_order.h; a
+// tile's cost follows its expert's rows), m-blocks in groups of 8 inside an expert, as the
+// forward's scheduler; the count is known on the host, no scan. An expert with no rows runs
+// no K block: its tile writes zeros, or nothing with accumulate.
 //
 // Ragged K: K block kb of expert e reads rows offsets[e] + 64·kb .. + 63 (TMA takes any row
 // coordinate; rows past m_cap read zeros). The last block may hold rows of the next expert (or a
@@ -39,8 +40,11 @@
 #include "cuda/gemm/backward/params.h"
 #include "cuda/gemm/backward/slab_tma_store.cuh"
 #include "cuda/gemm/backward/tile_handoff.cuh"
+#include "cuda/gemm/backward/wgrad_order.h"
+#include "cuda/gemm/common/cluster.cuh"
 #include "cuda/gemm/common/cp_async.cuh"
 #include "cuda/gemm/tile_scheduler.h"
+#include "moefuse/grouped_gemm.h"
 
 namespace moefuse::gemm::bwd {
 
@@ -60,14 +64,38 @@ template <class G>
 inline constexpr bool kNarrowWgrad = G::kN == kNarrowBlockN;
 using GatherWgradLayout = StagedLayout<GatherWgradStages>;
 
+// Every expert's tiles over the same [m_out, n_out] output, experts one after another in the
+// order kept in shared memory (wgrad_order.h: longest first where the load is skewed, walked in
+// snake rounds, else index order round by round), or, for the gather variant, which has no room
+// for the order (kOrdered false), in index order.
+template <bool kOrdered>
 struct WgradTiles {
   TileShape shape;
   int m_blocks;
   int per_expert;
+  int total;         // num_experts · per_expert
+  const int* order;  // [E] shared memory (kOrdered)
+  bool snake;        // walk in snake rounds (the order is longest first)
   __device__ TileCoord coord(int t) const {
     TileCoord c = expert_tile_coord(t % per_expert, m_blocks, shape);
-    c.expert = t / per_expert;
+    c.expert = kOrdered ? order[t / per_expert] : t / per_expert;
     return c;
+  }
+  // This CTA's tile in walk round `round` + 1 (start at -1), advancing `round`: false past its
+  // last. A round's tile lies past the end only in the last round, so that ends the walk too.
+  // Every role of the CTA walks the same sequence. kWarp: whole warps call it, and take the
+  // expert (read from shared memory) through a warp reduction, so that ptxas knows it uniform and
+  // keeps the K loop's descriptor arithmetic in uniform registers: without it the 128 × 192
+  // consumers' K loop grew from 413 to 440 instructions (R2UR 20 → 40) (run 43, call 2).
+  template <bool kWarp>
+  __device__ bool next(int& round, TileCoord& c) const {
+    const int ctas = gridDim.x, cta = blockIdx.x;
+    ++round;
+    const int t = snake ? snake_tile(round, cta, ctas) : round * ctas + cta;
+    if (t >= total) return false;
+    c = coord(t);
+    if constexpr (kWarp && kOrdered) c.expert = warp_uniform(c.expert);
+    return true;
   }
 };
 
@@ -77,10 +105,10 @@ __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
                                                   const CUtensorMap* tmap_b,
                                                   const WgradProblem& p,
                                                   const StagedLayout<G>& smem,
-                                                  const WgradTiles& tiles, int total_tiles) {
+                                                  const WgradTiles<true>& tiles) {
   PipelineState<G::kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tiles.coord(t);
+  TileCoord c;
+  for (int round = -1; tiles.next<false>(round, c);) {
     const ExpertRows rows = expert_rows(p, c.expert);
     const int k_blocks = ceil_div(rows.count, G::kBlockK);
     for (int kb = 0; kb < k_blocks; ++kb) {
@@ -102,7 +130,7 @@ __device__ __forceinline__ void wgrad_produce_tma(const CUtensorMap* tmap_a,
 __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
                                                      const WgradProblem& p,
                                                      const GatherWgradLayout& smem,
-                                                     const WgradTiles& tiles, int total_tiles) {
+                                                     const WgradTiles<false>& tiles) {
   using G = GatherWgradStages;
   static_assert(G::kBlockK == 64, "the passes below are written for 64-row K blocks");
   constexpr int kPieces = kMnChunk * 2 / 16;                 // 8 per 128-byte K row
@@ -113,8 +141,8 @@ __device__ __forceinline__ void wgrad_produce_gather(const CUtensorMap* tmap_a,
   const int piece = tid % kPieces;
   const int row_in_pass = tid / kPieces;
   PipelineState<G::kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tiles.coord(t);
+  TileCoord c;
+  for (int round = -1; tiles.next<true>(round, c);) {
     const ExpertRows rows = expert_rows(p, c.expert);
     const int k_blocks = ceil_div(rows.count, G::kBlockK);
     const int n0 = c.n_block * kBlockN + piece * 8;
@@ -229,10 +257,10 @@ __device__ __forceinline__ void drain_narrow(const uint8_t* tile, uint8_t* d, in
 template <class G>
 __device__ __forceinline__ void wgrad_epilogue_warps(const WgradProblem& p,
                                                      const StagedLayout<G>& smem,
-                                                     const WgradTiles& tiles, int total_tiles) {
+                                                     const WgradTiles<true>& tiles) {
   TileHandoff h = TileHandoff::of(smem);
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tiles.coord(t);
+  TileCoord c;
+  for (int round = -1; tiles.next<true>(round, c);) {
     if (skip_tile(p, ceil_div(expert_rows(p, c.expert).count, G::kBlockK))) continue;
     uint8_t* d = wgrad_tile_origin(p, c, G::kN);
     const int rows = p.m_out - c.m_block * kBlockM, cols = p.n_out - c.n_block * G::kN;
@@ -263,20 +291,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
   const int n_blocks = ceil_div(p.n_out, G::kN), m_blocks = ceil_div(p.m_out, kBlockM);
-  const WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = G::kN, .group_m = kGroupM,
-                                   .n_blocks = n_blocks},
-                         .m_blocks = m_blocks,
-                         .per_expert = m_blocks * n_blocks};
-  const int total_tiles = p.num_experts * tiles.per_expert;
+  // The TMA variants keep the expert order (wgrad_order.h) in the layout's tile_start slot; the
+  // gather variant's four stages leave no room for E ints at E = 1024, so it keeps index order.
   if (threadIdx.x == 0) smem.init_barriers(kGather ? 1 + kWarpgroupThreads : 1);
+  bool snake = false;
+  if constexpr (!kGather) {
+    const int all_rows =
+        max(0, min(__ldg(p.offsets + p.num_experts), p.m_cap) - __ldg(p.offsets));
+    snake = order_experts<kThreads, kGroupedGemmMaxExperts>(
+        smem.tile_start, p.num_experts, all_rows, [&](int e) { return expert_rows(p, e).count; });
+  }
   __syncthreads();
+  const WgradTiles<!kGather> tiles{.shape = {.block_m = kBlockM, .block_n = G::kN,
+                                              .group_m = kGroupM, .n_blocks = n_blocks},
+                                    .m_blocks = m_blocks,
+                                    .per_expert = m_blocks * n_blocks,
+                                    .total = p.num_experts * m_blocks * n_blocks,
+                                    .order = smem.tile_start,
+                                    .snake = snake};
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kProducerRegs>();
-    if constexpr (kGather) wgrad_produce_gather(&tmap_a, p, smem, tiles, total_tiles);
-    else if (threadIdx.x == 0) wgrad_produce_tma<G>(&tmap_a, &tmap_b, p, smem, tiles, total_tiles);
-    else if (threadIdx.x >= 32) wgrad_epilogue_warps<G>(p, smem, tiles, total_tiles);
+    if constexpr (kGather) wgrad_produce_gather(&tmap_a, p, smem, tiles);
+    else if (threadIdx.x == 0) wgrad_produce_tma<G>(&tmap_a, &tmap_b, p, smem, tiles);
+    else if (threadIdx.x >= 32) wgrad_epilogue_warps<G>(p, smem, tiles);
     return;
   }
 
@@ -286,8 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* buffers = smem.tile + slab * 2 * kSlabSubTileBytes;  // the gather variant's
   float acc[G::kN / 2];
   PipelineState<G::kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tiles.coord(t);
+  TileCoord c;
+  for (int round = -1; tiles.template next<true>(round, c);) {
     const ExpertRows rows = expert_rows(p, c.expert);
     const int k_blocks = ceil_div(rows.count, G::kBlockK);
     const LastKBlock last = LastKBlock::of(rows.count, k_blocks, G::kBlockK);

@@ -26,7 +26,8 @@ struct HandoffSharedLayout {
   uint64_t* tile_full;   // consumers → epilogue warps: the tile buffer holds a (part of a) tile
   uint64_t* tile_empty;  // epilogue warps → consumers: the tile buffer may be overwritten
   int* tile_start;       // [E + 1] exclusive prefix of the tile counts (M-ragged kernels; the
-                         // dgrad's: of its units, cluster_scheduler.h)
+                         // dgrad's: of its units, cluster_scheduler.h); the TMA wgrad's expert
+                         // order (backward/wgrad_order.h), the FP8 wgrad's group_start and order
 
   __device__ static HandoffSharedLayout carve(uint8_t* raw) {
     HandoffSharedLayout s;

@@ -42,10 +42,11 @@ static_assert(kBBytes % 128 == 0 && (kBlockM * 4) % 128 == 0,
 static_assert(kBlockM == bwd::kBlockM && kBlockN * 4 == bwd::kTileRowBytes);
 
 // Dynamic shared memory in HandoffSharedLayout's order: stages, the tile buffer, 2 × kStages + 2
-// mbarriers, group_start[E + 1]; plus slack to align the base to the 1024-byte swizzle atom.
+// mbarriers, group_start[E + 1], the expert order [E]; plus slack to align the base to the
+// 1024-byte swizzle atom.
 constexpr int64_t smem_bytes(int num_experts) {
   return kSwizzleAtomBytes + int64_t{kStages} * kStageBytes + bwd::kTileBufferBytes +
-         (2 * kStages + 2) * 8 + 4 * (int64_t{num_experts} + 1);
+         (2 * kStages + 2) * 8 + 4 * (2 * int64_t{num_experts} + 1);
 }
 static_assert(smem_bytes(1024) <= 227 * 1024, "must fit Hopper's 227 KiB per block");
 

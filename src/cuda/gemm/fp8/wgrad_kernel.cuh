@@ -2,7 +2,8 @@
 // column groups of the column-wise operands (moefuse/grouped_gemm_fp8_wgrad.h). Persistent,
 // warp-specialised, 384 threads.
 //
-// Tiles: (expert, m-block over N_a, n-block over N_b), experts in turn, m-blocks in groups of 8
+// Tiles: (expert, m-block over N_a, n-block over N_b), experts in turn (longest first, walked in
+// snake rounds, where the load is skewed: bwd/wgrad_order.h), m-blocks in groups of 8
 // (bwd::WgradTiles: the count is known on the host). The reduction of expert e runs over its
 // groups group_start[e] .. group_start[e+1] - 1, which warp 0 computes from the offsets at kernel
 // start (colwise_groups.h: the quantiser's own scan). Every K block is one whole scale group of
@@ -55,8 +56,11 @@ struct Fp8WgradProblem {
   bool accumulate = false;
 };
 
-// group_start lives in the layout's tile_start slot.
+// group_start [E + 1] lives in the layout's tile_start slot, the expert order [E] behind it.
 using SharedLayout = HandoffSharedLayout<kStages, kABytes, kBSlotBytes, bwd::kTileBufferBytes>;
+__device__ __forceinline__ int* expert_order(const SharedLayout& s, int num_experts) {
+  return s.tile_start + num_experts + 1;
+}
 
 __device__ __forceinline__ float* a_scale_stage(const SharedLayout& s, int stage) {
   return reinterpret_cast<float*>(s.b_stage(stage) + kBBytes);
@@ -82,12 +86,12 @@ __device__ __forceinline__ bool skip_tile(const Fp8WgradProblem& p, int groups) 
 // says why a convergent warp with predicated copies, not one thread).
 __device__ __forceinline__ void produce(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                         const CUtensorMap* tmap_sa, const CUtensorMap* tmap_sb,
-                                        const SharedLayout& smem, const bwd::WgradTiles& tiles,
-                                        int total_tiles) {
+                                        const SharedLayout& smem,
+                                        const bwd::WgradTiles<true>& tiles) {
   const bool issues = threadIdx.x % 32 == 0;
   PipelineState<kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tiles.coord(t);
+  TileCoord c;
+  for (int round = -1; tiles.next<true>(round, c);) {
     const ExpertGroups eg{.first = warp_uniform(expert_groups(smem, c.expert).first),
                           .count = warp_uniform(expert_groups(smem, c.expert).count)};
     for (int kb = 0; kb < eg.count; ++kb) {
@@ -171,10 +175,10 @@ struct OutputTile {
 
 // Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
 __device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const SharedLayout& smem,
-                                               const bwd::WgradTiles& tiles, int total_tiles) {
+                                               const bwd::WgradTiles<true>& tiles) {
   TileHandoff h = TileHandoff::of(smem);
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tiles.coord(t);
+  TileCoord c;
+  for (int round = -1; tiles.next<true>(round, c);) {
     if (skip_tile(p, expert_groups(smem, c.expert).count)) continue;
     const OutputTile out = OutputTile::of(p, c);
     bwd::receive_tile(h, 1, [&](int, const uint8_t* tile) {
@@ -194,23 +198,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const int n_blocks = ceil_div(p.n_b, kBlockN), m_blocks = ceil_div(p.n_a, kBlockM);
-  const bwd::WgradTiles tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN,
-                                        .group_m = kGroupM, .n_blocks = n_blocks},
-                              .m_blocks = m_blocks,
-                              .per_expert = m_blocks * n_blocks};
-  const int total_tiles = p.num_experts * tiles.per_expert;
+  int* order = expert_order(smem, p.num_experts);
   if (threadIdx.x < 32)
     warp_tile_starts(p.offsets, p.num_experts, fp8::colwise_group_shape(), smem.tile_start);
   if (threadIdx.x == 0) smem.init_barriers(1);
   __syncthreads();
+  const bool snake = bwd::order_experts<kThreads, kGroupedGemmMaxExperts>(
+      order, p.num_experts, smem.tile_start[p.num_experts],
+      [&](int e) { return expert_groups(smem, e).count; });
+  const bwd::WgradTiles<true> tiles{.shape = {.block_m = kBlockM, .block_n = kBlockN,
+                                              .group_m = kGroupM, .n_blocks = n_blocks},
+                                    .m_blocks = m_blocks,
+                                    .per_expert = m_blocks * n_blocks,
+                                    .total = p.num_experts * m_blocks * n_blocks,
+                                    .order = order,
+                                    .snake = snake};
   // Warp-uniform roles, so that the producer's loop is convergent.
   const int warp = warp_uniform(threadIdx.x / 32);
   const int warpgroup = warp / 4;
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-    if (warp == 0) produce(&tmap_a, &tmap_b, &tmap_sa, &tmap_sb, smem, tiles, total_tiles);
-    else epilogue_warps(p, smem, tiles, total_tiles);
+    if (warp == 0) produce(&tmap_a, &tmap_b, &tmap_sa, &tmap_sb, smem, tiles);
+    else epilogue_warps(p, smem, tiles);
     return;
   }
 
@@ -219,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   TileHandoff handoff = TileHandoff::of(smem);
   float acc[kAccumulators];
   PipelineState<kStages> pipe;
-  for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-    const TileCoord c = tiles.coord(t);
+  TileCoord c;
+  for (int round = -1; tiles.next<true>(round, c);) {
     const int groups = expert_groups(smem, c.expert).count;
     consume_tile(acc, groups, smem, pipe, slab);
     if (skip_tile(p, groups)) continue;
