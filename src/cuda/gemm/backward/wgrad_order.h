@@ -59,8 +59,8 @@ MOEFUSE_HOST_DEVICE constexpr bool long_expert(int rows, int num_experts, int to
 // returns whether it sorted (the walk's snake, which goes with the sort). rows(e) is expert e's
 // row count, total_rows their sum. `order` is [E] ints of shared memory, E ≤ kMaxExperts; it
 // holds the counts first, each thread keeping the ranks of its experts in registers until every
-// thread has read them. Cost: E² / kThreads compares a thread when sorting, ~1 µs at E = 128,
-// ~8 µs at 1024, before the producer's first copy.
+// thread has read them. Cost: E² / kThreads compares a thread when sorting (estimated ~1 µs at
+// E = 128, ~8 µs at 1024, before the producer's first copy; not timed apart).
 template <int kThreads, int kMaxExperts, class Rows>
 __device__ __forceinline__ bool order_experts(int* order, int num_experts, int total_rows,
                                               Rows&& rows) {
