@@ -1,5 +1,5 @@
-// The wgrads' tile order (src/cuda/gemm/backward/wgrad_order.h): experts longest first, tiles in
-// snake rounds.
+// The wgrads' tile order (src/cuda/gemm/backward/wgrad_order.h): a skewed load's experts longest
+// first, tiles in snake rounds; the rule that says which loads are skewed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
