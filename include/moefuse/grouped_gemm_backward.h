@@ -103,9 +103,14 @@ struct Fc2DgradScratch {
   TensorView bias_partial;
   // Unfused twin only: [M_cap, F] bf16, the plain GEMM's g.
   TensorView g;
+  // [fc2_dgrad_d_b2_units(M_cap, E), H] fp32, required iff d_b2 is set: d_b2's partial sums, one
+  // row per unit of 256 rows of an expert, added per expert in unit order. An expert's rows are
+  // thus summed by as many blocks as they fill, however skewed the routing.
+  TensorView d_b2_units;
 };
 int64_t fc2_dgrad_dp_blocks(int64_t ffn);
 int64_t fc2_dgrad_bias_pieces(int64_t hidden);
+int64_t fc2_dgrad_d_b2_units(int64_t m_cap, int64_t experts);
 
 // The fused kernel (dGLU and dp in the GEMM's epilogue warps, overlapped with the next tile's
 // mainloop; g reaches them rounded to bf16, as in the unfused twin) + the dp reduction.

@@ -4,6 +4,7 @@
 
 #include "cuda/layer/carver.h"
 #include "cuda/layer/routing_plan.h"
+#include "moefuse/grouped_gemm_backward.h"
 
 namespace moefuse::dist {
 
@@ -65,6 +66,10 @@ EpLayerPlan make_ep_layer_plan(const MoeConfig& c, const EpPlan& plan, int64_t t
     p.shared_act_bwd = bwd.add("shared_act [T,shared_F] bf16", T * sF * bf);
     p.shared_dx = bwd.add("shared_dx [T,H] bf16", T * H * bf);
   }
+  if (c.expert_bias)
+    p.bias_units = bwd.add("bias_units [units,max(H,fc1)] fp32 (bias sums)",
+                           static_cast<size_t>(fc2_dgrad_d_b2_units(p.capacity, p.local_experts)) *
+                               std::max(H, fc1) * f32);
   p.workspace_bytes = std::max(fwd.end(), bwd.end());
   return p;
 }
@@ -75,6 +80,7 @@ EpLayerViews make_ep_layer_views(const MoeConfig& c, const EpLayerPlan& p, Works
                 H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   const MoeConfig sc = shared_expert_config(c);
   const int64_t sF = sc.ffn, s_fc1 = sc.fc1_width();
+  const int64_t units = fc2_dgrad_d_b2_units(C, p.local_experts);
   const layer::Regions regions{.cache = cache, .workspace = workspace, .fp8 = {}};
   auto v = [&](const layer::Slice& s, DType dtype, std::initializer_list<int64_t> shape) {
     return layer::slice_view(s, regions, dtype, shape);
@@ -115,6 +121,8 @@ EpLayerViews make_ep_layer_views(const MoeConfig& c, const EpLayerPlan& p, Works
       .shared_dpre = v(p.shared_dpre, bf, {T, s_fc1}),
       .shared_act_bwd = v(p.shared_act_bwd, bf, {T, sF}),
       .shared_dx = v(p.shared_dx, bf, {T, H}),
+      .d_b2_units = v(p.bias_units, f32, {units, H}),
+      .d_b1_units = v(p.bias_units, f32, {units, fc1}),
   };
 }
 

@@ -42,6 +42,9 @@ struct EpLayerPlan {
   // backward scratch
   layer::Slice dys, d_probs, d_logits, dpre, act_bwd, dxs;
   layer::Slice shared_dpre, shared_act_bwd, shared_dx;
+  // expert_bias: the bias sums' per-unit scratch [fc2_dgrad_d_b2_units(C, local experts),
+  // max(H, fc1)] fp32, for d_b2 and then d_b1 on the second stream
+  layer::Slice bias_units;
 
   size_t cache_bytes = 0;
   size_t workspace_bytes = 0;
@@ -58,6 +61,7 @@ struct EpLayerViews {
   TensorView aux_f, aux_P;
   TensorView xs, act, ys, shared_act, shared_y;
   TensorView dys, d_probs, d_logits, dpre, act_bwd, dxs, shared_dpre, shared_act_bwd, shared_dx;
+  TensorView d_b2_units, d_b1_units;  // one slice, used in turn
 };
 
 EpLayerViews make_ep_layer_views(const MoeConfig& config, const EpLayerPlan& plan,

@@ -2,12 +2,16 @@
 // naming the argument, before any CUDA call (so these run without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "common/test_util.h"
 #include "cuda/gemm/backward/config.h"
+#include "cuda/gemm/backward/segment_sums.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm_backward.h"
 
@@ -304,6 +308,54 @@ TEST(GemmBackwardValidation, ScratchMustNotOverlapTheArguments) {
   test::expect_invalid([&] {
     grouped_gemm_wgrad_unfused(w, {.gathered_b = at(w.b, 0, DType::kBFloat16, {kM, kH})}, nullptr);
   }, "scratch.gathered_b");
+}
+
+// scratch.d_b2_units: [units, H] fp32 exactly when d_b2 is asked for, fused or unfused, apart
+// from everything else.
+TEST(GemmBackwardValidation, D_b2UnitsGoWithD_b2) {
+  Fc2DgradArgs f = valid_fc2();
+  f.d_b2 = dev(DType::kFloat32, {kE, kH});
+  const TensorView partial = dev(DType::kFloat32, {kM, fc2_dgrad_dp_blocks(kF)});
+  const TensorView g = dev(DType::kBFloat16, {kM, kF});
+  const int64_t units = fc2_dgrad_d_b2_units(kM, kE);
+  auto fused = [&](const Fc2DgradArgs& a, const TensorView& u) {
+    grouped_gemm_fc2_dgrad(a, {.dp_partial = partial, .g = {}, .d_b2_units = u}, nullptr);
+  };
+  auto unfused = [&](const Fc2DgradArgs& a, const TensorView& u) {
+    grouped_gemm_fc2_dgrad_unfused(a, {.dp_partial = {}, .g = g, .d_b2_units = u}, nullptr);
+  };
+  for (const auto& run : {std::function(fused), std::function(unfused)}) {
+    for (const TensorView& bad : {TensorView{}, dev(DType::kFloat32, {units - 1, kH}),
+                                  dev(DType::kBFloat16, {units, kH}),
+                                  at(f.d_pre, 0, DType::kFloat32, {units, kH})})
+      test::expect_invalid([&] { run(f, bad); }, "scratch.d_b2_units");
+    Fc2DgradArgs no_d_b2 = f;
+    no_d_b2.d_b2 = {};
+    test::expect_invalid([&] { run(no_d_b2, dev(DType::kFloat32, {units, kH})); },
+                         "scratch.d_b2_units");
+  }
+}
+
+// Every split of M rows among E experts fits the units' bound (each expert's last unit may be a
+// partial one), empty experts and all rows on one expert included.
+TEST(GemmBackwardValidation, D_b2UnitsBoundEverySplit) {
+  constexpr int64_t kRows = gemm::bwd::kSegmentRows;
+  EXPECT_EQ(fc2_dgrad_d_b2_units(0, 4), 4);
+  EXPECT_EQ(fc2_dgrad_d_b2_units(kRows, 1), 2);
+  EXPECT_EQ(fc2_dgrad_d_b2_units(65536, 128), 65536 / kRows + 128);  // gpt-oss-120b's R, E
+  std::mt19937 gen(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t m = std::uniform_int_distribution<int64_t>(0, 5000)(gen);
+    const int e = std::uniform_int_distribution<int>(1, 40)(gen);
+    std::vector<int64_t> cut(e - 1);
+    for (int64_t& c : cut)  // every fourth trial: all rows on the first expert
+      c = trial % 4 == 0 ? m : std::uniform_int_distribution<int64_t>(0, m)(gen);
+    cut.push_back(0), cut.push_back(m);
+    std::sort(cut.begin(), cut.end());
+    int64_t units = 0;
+    for (int i = 0; i < e; ++i) units += gemm::bwd::segment_units(cut[i + 1] - cut[i]);
+    EXPECT_LE(units, fc2_dgrad_d_b2_units(m, e)) << "M " << m << ", E " << e;
+  }
 }
 
 TEST(GemmBackwardValidation, BiasPiecesCoverTheHidden) {

@@ -98,6 +98,7 @@ TEST(GemmMxfp8BackwardValidation, AcceptsValidArguments) {
   bias.args.b2 = dev(DType::kFloat32, {kE, kH});
   bias.args.d_b2 = dev(DType::kFloat32, {kE, kH});
   bias.scratch.bias_partial = dev(DType::kFloat32, {fc2_dgrad_bias_pieces(kH), kM});
+  bias.scratch.d_b2_units = dev(DType::kFloat32, {fc2_dgrad_d_b2_units(kM, kE), kH});
   EXPECT_NO_THROW(bias.validate());
   Fc2 bare;  // no dp: no scratch needed
   bare.args.d_row_scale = {};
@@ -157,8 +158,16 @@ TEST(GemmMxfp8BackwardValidation, Fc2DgradRejectsBadOperands) {
   // d_b2 and the b2 dots' scratch are written too: not over the workspace's bf16 copies.
   expect_invalid(bad<Fc2>([](Fc2& c) {
                    c.args.d_b2 = dev(DType::kFloat32, {kE, kH});
+                   c.scratch.d_b2_units = dev(DType::kFloat32, {fc2_dgrad_d_b2_units(kM, kE), kH});
                    c.ws.data = c.args.d_b2.data;
                  }), "workspace");
+  expect_invalid(bad<Fc2>([](Fc2& c) {
+                   c.args.d_b2 = dev(DType::kFloat32, {kE, kH});
+                   c.scratch.d_b2_units = dev(DType::kFloat32, {fc2_dgrad_d_b2_units(kM, kE), kH});
+                   c.ws.data = c.scratch.d_b2_units.data;
+                 }), "workspace");
+  expect_invalid(bad<Fc2>([](Fc2& c) { c.args.d_b2 = dev(DType::kFloat32, {kE, kH}); }),
+                 "scratch.d_b2_units");
   expect_invalid(bad<Fc2>([](Fc2& c) {
                    c.args.b2 = dev(DType::kFloat32, {kE, kH});
                    c.scratch.bias_partial =

@@ -25,6 +25,7 @@
 #include "common/fp8_operands.h"
 #include "common/test_util.h"
 #include "cuda/gemm/backward/config.h"
+#include "cuda/gemm/backward/segment_sums.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "ref/expert_mlp.h"
@@ -245,6 +246,7 @@ class Fc2Runner {
     partial_d_ = buffer(m_cap_ * fc2_dgrad_dp_blocks(c.f), DType::kFloat32);
     bias_partial_d_ = buffer(fc2_dgrad_bias_pieces(c.h) * m_cap_, DType::kFloat32);
     d_b2_d_ = buffer(E_ * c.h, DType::kFloat32);
+    units_d_ = buffer(fc2_dgrad_d_b2_units(m_cap_, E_) * c.h, DType::kFloat32);
     g_d_ = buffer(m_cap_ * c.f, DType::kBFloat16);
     w2_ = random_bf16(E_ * c.h * c.f, 1.0f / std::sqrt(float(c.h)));
     b2_ = test::random_normal(E_ * c.h, 0.5f);
@@ -261,7 +263,7 @@ class Fc2Runner {
     dys_d_->upload(dys_), pre_d_->upload(pre_), scale_d_->upload(scale_), off_d_->upload(off_);
     // The dp partials too: a partial the kernel did not write must not reach dp.
     for (Buffer* b : {d_pre_d_.get(), act_d_.get(), dp_d_.get(), partial_d_.get(),
-                      bias_partial_d_.get(), d_b2_d_.get()})
+                      bias_partial_d_.get(), d_b2_d_.get(), units_d_.get()})
       b->poison();
     if (c_.accumulate) {
       d_b2_old_ = test::random_normal(E_ * c_.h);
@@ -288,7 +290,9 @@ class Fc2Runner {
         .bias_partial = bias_dots()
                             ? bias_partial_d_->view({fc2_dgrad_bias_pieces(c_.h), m_cap_})
                             : TensorView{},
-        .g = g_d_->view({m_cap_, c_.f})};
+        .g = g_d_->view({m_cap_, c_.f}),
+        .d_b2_units = c_.d_b2 ? units_d_->view({fc2_dgrad_d_b2_units(m_cap_, E_), c_.h})
+                              : TensorView{}};
     if (c_.unfused) grouped_gemm_fc2_dgrad_unfused(args, scratch, stream);
     else grouped_gemm_fc2_dgrad(args, scratch, stream);
   }
@@ -374,7 +378,7 @@ class Fc2Runner {
   std::vector<int> off_;
   std::vector<float> dys_, w2_, pre_, scale_, b2_, d_b2_old_;
   BufferPtr dys_d_, w2_d_, pre_d_, scale_d_, b2_d_, off_d_, d_pre_d_, act_d_, dp_d_, partial_d_,
-      bias_partial_d_, d_b2_d_, g_d_;
+      bias_partial_d_, d_b2_d_, units_d_, g_d_;
 };
 
 void run_fc2(const Fc2Case& c, const std::string& name) {
@@ -408,6 +412,21 @@ TEST(GroupedGemmBackward, Fc2DgradEveryActivationFusedAndUnfused) {
              .unfused = unfused, .accumulate = true},
             unfused ? "d_b2 accumulated, unfused" : "d_b2 accumulated");
   run_fc2({.counts = counts, .h = 520, .f = 328, .d_b2 = false}, "b2 dots without d_b2");
+}
+
+// d_b2 and the b2 dots over a skewed load: one expert holding most rows (many 256-row units, the
+// last partial), experts of exactly one unit and one row past it, empty ones; accumulated and
+// not, fused and unfused.
+TEST(GroupedGemmBackward, Fc2DgradBiasSumsOverASkewedLoad) {
+  MOEFUSE_REQUIRE_HOPPER();
+  static_assert(gemm::bwd::kSegmentRows == 256, "the counts below straddle its units");
+  const std::vector<int> counts = {0, 3001, 256, 257, 0, 1, 255};
+  for (bool unfused : {false, true})
+    for (bool accumulate : {false, true})
+      run_fc2({.counts = counts, .row_base = 3, .spare_rows = 40, .h = 520, .f = 200,
+               .unfused = unfused, .accumulate = accumulate},
+              std::string(unfused ? "unfused" : "fused") +
+                  (accumulate ? ", d_b2 accumulated" : ""));
 }
 
 // H past config.h's kDgluNarrowMaxK: the fused dGLU runs in the wide shape (256-column tiles,

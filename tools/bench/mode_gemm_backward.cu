@@ -33,7 +33,8 @@ namespace {
 // random data (outputs are written by every timed call before anything reads them).
 struct BackwardBuffers {
   DeviceBuffer x, xs, w1, w2, b2, pre, dys, scale;              // inputs
-  DeviceBuffer d_pre, scaled_act, dp, d_b2, dp_partial, bias_partial, g, gathered;  // out, scratch
+  DeviceBuffer d_pre, scaled_act, dp, d_b2, dp_partial, bias_partial, d_b2_units, g,
+      gathered;  // out, scratch
   DeviceBuffer dxs, dw1, dw2, offsets, token_of_row;
 
   BackwardBuffers(const MoeConfig& c, int64_t tokens, const SyntheticRouting& r, uint64_t seed) {
@@ -54,6 +55,7 @@ struct BackwardBuffers {
     d_b2 = DeviceBuffer(e * h * f32);
     dp_partial = DeviceBuffer(m * fc2_dgrad_dp_blocks(f) * f32);
     bias_partial = DeviceBuffer(fc2_dgrad_bias_pieces(h) * m * f32);
+    d_b2_units = DeviceBuffer(fc2_dgrad_d_b2_units(m, e) * h * f32);
     g = DeviceBuffer(m * f * bf);
     gathered = DeviceBuffer(m * h * bf);
     dxs = DeviceBuffer(m * h * bf);
@@ -109,15 +111,21 @@ void bench_preset(const std::string& name, const GemmBenchOptions& o, CublasBack
       .b2 = c.expert_bias ? buf.b2.view(DType::kFloat32, {e, h}) : TensorView{},
       .d_b2 = c.expert_bias ? buf.d_b2.view(DType::kFloat32, {e, h}) : TensorView{}};
   // As the layer runs them: the fused call's b2 dots from its d_b2 pass over dys.
+  const TensorView d_b2_units =
+      c.expert_bias ? buf.d_b2_units.view(DType::kFloat32, {fc2_dgrad_d_b2_units(m, e), h})
+                    : TensorView{};
   const Fc2DgradScratch fc2_scratch{
       .dp_partial = buf.dp_partial.view(DType::kFloat32, {m, fc2_dgrad_dp_blocks(f)}),
       .bias_partial =
           c.expert_bias
               ? buf.bias_partial.view(DType::kFloat32, {fc2_dgrad_bias_pieces(h), m})
               : TensorView{},
-      .g = {}};
-  const Fc2DgradScratch fc2_unfused_scratch{
-      .dp_partial = {}, .bias_partial = {}, .g = buf.g.view(DType::kBFloat16, {m, f})};
+      .g = {},
+      .d_b2_units = d_b2_units};
+  const Fc2DgradScratch fc2_unfused_scratch{.dp_partial = {},
+                                            .bias_partial = {},
+                                            .g = buf.g.view(DType::kBFloat16, {m, f}),
+                                            .d_b2_units = d_b2_units};
   const GroupedGemmDgradArgs fc1_dgrad{.a = buf.d_pre.view(DType::kBFloat16, {m, fc1}),
                                        .b = buf.w1.view(DType::kBFloat16, {e, fc1, h}),
                                        .offsets = offsets,

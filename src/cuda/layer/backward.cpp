@@ -131,7 +131,7 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                           .b2 = w.b2,
                           .d_b2 = d_b2 ? g.d_b2 : TensorView{},
                           .accumulate_d_b2 = d_b2 && g.accumulate},
-                         fused, v.dp_partial, v.bias_partial, v.g, stream);
+                         fused, v.dp_partial, v.bias_partial, v.g, v.d_b2_units, stream);
     // FC1 dgrad's operand, before the wgrads quantise d_pre column-wise in place.
     if (mx) qdq_mxfp8_rows(v.dpre, v.dpre_qdq, stream);
   });
@@ -173,7 +173,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   // them in place, column-wise, once the bias sums have read dys and d_pre.
   layer::run_stage(LayerStage::kFc2Wgrad, stream, obs, [&] {
     if (config_.expert_bias && !layer::fc2_dgrad_sums_d_b2(config_))  // else the FC2 dgrad's
-      layer::bias_gradient(v.dys, v.row_prob, v.offsets, g.d_b2, g.accumulate, stream);
+      layer::bias_gradient(v.dys, v.row_prob, v.offsets, g.d_b2, v.d_b2_units, g.accumulate,
+                           stream);
     if (fp8_wgrad) return layer::fc2_wgrad_fp8(dy, g, v, stream);
     if (mx_wgrad) {
       qdq_mxfp8_cols(v.dys, v.offsets, v.dys, stream);
@@ -188,7 +189,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
   });
   layer::run_stage(LayerStage::kFc1Wgrad, stream, obs, [&] {
     if (config_.expert_bias)
-      layer::bias_gradient(v.dpre, TensorView{}, v.offsets, g.d_b1, g.accumulate, stream);
+      layer::bias_gradient(v.dpre, TensorView{}, v.offsets, g.d_b1, v.d_b1_units, g.accumulate,
+                           stream);
     if (fp8_wgrad) return layer::fc1_wgrad_fp8(x, g, v, stream);
     // x's rows in expert order (unquantised for MXFP8's column-wise copy): permuted by the bf16
     // and MXFP8 recompute, else here. The permute reads each x row once and writes its k rows

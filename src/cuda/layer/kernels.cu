@@ -108,7 +108,8 @@ void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream)
 }
 
 void bias_gradient(const TensorView& a, const TensorView& row_weight, const TensorView& offsets,
-                   const TensorView& d, bool accumulate, cudaStream_t stream) {
+                   const TensorView& d, const TensorView& unit_sums, bool accumulate,
+                   cudaStream_t stream) {
   gemm::bwd::launch_segment_sums(
       {.a = a.as<const __nv_bfloat16>(),
        .offsets = offsets.as<const int>(),
@@ -117,7 +118,8 @@ void bias_gradient(const TensorView& a, const TensorView& row_weight, const Tens
        .cols = static_cast<int>(a.size(1)),
        .row_weight = is_absent(row_weight) ? nullptr : row_weight.as<const float>(),
        .sums = d.as<float>(),
-       .accumulate = accumulate},
+       .accumulate = accumulate,
+       .unit_sums = unit_sums.as<float>()},
       stream);
 }
 

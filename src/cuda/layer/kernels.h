@@ -32,9 +32,11 @@ void write_shared_offsets(int32_t* offsets, int64_t tokens, cudaStream_t stream)
 // d[e, n] = Σ_{r ∈ [offsets[e], offsets[e+1])} (row_weight ? row_weight[r] : 1) · a[r, n]: a
 // bias gradient (a [R, n] bf16, d [E, n] fp32, row_weight [R] fp32 or empty), fp32 accumulation
 // in a fixed order (bitwise repeatable); with accumulate the old d[e, n] plus that sum. The
-// kernel is the FC2 dgrad's d_b2 pass (cuda/gemm/backward/segment_sums.h).
+// kernels are the FC2 dgrad's d_b2 pass (cuda/gemm/backward/segment_sums.h); unit_sums is their
+// scratch, [fc2_dgrad_d_b2_units(R, E), n] fp32 (moefuse/grouped_gemm_backward.h).
 void bias_gradient(const TensorView& a, const TensorView& row_weight, const TensorView& offsets,
-                   const TensorView& d, bool accumulate, cudaStream_t stream);
+                   const TensorView& d, const TensorView& unit_sums, bool accumulate,
+                   cudaStream_t stream);
 
 // dst[g, r] = src[r, g] for r < rows, 1 for r in [rows, dst_cols): row-major 1x128 scales
 // [rows, groups] (the quantiser's) to the FP8 GEMM's K-major [groups, dst_cols] layout

@@ -23,15 +23,20 @@ inline void run_grouped_gemm(const GroupedGemmArgs& args, bool fused, cudaStream
 }
 
 // Fused: dGLU and dp in the GEMM epilogue (dp_partial needed with d_row_scale; bias_partial
-// optional with b2); unfused: plain dgrad into g, then the elementwise kernel.
+// optional with b2); unfused: plain dgrad into g, then the elementwise kernel. d_b2_units with
+// d_b2, either way.
 inline void run_fc2_dgrad(const Fc2DgradArgs& args, bool fused, const TensorView& dp_partial,
                           const TensorView& bias_partial, const TensorView& g,
-                          cudaStream_t stream) {
+                          const TensorView& d_b2_units, cudaStream_t stream) {
+  const TensorView units = is_absent(args.d_b2) ? TensorView{} : d_b2_units;
   if (fused)
-    grouped_gemm_fc2_dgrad(args, {.dp_partial = dp_partial, .bias_partial = bias_partial, .g = {}},
+    grouped_gemm_fc2_dgrad(args,
+                           {.dp_partial = dp_partial, .bias_partial = bias_partial, .g = {},
+                            .d_b2_units = units},
                            stream);
   else
-    grouped_gemm_fc2_dgrad_unfused(args, {.dp_partial = {}, .bias_partial = {}, .g = g}, stream);
+    grouped_gemm_fc2_dgrad_unfused(
+        args, {.dp_partial = {}, .bias_partial = {}, .g = g, .d_b2_units = units}, stream);
 }
 
 }  // namespace moefuse::layer

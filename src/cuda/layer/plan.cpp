@@ -93,6 +93,10 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   if (fuses_bias_terms(c, o))
     p.bias_partial = bwd.add("bias_partial [pieces,R] fp32",
                              static_cast<size_t>(fc2_dgrad_bias_pieces(H)) * R * f32);
+  if (c.expert_bias)
+    p.bias_units = bwd.add(
+        "bias_units [units,max(H,fc1)] fp32 (bias sums)",
+        static_cast<size_t>(fc2_dgrad_d_b2_units(p.rows, c.num_experts)) * std::max(H, fc1) * f32);
   p.d_probs = bwd.add("d_probs [T,k] fp32", R * f32);
   p.dxs = bwd.add("dxs [R,H] bf16", R * H * bf);
   p.d_logits = bwd.add("d_logits [T,E] fp32", T * E * f32);

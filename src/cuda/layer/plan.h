@@ -109,6 +109,9 @@ struct Plan {
   Slice dp_scratch;  // fused: FC2 dgrad's dp partials [R, blocks] fp32 (FP8: the FP8 dgrad's
                      // blocks); unfused: its g [R,F] bf16
   Slice bias_partial;  // fuses_bias_terms: FC2 dgrad's b2 dots [pieces, R] fp32
+  // expert_bias: the bias gradients' per-unit sums [fc2_dgrad_d_b2_units(R, E), max(H, fc1)]
+  // fp32, for d_b2 (H columns) and then d_b1 (fc1), one after the other on the main stream
+  Slice bias_units;
   Slice shared_dpre, shared_act_bwd, shared_dx, shared_g;  // shared_g: unfused only
 
   size_t cache_bytes = 0;

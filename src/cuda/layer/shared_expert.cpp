@@ -41,7 +41,7 @@ void shared_expert_backward(const MoeConfig& c, const TensorView& x, const Tenso
                  .activation = c.activation,
                  .clamped_swiglu = c.clamped_swiglu,
                  .scaled_act = b.act_bwd},
-                fused, {}, {}, b.g, stream);
+                fused, {}, {}, b.g, {}, stream);
   grouped_gemm_dgrad({.a = b.dpre, .b = sw1, .offsets = b.offsets, .d = b.dx}, stream);
   grouped_gemm_wgrad({.a = dy,
                       .b = b.act_bwd,

@@ -26,6 +26,7 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
   const bool unfused = p.mode == LayerMode::kUnfused;
   const bool fp8 = c.precision == PrecisionRecipe::kFP8Blockwise;
   const int64_t G = fp8_colwise_groups(R, E), cols_t = kFp8ScaleGroup * G;
+  const int64_t units = fc2_dgrad_d_b2_units(R, E);
   return Views{
       .logits = v(p.logits, f32, {T, E}),
       .expert_idx = v(p.expert_idx, i32, {T, k}),
@@ -84,6 +85,8 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .shared_act_bwd = v(p.shared_act_bwd, bf, {T, sF}),
       .shared_dx = v(p.shared_dx, bf, {T, H}),
       .shared_g = v(p.shared_g, bf, {T, sF}),
+      .d_b2_units = v(p.bias_units, f32, {units, H}),
+      .d_b1_units = v(p.bias_units, f32, {units, fc1}),
       .dys_fp8 = v(p.dys_fp8, e4m3, {R, H}),
       .dys_scales = v(p.dys_scales, f32, {gH, scale_cols}),
       .dpre_fp8 = v(p.dpre_fp8, e4m3, {R, fc1}),

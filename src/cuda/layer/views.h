@@ -23,6 +23,7 @@ struct Views {
   TensorView w1_qdq, w2_qdq, w1_qdq_dgrad, w2_qdq_dgrad;  // MXFP8 weight region
   TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, bias_partial, g,
       d_probs, dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
+  TensorView d_b2_units, d_b1_units;  // the bias sums' scratch (one slice, used in turn)
   // FP8 backward scratch (plan.h): row-wise dgrad operands, column-wise wgrad operands, and the
   // recompute's xs codes and scales
   TensorView dys_fp8, dys_scales, dpre_fp8, dpre_scales_rows, dpre_scales;

@@ -87,7 +87,8 @@ void EpMoeLayer::routed_experts_backward(const MoeLayerWeights& w, const MoeLaye
                         .max_ctas = gemm_ctas},
                        h.side);
     if (config_.expert_bias)
-      layer::bias_gradient(dys, TensorView{}, offsets, g.d_b2, g.accumulate, h.side);
+      layer::bias_gradient(dys, TensorView{}, offsets, g.d_b2, v.d_b2_units, g.accumulate,
+                           h.side);
   });
   layer::run_stage(LayerStage::kFc1Wgrad, h.side, obs, [&] {
     grouped_gemm_wgrad({.a = v.dpre,
@@ -98,7 +99,8 @@ void EpMoeLayer::routed_experts_backward(const MoeLayerWeights& w, const MoeLaye
                         .max_ctas = gemm_ctas},
                        h.side);
     if (config_.expert_bias)
-      layer::bias_gradient(v.dpre, TensorView{}, offsets, g.d_b1, g.accumulate, h.side);
+      layer::bias_gradient(v.dpre, TensorView{}, offsets, g.d_b1, v.d_b1_units, g.accumulate,
+                           h.side);
   });
   MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));
   pass.return_rows(v.dxs, LayerStage::kEpReturnBackward);

@@ -3,8 +3,10 @@
 #include "moefuse/grouped_gemm_backward.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cuda/device.h"
 #include "cuda/dispatch/dispatch_args.h"
@@ -36,14 +38,12 @@ int64_t expect_experts(int64_t e, std::string_view name) {
 
 // The FC2 dgrad's outputs (and the scratch the call writes too: pass empty ones to check the
 // arguments alone) against each other and every input.
-void expect_fc2_disjoint(const Fc2DgradArgs& args, const NamedView& scratch,
-                         const NamedView& more_scratch = {}) {
-  const NamedView outputs[] = {scratch,
-                               more_scratch,
-                               {args.d_pre, "d_pre"},
-                               {args.scaled_act, "scaled_act"},
-                               {args.d_row_scale, "d_row_scale"},
-                               {args.d_b2, "d_b2"}};
+void expect_fc2_disjoint(const Fc2DgradArgs& args, std::initializer_list<NamedView> scratch) {
+  std::vector<NamedView> outputs = scratch;  // first, so that an overlap names the scratch
+  outputs.insert(outputs.end(), {{args.d_pre, "d_pre"},
+                                 {args.scaled_act, "scaled_act"},
+                                 {args.d_row_scale, "d_row_scale"},
+                                 {args.d_b2, "d_b2"}});
   const NamedView inputs[] = {{args.dys, "dys"}, {args.w2, "w2"},
                               {args.offsets, "offsets"}, {args.pre, "pre"},
                               {args.row_scale, "row_scale"}, {args.b2, "b2"}};
@@ -124,7 +124,8 @@ gemm::bwd::DpReduce dp_reduce(const Fc2DgradArgs& args, const float* dp_partial)
 }
 
 // d_b2's column sums (if asked) and, with `dot_partial`, the dots of dp's b2 term.
-gemm::bwd::SegmentSums bias_sums(const Fc2DgradArgs& args, float* dot_partial) {
+gemm::bwd::SegmentSums bias_sums(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch,
+                                 float* dot_partial) {
   return gemm::bwd::SegmentSums{
       .a = args.dys.as<const __nv_bfloat16>(),
       .offsets = args.offsets.as<const int>(),
@@ -134,8 +135,20 @@ gemm::bwd::SegmentSums bias_sums(const Fc2DgradArgs& args, float* dot_partial) {
       .row_weight = !is_absent(args.row_scale) ? args.row_scale.as<const float>() : nullptr,
       .sums = !is_absent(args.d_b2) ? args.d_b2.as<float>() : nullptr,
       .accumulate = args.accumulate_d_b2,
+      .unit_sums = !is_absent(args.d_b2) ? scratch.d_b2_units.as<float>() : nullptr,
       .dot_with = dot_partial ? args.b2.as<const float>() : nullptr,
       .dot_partial = dot_partial};
+}
+
+// scratch.d_b2_units: given iff d_b2 is.
+void expect_d_b2_units(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch) {
+  if (is_absent(args.d_b2)) {
+    MOEFUSE_EXPECT(is_absent(scratch.d_b2_units), "scratch.d_b2_units",
+                   "empty unless d_b2 is set", "a tensor");
+    return;
+  }
+  expect_tensor(scratch.d_b2_units, "scratch.d_b2_units", DType::kFloat32, Device::kCuda,
+                {fc2_dgrad_d_b2_units(args.dys.size(0), args.w2.size(0)), args.w2.size(1)});
 }
 
 GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView& g) {
@@ -232,6 +245,10 @@ int64_t fc2_dgrad_dp_blocks(int64_t ffn) {
 
 int64_t fc2_dgrad_bias_pieces(int64_t hidden) { return gemm::bwd::segment_pieces(hidden); }
 
+int64_t fc2_dgrad_d_b2_units(int64_t m_cap, int64_t experts) {
+  return gemm::bwd::segment_units_cap(m_cap, experts);
+}
+
 void validate_fc2_dgrad(const Fc2DgradArgs& args) {
   const Device cuda = Device::kCuda;
   MOEFUSE_EXPECT(args.max_ctas >= 0, "max_ctas", "0 (every SM) or a positive CTA count",
@@ -292,8 +309,10 @@ void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scr
     expect_tensor(scratch.bias_partial, "scratch.bias_partial", DType::kFloat32, Device::kCuda,
                   {fc2_dgrad_bias_pieces(args.w2.size(1)), args.dys.size(0)});
   }
-  expect_fc2_disjoint(args, {scratch.dp_partial, "scratch.dp_partial"},
-                      {scratch.bias_partial, "scratch.bias_partial"});
+  expect_d_b2_units(args, scratch);
+  expect_fc2_disjoint(args, {{scratch.dp_partial, "scratch.dp_partial"},
+                             {scratch.bias_partial, "scratch.bias_partial"},
+                             {scratch.d_b2_units, "scratch.d_b2_units"}});
   cuda::expect_launchable(stream);
   float* partial = dp ? scratch.dp_partial.as<float>() : nullptr;
   gemm::bwd::DgradLaunch l = dgrad_launch(fc2_plain_dgrad(args, TensorView{}));
@@ -301,7 +320,8 @@ void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scr
   gemm::bwd::launch_dgrad(l, stream);
   // d_b2 and the dots of dp's b2 term in one pass over dys.
   gemm::bwd::launch_segment_sums(
-      bias_sums(args, bias_partial ? scratch.bias_partial.as<float>() : nullptr), stream);
+      bias_sums(args, scratch, bias_partial ? scratch.bias_partial.as<float>() : nullptr),
+      stream);
   if (!dp) return;
   gemm::bwd::DpReduce r = dp_reduce(args, partial);
   if (bias_partial) {
@@ -319,14 +339,16 @@ void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScra
   expect_tensor(scratch.g, "scratch.g", DType::kBFloat16, Device::kCuda,
                 {args.dys.size(0), args.w2.size(2)});
   expect_aligned(scratch.g, "scratch.g");
-  expect_fc2_disjoint(args, {scratch.g, "scratch.g"});
+  expect_d_b2_units(args, scratch);
+  expect_fc2_disjoint(args,
+                      {{scratch.g, "scratch.g"}, {scratch.d_b2_units, "scratch.d_b2_units"}});
   cuda::expect_launchable(stream);
   const gemm::bwd::DgradLaunch plain = dgrad_launch(fc2_plain_dgrad(args, scratch.g));
   gemm::bwd::launch_dgrad(plain, stream);
   gemm::bwd::launch_dglu_elementwise(plain.problem, dglu_epilogue(args, nullptr),
                                      scratch.g.as<const __nv_bfloat16>(),
                                      dp_reduce(args, nullptr), stream);
-  gemm::bwd::launch_segment_sums(bias_sums(args, nullptr), stream);
+  gemm::bwd::launch_segment_sums(bias_sums(args, scratch, nullptr), stream);
 }
 
 // ---- wgrad ---------------------------------------------------------------------------------

@@ -157,15 +157,21 @@ Fc2DgradArgs checked_fc2_dgrad(const Mxfp8Operand& dys, const Mxfp8Operand& w2,
                                const Workspace& ws) {
   expect_slot_empty(args.dys, "dys");
   expect_slot_empty(args.w2, "w2");
-  if (!is_absent(args.d_row_scale))  // the BF16 call's check, before the workspace's against it
+  // The BF16 call's scratch checks, before the workspace's against the scratch.
+  if (!is_absent(args.d_row_scale))
     expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
                   {dys.codes.size(0), fc2_dgrad_dp_blocks(w2.codes.size(2))});
+  if (!is_absent(args.d_b2))
+    expect_tensor(scratch.d_b2_units, "scratch.d_b2_units", DType::kFloat32, Device::kCuda,
+                  {fc2_dgrad_d_b2_units(dys.codes.size(0), w2.codes.size(0)),
+                   w2.codes.size(1)});
   const NamedView outputs[] = {{args.d_pre, "d_pre"},
                                {args.scaled_act, "scaled_act"},
                                {args.d_row_scale, "d_row_scale"},
                                {args.d_b2, "d_b2"},
                                {scratch.dp_partial, "scratch.dp_partial"},
-                               {scratch.bias_partial, "scratch.bias_partial"}};
+                               {scratch.bias_partial, "scratch.bias_partial"},
+                               {scratch.d_b2_units, "scratch.d_b2_units"}};
   const NamedView inputs[] = {{args.offsets, "offsets"},
                               {args.pre, "pre"},
                               {args.row_scale, "row_scale"},
