@@ -169,6 +169,9 @@ TEST(GemmMxfp8BackwardValidation, Fc2DgradRejectsBadOperands) {
   expect_invalid(bad<Fc2>([](Fc2& c) { c.args.d_b2 = dev(DType::kFloat32, {kE, kH}); }),
                  "scratch.d_b2_units");
   expect_invalid(bad<Fc2>([](Fc2& c) {
+                   c.scratch.d_b2_units = dev(DType::kFloat32, {fc2_dgrad_d_b2_units(kM, kE), kH});
+                 }), "scratch.d_b2_units");
+  expect_invalid(bad<Fc2>([](Fc2& c) {
                    c.args.b2 = dev(DType::kFloat32, {kE, kH});
                    c.scratch.bias_partial =
                        dev(DType::kFloat32, {fc2_dgrad_bias_pieces(kH), kM});

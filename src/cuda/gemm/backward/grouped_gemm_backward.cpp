@@ -11,6 +11,7 @@
 #include "cuda/device.h"
 #include "cuda/dispatch/dispatch_args.h"
 #include "cuda/gemm/backward/config.h"
+#include "cuda/gemm/backward/fc2_dgrad_checks.h"
 #include "cuda/gemm/backward/launch.h"
 #include "cuda/gemm/backward/segment_sums.h"
 #include "cuda/gemm/launch.h"
@@ -140,17 +141,6 @@ gemm::bwd::SegmentSums bias_sums(const Fc2DgradArgs& args, const Fc2DgradScratch
       .dot_partial = dot_partial};
 }
 
-// scratch.d_b2_units: given iff d_b2 is.
-void expect_d_b2_units(const Fc2DgradArgs& args, const Fc2DgradScratch& scratch) {
-  if (is_absent(args.d_b2)) {
-    MOEFUSE_EXPECT(is_absent(scratch.d_b2_units), "scratch.d_b2_units",
-                   "empty unless d_b2 is set", "a tensor");
-    return;
-  }
-  expect_tensor(scratch.d_b2_units, "scratch.d_b2_units", DType::kFloat32, Device::kCuda,
-                {fc2_dgrad_d_b2_units(args.dys.size(0), args.w2.size(0)), args.w2.size(1)});
-}
-
 GroupedGemmDgradArgs fc2_plain_dgrad(const Fc2DgradArgs& args, const TensorView& g) {
   return GroupedGemmDgradArgs{.a = args.dys,
                               .b = args.w2,
@@ -249,6 +239,17 @@ int64_t fc2_dgrad_d_b2_units(int64_t m_cap, int64_t experts) {
   return gemm::bwd::segment_units_cap(m_cap, experts);
 }
 
+void gemm::bwd::expect_d_b2_units(const TensorView& d_b2, const TensorView& d_b2_units,
+                                  int64_t m_cap, int64_t experts, int64_t hidden) {
+  if (is_absent(d_b2)) {
+    MOEFUSE_EXPECT(is_absent(d_b2_units), "scratch.d_b2_units", "empty unless d_b2 is set",
+                   "a tensor");
+    return;
+  }
+  expect_tensor(d_b2_units, "scratch.d_b2_units", DType::kFloat32, Device::kCuda,
+                {fc2_dgrad_d_b2_units(m_cap, experts), hidden});
+}
+
 void validate_fc2_dgrad(const Fc2DgradArgs& args) {
   const Device cuda = Device::kCuda;
   MOEFUSE_EXPECT(args.max_ctas >= 0, "max_ctas", "0 (every SM) or a positive CTA count",
@@ -309,7 +310,8 @@ void grouped_gemm_fc2_dgrad(const Fc2DgradArgs& args, const Fc2DgradScratch& scr
     expect_tensor(scratch.bias_partial, "scratch.bias_partial", DType::kFloat32, Device::kCuda,
                   {fc2_dgrad_bias_pieces(args.w2.size(1)), args.dys.size(0)});
   }
-  expect_d_b2_units(args, scratch);
+  gemm::bwd::expect_d_b2_units(args.d_b2, scratch.d_b2_units, args.dys.size(0), args.w2.size(0),
+                               args.w2.size(1));
   expect_fc2_disjoint(args, {{scratch.dp_partial, "scratch.dp_partial"},
                              {scratch.bias_partial, "scratch.bias_partial"},
                              {scratch.d_b2_units, "scratch.d_b2_units"}});
@@ -339,7 +341,8 @@ void grouped_gemm_fc2_dgrad_unfused(const Fc2DgradArgs& args, const Fc2DgradScra
   expect_tensor(scratch.g, "scratch.g", DType::kBFloat16, Device::kCuda,
                 {args.dys.size(0), args.w2.size(2)});
   expect_aligned(scratch.g, "scratch.g");
-  expect_d_b2_units(args, scratch);
+  gemm::bwd::expect_d_b2_units(args.d_b2, scratch.d_b2_units, args.dys.size(0), args.w2.size(0),
+                               args.w2.size(1));
   expect_fc2_disjoint(args,
                       {{scratch.g, "scratch.g"}, {scratch.d_b2_units, "scratch.d_b2_units"}});
   cuda::expect_launchable(stream);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "cuda/device.h"
+#include "cuda/gemm/backward/fc2_dgrad_checks.h"
 #include "cuda/gemm/expert_offsets.h"
 #include "cuda/gemm/fp8/mxfp8_emulation.h"
 #include "cuda/quant/mxfp8_cols.h"
@@ -161,10 +162,8 @@ Fc2DgradArgs checked_fc2_dgrad(const Mxfp8Operand& dys, const Mxfp8Operand& w2,
   if (!is_absent(args.d_row_scale))
     expect_tensor(scratch.dp_partial, "scratch.dp_partial", DType::kFloat32, Device::kCuda,
                   {dys.codes.size(0), fc2_dgrad_dp_blocks(w2.codes.size(2))});
-  if (!is_absent(args.d_b2))
-    expect_tensor(scratch.d_b2_units, "scratch.d_b2_units", DType::kFloat32, Device::kCuda,
-                  {fc2_dgrad_d_b2_units(dys.codes.size(0), w2.codes.size(0)),
-                   w2.codes.size(1)});
+  gemm::bwd::expect_d_b2_units(args.d_b2, scratch.d_b2_units, dys.codes.size(0),
+                               w2.codes.size(0), w2.codes.size(1));
   const NamedView outputs[] = {{args.d_pre, "d_pre"},
                                {args.scaled_act, "scaled_act"},
                                {args.d_row_scale, "d_row_scale"},
