@@ -126,9 +126,11 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int gr
   const int row = slab * (kBlockM / 2) + 16 * warp + lane / 4, col = 2 * (lane % 4);
   for (int kb = 0; kb < groups; ++kb) {
     ClusterBarrier::wait(&smem.full[pipe.stage], pipe.phase);
-    const float* sa = a_scale_stage(smem, pipe.stage);
-    const float* sb = b_scale_stage(smem, pipe.stage);
-    const float a0 = sa[row], a1 = sa[row + 8];
+    // LDS from 32-bit addresses: a pointer into the stage compiles to generic loads (LD.E), on
+    // the long scoreboard (run 45 calls 2-3).
+    const uint32_t sa = shared_address(a_scale_stage(smem, pipe.stage)) + 4 * row;
+    const uint32_t sb = shared_address(b_scale_stage(smem, pipe.stage)) + 4 * col;
+    const float a0 = ld_shared_f32(sa), a1 = ld_shared_f32(sa + 8 * 4);
     const uint64_t desc_a = smem_descriptor(smem.a_stage(pipe.stage) + slab * (kBlockM / 2) * 128);
     const uint64_t desc_b = smem_descriptor(smem.b_stage(pipe.stage));
     fence_accumulators(block);
@@ -147,7 +149,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int gr
     // wgmmas spills at the consumers' 184 registers), so the stage is released after it.
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {
-      const float2 b = *reinterpret_cast<const float2*>(sb + 8 * j + col);
+      const float2 b = ld_shared_f32x2(sb + 8 * 4 * j);
       acc[4 * j + 0] = fmaf(a0 * b.x, block[4 * j + 0], acc[4 * j + 0]);
       acc[4 * j + 1] = fmaf(a0 * b.y, block[4 * j + 1], acc[4 * j + 1]);
       acc[4 * j + 2] = fmaf(a1 * b.x, block[4 * j + 2], acc[4 * j + 2]);
