@@ -34,7 +34,7 @@ struct PipelineState {
   }
 };
 
-// 32-bit shared-address forms of the barrier waits and arrives and of scalar shared loads and
+// 32-bit shared-address forms of the barrier waits and arrives and of fp32 shared loads and
 // stores, for loops that keep their stage addresses as integers: the pointer forms convert a
 // generic address every iteration, and a float* into the stage compiles to a generic load (LD),
 // not LDS. The barrier PTX is cutlass::arch::ClusterBarrier's. All but mapa (a pure function)
