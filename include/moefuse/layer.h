@@ -105,10 +105,11 @@ struct MoeLayerWeights {
   TensorView b2;          // [E, H] fp32 when config.expert_bias, else empty
   TensorView shared_w1;   // [shared_fc1, H] bf16 (GLU: interleaved) when shared_expert_ffn > 0
   TensorView shared_w2;   // [H, shared_F] bf16 when shared_expert_ffn > 0
-  // config.precision kFP8Blockwise: the FP8 copy of w1 and w2 and of their transposes (the
-  // dgrads' K-major operands); kMXFP8: w1 and w2 quantise-dequantised along each GEMM's K, four
-  // bf16 copies. fp8_weight_size() bytes, 256-byte aligned, that prepare_fp8_weights wrote from
-  // the bf16 w1, w2 above; forward and backward read it. Ignored (may be empty) with kBF16.
+  // config.precision kFP8Blockwise: the FP8 copy of w1 and w2 (and of shared_w1, shared_w2) and
+  // of their transposes (the dgrads' K-major operands); kMXFP8: w1 and w2 quantise-dequantised
+  // along each GEMM's K, four bf16 copies. fp8_weight_size() bytes, 256-byte aligned, that
+  // prepare_fp8_weights wrote from the bf16 weights above; forward and backward read it.
+  // Ignored (may be empty) with kBF16.
   Workspace fp8;
 };
 
@@ -242,15 +243,15 @@ class MoeLayer {
   // per optimiser step, after the weights change and before the first forward that reads them;
   // forwards of every micro-batch of the step reuse it. Then the transposed copies
   // (transpose_fp8_blockwise_weights, moefuse/grouped_gemm_fp8_dgrad.h: a byte transpose, the
-  // same blocks). Four kernels on
-  // `stream`, no allocation: CUDA-graph safe (capture it in the step's graph ahead of the
-  // forward). kMXFP8: the four quantise-dequantised bf16 copies instead (w1 along H and along
+  // same blocks). With a shared expert, shared_w1 and shared_w2 likewise. Four kernels (eight
+  // with a shared expert) on `stream`, no allocation: CUDA-graph safe (capture it in the step's
+  // graph ahead of the forward). kMXFP8: the four quantise-dequantised bf16 copies instead (w1 along H and along
   // fc1, w2 along F and along H: moefuse/quant.h qdq_mxfp8_rows / _cols), same contract.
   void prepare_fp8_weights(const MoeLayerWeights& weights, cudaStream_t stream);
 
   // y and losses from x [T, H] bf16. Writes the cache for backward. CUDA-graph safe: yes.
-  // kFP8Blockwise: the routed experts run in FP8 from weights.fp8 (prepare_fp8_weights), the
-  // router and the shared expert in bf16; docs/layer.md. kMXFP8: the bf16 path on operands
+  // kFP8Blockwise: the routed experts and the shared expert run in FP8 from weights.fp8
+  // (prepare_fp8_weights), the router in bf16; docs/layer.md. kMXFP8: the bf16 path on operands
   // quantise-dequantised along each GEMM's K (x, act; the weights from weights.fp8).
   void forward(const TensorView& x, const MoeLayerWeights& weights, const MoeLayerOutputs& out,
                Workspace cache, Workspace workspace, cudaStream_t stream,
@@ -261,8 +262,8 @@ class MoeLayer {
   // in FP8 from weights.fp8 (FC1's pre-activation cached by the forward's FP8 GEMM, or with
   // recompute_pre recomputed in FP8 from x; both dgrads on the
   // transposed FP8 weights, both wgrads on column-wise quantised operands, or in bf16 with
-  // config.bf16_wgrad); the router, the
-  // shared expert and the bias gradients in bf16 (docs/layer.md). kMXFP8: the bf16 backward on
+  // config.bf16_wgrad), the shared expert's likewise; the router and the bias gradients in bf16
+  // (docs/layer.md). kMXFP8: the bf16 backward on
   // quantise-dequantised operands (docs/fp8.md, "The MXFP8 layer").
   void backward(const TensorView& x, const TensorView& dy, const MoeLayerWeights& weights,
                 const MoeLayerGrads& grads, Workspace cache, Workspace workspace,

@@ -162,8 +162,8 @@ moefuse_status_t moefuse_layer_forward(moefuse_layer_t* layer, int64_t tokens, c
                                        const moefuse_layer_weights_t* weights, void* y,
                                        float* losses, void* cache, size_t cache_bytes,
                                        void* workspace, size_t workspace_bytes, void* stream);
-/* FP8 precision: quantises weights->w1 and weights->w2 into weights->fp8_weights on `stream`
- * (128x128 blocks). No allocation, no sync: CUDA-graph safe. */
+/* FP8 precision: quantises weights->w1 and weights->w2 (and the shared expert's) into
+ * weights->fp8_weights on `stream` (128x128 blocks). No allocation, no sync: CUDA-graph safe. */
 moefuse_status_t moefuse_layer_prepare_fp8_weights(moefuse_layer_t* layer,
                                                    const moefuse_layer_weights_t* weights,
                                                    void* stream);

@@ -175,11 +175,13 @@ def _cache_fake_size(handle: int, tokens) -> object:
 # ---- Custom ops --------------------------------------------------------------------------------
 
 @torch.library.custom_op("moefuse::prepare_fp8_weights", mutates_args=())
-def prepare_fp8_weights(handle: int, w1: Tensor, w2: Tensor) -> Tensor:
+def prepare_fp8_weights(handle: int, w1: Tensor, w2: Tensor, shared_w1: Optional[Tensor],
+                        shared_w2: Optional[Tensor]) -> Tensor:
     """The low-precision layer's copy of w1 and w2 as one fresh region [bytes] uint8, made on the
     current stream (deterministic: the same weights give the same bytes): FP8_BLOCKWISE, E4M3 in
-    128x128 blocks with fp32 scales and the transposed copies the dgrads read; MXFP8, the weights
-    quantise-dequantised along each GEMM's K (four bf16 copies). layer_forward and layer_backward
+    128x128 blocks with fp32 scales and the transposed copies the dgrads read, of the shared
+    expert's weights too (None without one); MXFP8, w1 and w2 quantise-dequantised along each
+    GEMM's K (four bf16 copies; its shared expert stays bf16). layer_forward and layer_backward
     read it; a bf16 layer has none to make (an error)."""
     fp8_bytes = _fp8_weight_bytes(handle)
     if not fp8_bytes:
@@ -187,14 +189,14 @@ def prepare_fp8_weights(handle: int, w1: Tensor, w2: Tensor) -> Tensor:
                          "precision=Precision.FP8_BLOCKWISE or Precision.MXFP8")
     with torch.cuda.device(w1.device):
         fp8 = _bytes_tensor(fp8_bytes, w1.device)
-        weights = _weights_struct(None, None, w1, None, w2, None, None, None)
+        weights = _weights_struct(None, None, w1, None, w2, None, shared_w1, shared_w2)
         _point_at_fp8(weights, handle, fp8)
         _capi.layer_prepare_fp8_weights(handle, weights, torch.cuda.current_stream().cuda_stream)
     return fp8
 
 
 @prepare_fp8_weights.register_fake
-def _(handle, w1, w2):
+def _(handle, w1, w2, shared_w1, shared_w2):
     return w1.new_empty((_fp8_weight_bytes(handle),), dtype=torch.uint8)
 
 
@@ -204,7 +206,7 @@ def layer_forward(handle: int, x: Tensor, w_router: Tensor, score_bias: Optional
                   shared_w1: Optional[Tensor], shared_w2: Optional[Tensor],
                   fp8: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
     """(y [T, H] bf16, losses [2] fp32 {aux, z}, cache [bytes] uint8 for layer_backward). fp8:
-    prepare_fp8_weights(w1, w2) with a low-precision recipe, else None."""
+    prepare_fp8_weights(...) with a low-precision recipe, else None."""
     tokens = x.shape[0]
     cache_bytes, workspace_bytes = _sizes(handle, tokens)
     with torch.cuda.device(x.device):
@@ -317,7 +319,7 @@ def _backward(ctx, dy, d_losses, d_cache):
     for name, w in zip(WEIGHT_NAMES, weights):
         g = d_by_name.get(name)
         out.append(None if w is None or g is None else g.to(w.dtype))
-    return (*out, None)  # fp8: a copy of w1, w2, whose gradients carry it
+    return (*out, None)  # fp8: a copy of the weights, whose gradients carry it
 
 
 torch.library.register_autograd("moefuse::layer_forward", _backward, setup_context=_setup_context)
@@ -422,7 +424,7 @@ class _Handles:
 
 
 class _KeptFp8Weights:
-    """The FP8 copy of w1, w2 that MoE.forward(is_first_microbatch=True) made, for the
+    """The FP8 copy of the weights that MoE.forward(is_first_microbatch=True) made, for the
     micro-batches after it, with what it was made from: each weight's storage and version
     counter (bumped by every in-place write through the tensor: an optimiser step, load_state_dict,
     copy_). Copies of a module start without one, as after .to()."""
@@ -637,14 +639,19 @@ class MoE(_Weights):
                                "does not see the weights' version counters); leave it None")
         if self.config.precision == _capi.Precision.BF16:
             return None
-        experts = {name: weights[name] for name in ("w1", "w2")}
+        # The weights the region is made from: FP8_BLOCKWISE quantises the shared expert's too.
+        names = ("w1", "w2")
+        if self.config.precision == _capi.Precision.FP8_BLOCKWISE:
+            names += tuple(n for n in ("shared_w1", "shared_w2") if weights[n] is not None)
+        sources = {name: weights[name] for name in names}
         if is_first_microbatch is False:
-            return self._kept_fp8.reuse(experts)
+            return self._kept_fp8.reuse(sources)
         if is_first_microbatch:
             self._kept_fp8 = _KeptFp8Weights()  # release the old copy before making the new one
-        region = prepare_fp8_weights(handle, experts["w1"], experts["w2"])
+        region = prepare_fp8_weights(handle, weights["w1"], weights["w2"], weights["shared_w1"],
+                                     weights["shared_w2"])
         if is_first_microbatch:
-            self._kept_fp8.keep(region, experts)
+            self._kept_fp8.keep(region, sources)
         return region
 
     def extra_repr(self) -> str:

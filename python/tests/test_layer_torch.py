@@ -423,7 +423,7 @@ def test_torch_compile_of_a_model_using_the_module(precision):
 def test_a_bf16_layer_has_no_weight_copy_to_prepare():
     moe = MoE(scaled("qwen3-30b-a3b"), device="cuda")
     with pytest.raises(ValueError, match="FP8_BLOCKWISE or Precision.MXFP8"):
-        prepare_fp8_weights(moe._handle(moe.w1.device), moe.w1, moe.w2)
+        prepare_fp8_weights(moe._handle(moe.w1.device), moe.w1, moe.w2, None, None)
 
 
 @needs_hopper

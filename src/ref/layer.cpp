@@ -95,18 +95,9 @@ LayerForward layer_forward(const MoeConfig& config, const LayerWeights& weights,
   f.y.resize(T * H);
   combine(f32(f.ys, {R, H}), f32(f.probs, {T, k}), i32(f.row_of, {T, k}), f32(f.y, {T, H}));
 
-  if (config.shared_expert_ffn > 0) {
-    const MoeConfig s = shared_config(config);
-    const std::vector<int32_t> rows = {0, static_cast<int32_t>(T)};
-    std::vector<float> act(T * s.ffn), out(T * H);
-    f.shared_pre.resize(T * s.fc1_width());
-    expert_mlp_forward(s, x, i32(rows, {2}),
-                       shared_expert(weights.shared_w1, weights.shared_w2),
-                       f32(f.shared_pre, {T, s.fc1_width()}), f32(act, {T, s.ffn}),
-                       f32(out, {T, H}));
-    for (int64_t i = 0; i < T * H; ++i)
-      f.y[i] = static_cast<float>(static_cast<double>(f.y[i]) + out[i]);
-  }
+  const std::vector<float> shared_y = shared_expert_forward(config, weights, x, &f.shared_pre);
+  for (size_t i = 0; i < shared_y.size(); ++i)
+    f.y[i] = static_cast<float>(static_cast<double>(f.y[i]) + shared_y[i]);
   return f;
 }
 
@@ -142,28 +133,44 @@ void layer_backward(const MoeConfig& config, const LayerWeights& weights, const 
                       weights.experts, f32(forward.pre, {R, fc1}), f32(dys, {R, H}),
                       f32(dxs, {R, H}), grads.experts);
   permute_backward(f32(dxs, {R, H}), i32(forward.row_of, {T, k}), grads.dx);
-  layer_backward_shared_and_router(config, weights, x, forward, dy, d_probs, grads);
+  shared_expert_backward(config, weights, x, forward, dy, grads);
+  router_backward(config, weights, x, forward, d_probs, grads);
 }
 
-void layer_backward_shared_and_router(const MoeConfig& config, const LayerWeights& weights,
-                                      const TensorView& x, const LayerForward& forward,
-                                      const TensorView& dy, const std::vector<float>& d_probs,
-                                      const LayerGrads& grads) {
-  const int64_t T = x.size(0), E = config.num_experts, H = config.hidden, k = config.top_k;
+std::vector<float> shared_expert_forward(const MoeConfig& config, const LayerWeights& weights,
+                                         const TensorView& x, std::vector<float>* pre) {
+  if (config.shared_expert_ffn == 0) return {};
+  const int64_t T = x.size(0), H = config.hidden;
   const MoeConfig s = shared_config(config);
-  if (config.shared_expert_ffn > 0) {
-    const std::vector<int32_t> rows = {0, static_cast<int32_t>(T)};
-    std::vector<float> dx_shared(T * H);
-    expert_mlp_backward(
-        s, x, i32(rows, {2}),
-        shared_expert(weights.shared_w1, weights.shared_w2),
-        f32(forward.shared_pre, {T, s.fc1_width()}), dy, f32(dx_shared, {T, H}),
-        shared_expert(grads.d_shared_w1, grads.d_shared_w2));
-    float* dx = grads.dx.as<float>();
-    for (int64_t i = 0; i < T * H; ++i)
-      dx[i] = static_cast<float>(static_cast<double>(dx[i]) + dx_shared[i]);
-  }
+  const std::vector<int32_t> rows = {0, static_cast<int32_t>(T)};
+  std::vector<float> own_pre, act(T * s.ffn), out(T * H);
+  std::vector<float>& p = pre ? *pre : own_pre;
+  p.resize(T * s.fc1_width());
+  expert_mlp_forward(s, x, i32(rows, {2}), shared_expert(weights.shared_w1, weights.shared_w2),
+                     f32(p, {T, s.fc1_width()}), f32(act, {T, s.ffn}), f32(out, {T, H}));
+  return out;
+}
 
+void shared_expert_backward(const MoeConfig& config, const LayerWeights& weights,
+                            const TensorView& x, const LayerForward& forward, const TensorView& dy,
+                            const LayerGrads& grads) {
+  if (config.shared_expert_ffn == 0) return;
+  const int64_t T = x.size(0), H = config.hidden;
+  const MoeConfig s = shared_config(config);
+  const std::vector<int32_t> rows = {0, static_cast<int32_t>(T)};
+  std::vector<float> dx_shared(T * H);
+  expert_mlp_backward(s, x, i32(rows, {2}), shared_expert(weights.shared_w1, weights.shared_w2),
+                      f32(forward.shared_pre, {T, s.fc1_width()}), dy, f32(dx_shared, {T, H}),
+                      shared_expert(grads.d_shared_w1, grads.d_shared_w2));
+  float* dx = grads.dx.as<float>();
+  for (int64_t i = 0; i < T * H; ++i)
+    dx[i] = static_cast<float>(static_cast<double>(dx[i]) + dx_shared[i]);
+}
+
+void router_backward(const MoeConfig& config, const LayerWeights& weights, const TensorView& x,
+                     const LayerForward& forward, const std::vector<float>& d_probs,
+                     const LayerGrads& grads) {
+  const int64_t T = x.size(0), E = config.num_experts, k = config.top_k;
   std::vector<float> d_logits(T * E);
   route_backward(config.router, k, f32(forward.logits, {T, E}), i32(forward.expert_idx, {T, k}),
                  i32(forward.counts, {E}), f32(d_probs, {T, k}), f32(d_logits, {T, E}));

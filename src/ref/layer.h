@@ -47,13 +47,22 @@ LayerForward layer_forward(const MoeConfig& config, const LayerWeights& weights,
 void layer_backward(const MoeConfig& config, const LayerWeights& weights, const TensorView& x,
                     const LayerForward& forward, const TensorView& dy, const LayerGrads& grads);
 
-// The backward past the routed experts, shared by layer_backward and the FP8 reference
-// (ref/layer_fp8.h): the shared expert's backward (dx +=, d_shared_*) and the router's from
-// d_probs [T, k] (dx +=, d_w_router). grads.dx holds the routed experts' dx on entry. Checked
-// by its callers.
-void layer_backward_shared_and_router(const MoeConfig& config, const LayerWeights& weights,
-                                      const TensorView& x, const LayerForward& forward,
-                                      const TensorView& dy, const std::vector<float>& d_probs,
-                                      const LayerGrads& grads);
+// The shared expert as the bf16 reference runs it (the expert MLP, one expert over all T rows,
+// no bias): its output [T, H] from x, with FC1's pre-activation into *pre [T, shared_fc1] when
+// given. Empty without a shared expert. Used by layer_forward and the MXFP8 reference.
+std::vector<float> shared_expert_forward(const MoeConfig& config, const LayerWeights& weights,
+                                         const TensorView& x, std::vector<float>* pre = nullptr);
+
+// The shared expert's backward from dy (dx +=, d_shared_*), from forward.shared_pre; nothing
+// without a shared expert. Used by layer_backward and the MXFP8 reference. Checked by its callers.
+void shared_expert_backward(const MoeConfig& config, const LayerWeights& weights,
+                            const TensorView& x, const LayerForward& forward, const TensorView& dy,
+                            const LayerGrads& grads);
+
+// The router's backward from d_probs [T, k] (dx +=, d_w_router), shared by layer_backward and
+// the low-precision references (ref/layer_parts.h). Checked by its callers.
+void router_backward(const MoeConfig& config, const LayerWeights& weights, const TensorView& x,
+                     const LayerForward& forward, const std::vector<float>& d_probs,
+                     const LayerGrads& grads);
 
 }  // namespace moefuse::ref

@@ -9,7 +9,8 @@
 //   FC1 FP8 GEMM with the activation epilogue, act rounded to bf16 (the GPU's act buffer)
 //   act → e4m3, 1x128 scales along F
 //   FC2 FP8 GEMM with row scale = routing probability, rounded to bf16 (ys)
-//   y[t] = Σ_j ys[row_of[t, j]] + the shared expert (bf16 reference MLP; it stays bf16)
+//   y[t] = Σ_j ys[row_of[t, j]] + the shared expert, the same FP8 MLP as one expert over all T
+//          rows of x (its W1 interleaved and quantised likewise), without row scale or bias
 #pragma once
 
 #include <vector>
@@ -36,8 +37,9 @@ std::vector<float> layer_forward_fp8(const MoeConfig& config, const LayerWeights
 //   d_w2 = FP8 wgrad of dys and p·act, d_w1 = of d_pre and xs, both column-wise quantised
 //   (128-row groups of one expert); with config.bf16_wgrad fp64 sums of those bf16 values
 //   instead (the bf16 wgrads'); d_b2 = Σ p·dys, d_b1 = Σ d_pre (fp64 sums of bf16 values)
-//   dp → d_probs → the router's backward, and the shared expert's backward: those of
-//   ref::layer_backward (layer_backward_shared_and_router).
+//   dp → d_probs → the router's backward (ref::router_backward); the shared expert's backward
+//   the same FP8 recipe as one expert over all T rows (x and dy its rows, no row scale), its
+//   dx added to dx.
 void layer_backward_fp8(const MoeConfig& config, const LayerWeights& weights, const TensorView& x,
                         const LayerForward& forward, const TensorView& dy,
                         const LayerGrads& grads);

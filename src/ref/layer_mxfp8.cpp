@@ -104,7 +104,8 @@ Routed routed_forward(const MoeConfig& c, const LayerWeights& w, const LayerForw
 
 std::vector<float> layer_forward_mxfp8(const MoeConfig& c, const LayerWeights& w,
                                        const TensorView& x, const LayerForward& f) {
-  return combine_routed(c, w, x, f, routed_forward(c, w, f).ys);
+  return combine_routed(c, f, x.size(0), routed_forward(c, w, f).ys,
+                        shared_expert_forward(c, w, x));
 }
 
 void layer_backward_mxfp8(const MoeConfig& c, const LayerWeights& w, const TensorView& x,
@@ -162,10 +163,11 @@ void layer_backward_mxfp8(const MoeConfig& c, const LayerWeights& w, const Tenso
     wgrad_fp64(qdq_cols(d_pre, R, fc1, &off), fc1, qdq_cols(xs, R, H, &off), H, off,
                dw1.data());
   }
-  finish_layer_backward(c, w, x, f, dy,
+  finish_layer_backward(c, w, x, f,
                         {.dxs = std::move(dxs), .d_w1 = std::move(dw1), .d_pre = d_pre,
                          .dys = dys, .dp = std::move(dp)},
                         grads);
+  shared_expert_backward(c, w, x, f, dy, grads);  // MXFP8 keeps the shared expert bf16
 }
 
 }  // namespace moefuse::ref

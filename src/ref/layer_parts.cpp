@@ -72,9 +72,9 @@ void wgrad_fp64(const std::vector<float>& a, int64_t n_a, const std::vector<floa
   }
 }
 
-std::vector<float> combine_routed(const MoeConfig& c, const LayerWeights& w, const TensorView& x,
-                                  const LayerForward& f, const std::vector<float>& ys) {
-  const int64_t T = x.size(0), H = c.hidden, k = c.top_k;
+std::vector<float> combine_routed(const MoeConfig& c, const LayerForward& f, int64_t T,
+                                  const std::vector<float>& ys, const std::vector<float>& shared_y) {
+  const int64_t H = c.hidden, k = c.top_k;
   std::vector<float> y(static_cast<size_t>(T * H), 0.0f);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < k; ++j) {
@@ -82,22 +82,7 @@ std::vector<float> combine_routed(const MoeConfig& c, const LayerWeights& w, con
       if (r < 0) continue;
       for (int64_t h = 0; h < H; ++h) y[t * H + h] += ys[r * H + h];
     }
-  if (c.shared_expert_ffn > 0) {
-    MoeConfig s = shared_expert_config(c);
-    // One expert over all T rows, as ref::layer_forward runs it (validated as such).
-    s.num_experts = 1, s.top_k = 1, s.router = RouterOptions{};
-    std::vector<int32_t> shared_offsets = {0, static_cast<int32_t>(T)};
-    std::vector<float> pre(T * s.fc1_width()), sact(T * s.ffn), sy(T * H);
-    expert_mlp_forward(s, x, host(shared_offsets.data(), DType::kInt32, {2}),
-                       {.w1 = host(w.shared_w1.data, DType::kFloat32, {1, s.fc1_width(), H}),
-                        .b1 = {},
-                        .w2 = host(w.shared_w2.data, DType::kFloat32, {1, H, s.ffn}),
-                        .b2 = {}},
-                       host(pre.data(), DType::kFloat32, {T, s.fc1_width()}),
-                       host(sact.data(), DType::kFloat32, {T, s.ffn}),
-                       host(sy.data(), DType::kFloat32, {T, H}));
-    for (int64_t i = 0; i < T * H; ++i) y[i] += sy[i];
-  }
+  for (size_t i = 0; i < shared_y.size(); ++i) y[i] += shared_y[i];
   return y;
 }
 
@@ -115,12 +100,17 @@ int64_t check_routed_backward(const MoeConfig& c, const TensorView& x, const Lay
   const char* no_bias = "config.expert_bias is false";
   expect_optional_f32(grads.experts.b1, "grads.d_b1", c.expert_bias, no_bias, {E, fc1});
   expect_optional_f32(grads.experts.b2, "grads.d_b2", c.expert_bias, no_bias, {E, H});
+  const MoeConfig s = shared_expert_config(c);
+  const bool shared = c.shared_expert_ffn > 0;
+  const char* no_shared = "config.shared_expert_ffn is 0";
+  expect_optional_f32(grads.d_shared_w1, "grads.d_shared_w1", shared, no_shared,
+                      {s.fc1_width(), H});
+  expect_optional_f32(grads.d_shared_w2, "grads.d_shared_w2", shared, no_shared, {H, s.ffn});
   return R;
 }
 
 void finish_layer_backward(const MoeConfig& c, const LayerWeights& w, const TensorView& x,
-                           const LayerForward& f, const TensorView& dy, RoutedGrads routed,
-                           const LayerGrads& grads) {
+                           const LayerForward& f, RoutedGrads routed, const LayerGrads& grads) {
   const int64_t T = x.size(0), E = c.num_experts, H = c.hidden, k = c.top_k;
   const int64_t fc1 = c.fc1_width();
   const int64_t R = static_cast<int64_t>(f.token_of_row.size());
@@ -149,7 +139,7 @@ void finish_layer_backward(const MoeConfig& c, const LayerWeights& w, const Tens
   std::vector<float> d_probs(static_cast<size_t>(T * k), 0.0f);
   for (int64_t i = 0; i < T * k; ++i)
     if (f.row_of[i] >= 0) d_probs[i] = routed.dp[f.row_of[i]];
-  layer_backward_shared_and_router(c, w, x, f, dy, d_probs, grads);
+  router_backward(c, w, x, f, d_probs, grads);
 }
 
 }  // namespace moefuse::ref

@@ -41,9 +41,10 @@ std::vector<float> routed_dy(const LayerForward& f, const TensorView& dy, int64_
 void wgrad_fp64(const std::vector<float>& a, int64_t n_a, const std::vector<float>& b,
                 int64_t n_b, const std::vector<int32_t>& offsets, float* d);
 
-// y [T, H] = Σ_j ys[row_of[t, j]] + the shared expert's output (the bf16 reference MLP on x).
-std::vector<float> combine_routed(const MoeConfig& c, const LayerWeights& w, const TensorView& x,
-                                  const LayerForward& f, const std::vector<float>& ys);
+// y [T, H] = Σ_j ys[row_of[t, j]] + shared_y (the shared expert's output [T, H] in the
+// recipe's precision, or empty without one).
+std::vector<float> combine_routed(const MoeConfig& c, const LayerForward& f, int64_t T,
+                                  const std::vector<float>& ys, const std::vector<float>& shared_y);
 
 // The checks of a low-precision backward reference's arguments (ref::layer_backward's contract,
 // forward from ref::layer_forward of the same x). Returns R, the routed rows.
@@ -53,7 +54,8 @@ int64_t check_routed_backward(const MoeConfig& c, const TensorView& x, const Lay
 // The backward past the routed experts' GEMMs, given their results: d_w1 (interleaved on entry)
 // stored in the reference order; dx = Σ_j dxs; with expert_bias, d_b1 = Σ d_pre and
 // d_b2 = Σ p·dys (fp64 sums of the bf16 values, as segment_column_sum); dp gathered to d_probs
-// and the shared expert's and router's backward (layer_backward_shared_and_router).
+// and the router's backward (ref::router_backward). The shared expert's backward is the
+// caller's, in its recipe's precision.
 struct RoutedGrads {
   std::vector<float> dxs;     // [R, H]
   std::vector<float> d_w1;    // [E, fc1, H], interleaved
@@ -62,7 +64,6 @@ struct RoutedGrads {
   std::vector<float> dp;      // [R]
 };
 void finish_layer_backward(const MoeConfig& c, const LayerWeights& w, const TensorView& x,
-                           const LayerForward& f, const TensorView& dy, RoutedGrads routed,
-                           const LayerGrads& grads);
+                           const LayerForward& f, RoutedGrads routed, const LayerGrads& grads);
 
 }  // namespace moefuse::ref

@@ -37,9 +37,16 @@ TEST(LayerFp8Plan, WeightRegionHoldsE4m3WeightsAndBlockScales) {
     const size_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
     const size_t gH = fp8_scale_groups(c.hidden), gF = fp8_scale_groups(c.ffn),
                  g1 = fp8_scale_groups(c.fc1_width());
-    // w1, w2 and their transposes (the dgrads' operands: the same bytes, transposed)
-    const size_t want = 2 * (align256(E * fc1 * H) + align256(E * g1 * gH * 4) +
-                             align256(E * H * F) + align256(E * gH * gF * 4));
+    // w1, w2 and their transposes (the dgrads' operands: the same bytes, transposed); the
+    // shared expert's likewise, as one expert (deepseek)
+    size_t want = 2 * (align256(E * fc1 * H) + align256(E * g1 * gH * 4) + align256(E * H * F) +
+                       align256(E * gH * gF * 4));
+    if (c.shared_expert_ffn > 0) {
+      const size_t sF = c.shared_expert_ffn, s1 = shared_expert_config(c).fc1_width();
+      const size_t gS = fp8_scale_groups(sF), gS1 = fp8_scale_groups(s1);
+      want += 2 * (align256(s1 * H) + align256(gS1 * gH * 4) + align256(H * sF) +
+                   align256(gH * gS * 4));
+    }
     const LayerMemoryPlan p = layer_memory_plan(c, {}, 4096);
     EXPECT_EQ(p.fp8_weight_bytes, want);
     EXPECT_EQ(layer_memory_plan(c, {}, 1).fp8_weight_bytes, want) << "independent of T";
@@ -186,7 +193,7 @@ TEST(LayerFp8Plan, Bf16WgradsReadBf16DysAndPermutedX) {
 }
 
 // The FP8 FC1 GEMM writes the pre-activation from its epilogue: by default the cache holds it
-// (R·fc1 bf16, plus the bf16 shared expert's [T, shared_fc1]) exactly as the bf16 plan's, and the
+// (R·fc1 bf16, plus the shared expert's [T, shared_fc1]) exactly as the bf16 plan's, and the
 // backward reads it from there; with recompute_pre the cache is the bf16 recompute cache
 // (metadata only) and the backward recomputes pre into its scratch.
 TEST(LayerFp8Plan, PreActivationIsCachedUnlessRecomputeIsAsked) {
@@ -228,6 +235,74 @@ TEST(LayerFp8Plan, PreActivationIsCachedUnlessRecomputeIsAsked) {
   }
 }
 
+// The shared expert (deepseek) runs the FP8 recipe on its own buffers, against formulas written
+// out here: forward, x's codes and K-major scales (with one row-major scale buffer) and FC1's
+// E4M3 act with its scales, no bf16 act; backward, dy's and d_pre's codes and scales, x's again
+// only with recompute_pre, the column-wise copies of dy, act, d_pre and x with
+// G = ceil(T / 128) groups (one expert) unless bf16_wgrad; none of it in bf16 or MXFP8 plans.
+TEST(LayerFp8Plan, SharedExpertHasItsOwnFp8Operands) {
+  MoeConfig bf = preset("deepseek-v3");
+  const MoeConfig c = fp8(bf);
+  const size_t H = c.hidden, sF = c.shared_expert_ffn, s1 = shared_expert_config(c).fc1_width();
+  auto g = [](size_t n) { return (n + 127) / 128; };
+  for (int64_t T : {1, 333, 16384}) {
+    for (bool recompute : {false, true}) {
+      for (bool bf16_wgrad : {false, true}) {
+        SCOPED_TRACE("T=" + std::to_string(T) + (recompute ? " recompute" : " cached") +
+                     (bf16_wgrad ? " bf16_wgrad" : ""));
+        MoeConfig cc = c;
+        cc.bf16_wgrad = bf16_wgrad;
+        const size_t cols = (T + 3) / 4 * 4, G = (T + 127) / 128;
+        const LayerMemoryPlan p = layer_memory_plan(cc, {.recompute_pre = recompute}, T);
+        struct Want {
+          const char* name;
+          LayerRegion region;
+          size_t bytes;
+          bool present;
+        };
+        const LayerRegion fwd = LayerRegion::kWorkspaceForward,
+                          bwd = LayerRegion::kWorkspaceBackward;
+        for (const Want& w : {
+                 Want{"shared_x [T,H] e4m3", fwd, T * H, true},
+                 Want{"shared_x_scales [H/128,T] fp32 (K-major)", fwd, g(H) * cols * 4, true},
+                 Want{"shared_act [T,shared_F] e4m3", fwd, T * sF, true},
+                 Want{"shared_act_scales", fwd, g(sF) * cols * 4, true},
+                 Want{"shared_scales_rows [T,H/128]", fwd, T * g(H) * 4, true},
+                 Want{"shared_act [T,shared_F] bf16", bwd, T * sF * 2, true},  // dW2's operand
+                 Want{"shared_x [T,H] e4m3 (fp8 recompute)", bwd, T * H, recompute},
+                 Want{"shared_dy [T,H] e4m3", bwd, T * H, true},
+                 Want{"shared_dy_scales", bwd, g(H) * cols * 4, true},
+                 Want{"shared_d_pre [T,shared_fc1] e4m3", bwd, T * s1, true},
+                 Want{"shared_d_pre_scales", bwd, g(s1) * cols * 4, true},
+                 Want{"shared_scales_rows [T,max", bwd, T * std::max(g(H), g(s1)) * 4, true},
+                 Want{"shared_dy_t [H,128G]", bwd, H * 128 * G, !bf16_wgrad},
+                 Want{"shared_act_t [shared_F,128G]", bwd, sF * 128 * G, !bf16_wgrad},
+                 Want{"shared_d_pre_t [shared_fc1,128G]", bwd, s1 * 128 * G, !bf16_wgrad},
+                 Want{"shared_x_t [H,128G]", bwd, H * 128 * G, !bf16_wgrad},
+                 Want{"shared_x_t_scales", bwd, G * H * 4, !bf16_wgrad}}) {
+          const LayerBuffer* b = find_buffer(p, w.name);
+          if (!w.present) {
+            EXPECT_EQ(b, nullptr) << w.name;
+            continue;
+          }
+          ASSERT_NE(b, nullptr) << w.name;
+          EXPECT_EQ(b->region, w.region) << w.name;
+          EXPECT_EQ(b->bytes, w.bytes) << w.name;
+        }
+        for (const auto& b : p.buffers)  // FC1 writes E4M3 act: no bf16 act in the forward
+          EXPECT_FALSE(b.region == fwd && b.name == "shared_act [T,shared_F] bf16") << b.name;
+      }
+    }
+    for (PrecisionRecipe other : {PrecisionRecipe::kBF16, PrecisionRecipe::kMXFP8}) {
+      MoeConfig o = bf;
+      o.precision = other;
+      const LayerMemoryPlan p = layer_memory_plan(o, {}, T);
+      for (const char* gone : {"shared_x [T,H] e4m3", "shared_dy [T,H] e4m3", "shared_x_t"})
+        EXPECT_EQ(find_buffer(p, gone), nullptr) << gone;
+    }
+  }
+}
+
 TEST(LayerFp8Args, WhatTheFp8PathCannotRunIsNamed) {
   MoeConfig c = fp8(preset("qwen3-30b-a3b"));
   layer::check_layer_config(c);  // the preset itself is fine
@@ -244,6 +319,9 @@ TEST(LayerFp8Args, WhatTheFp8PathCannotRunIsNamed) {
   expect_invalid([&] { layer::check_layer_config(c); }, "config.ffn");
   c.precision = PrecisionRecipe::kMXFP8;  // 776 is not a multiple of 32 either
   expect_invalid([&] { layer::check_layer_config(c); }, "config.ffn");
+  c = fp8(preset("deepseek-v3"));
+  c.shared_expert_ffn = 2056;  // the shared expert's FC2 K: e4m3 rows of 16 bytes
+  expect_invalid([&] { layer::check_layer_config(c); }, "config.shared_expert_ffn");
   c = preset("qwen3-30b-a3b");
   c.precision = PrecisionRecipe::kMXFP8;
   layer::check_layer_config(c);
@@ -277,6 +355,23 @@ TEST(LayerFp8Args, WeightRegionIsChecked) {
   MoeConfig bf = c;
   bf.precision = PrecisionRecipe::kBF16;
   expect_invalid([&] { layer::check_fp8_weights(bf, w); }, "config.precision");
+
+  // With a shared expert its weights are quantised too: present, of its shape, not under the
+  // region.
+  MoeConfig s = c;
+  s.shared_expert_ffn = 2048;
+  const size_t s_bytes = layer_memory_plan(s, {}, 1).fp8_weight_bytes;
+  EXPECT_GT(s_bytes, bytes);
+  w.w1 = dev(uintptr_t{1} << 33, DType::kBFloat16, {E, fc1, H});
+  w.fp8 = {.data = reinterpret_cast<void*>(uintptr_t{1} << 36), .bytes = s_bytes};
+  expect_invalid([&] { layer::check_fp8_weights(s, w); }, "weights.shared_w1");
+  w.shared_w1 = dev(uintptr_t{1} << 37, DType::kBFloat16, {2 * 2048, H});
+  w.shared_w2 = dev(uintptr_t{1} << 38, DType::kBFloat16, {H, 2048 + 16});
+  expect_invalid([&] { layer::check_fp8_weights(s, w); }, "weights.shared_w2");
+  w.shared_w2 = dev(uintptr_t{1} << 38, DType::kBFloat16, {H, 2048});
+  layer::check_fp8_weights(s, w);
+  w.fp8.data = static_cast<char*>(w.shared_w2.data) + 256;
+  expect_invalid([&] { layer::check_fp8_weights(s, w); }, "weights.fp8");
 }
 
 TEST(LayerFp8CApi, WeightBytesAndBadArguments) {

@@ -2,8 +2,8 @@
 // fresh random inputs, every preset's kind of layer scaled down (gpt-oss with and without its
 // expert bias, deepseek with its shared expert), each check naming what failed:
 // - prepare_fp8_weights: the FP8 weight region equals the quantiser reference bit for bit (codes
-//   and scales of the interleaved w1 and of w2, and their transposes), reported per tensor with
-//   the first bad index;
+//   and scales of the interleaved w1 and of w2, and their transposes; the shared expert's too),
+//   reported per tensor with the first bad index;
 // - y against ref::layer_forward_fp8 (the same quantised operands through the fp64 FP8 GEMM
 //   reference; only bf16 roundings differ: 1e-2) and against the bf16 reference within the
 //   recipe's quantisation error (ref/layer_fp8_tolerance.h, measured on the CPU); the worst
@@ -75,58 +75,81 @@ MoeConfig bias_fp8_preset(const std::string& name) {
   return c;
 }
 
-// The FP8 weight region after prepare_fp8_weights against ref/quant.h on the host weights.
+// The FP8 weight region after prepare_fp8_weights against ref/quant.h on the host weights: the
+// routed experts' w1, w2 and their transposes, and the shared expert's (one expert) when present.
 void expect_fp8_weights(const test::DeviceLayer& d, const test::LayerData& data) {
   const MoeConfig& c = d.c;
-  const int64_t E = c.num_experts, H = c.hidden, F = c.ffn, fc1 = c.fc1_width();
   const layer::Plan p = layer::make_plan(c, {}, 1);
-  struct Weight {
-    const char* name;
-    std::vector<float> w;
-    int64_t n, k;
-    const layer::Slice &codes, &scales;
+  const layer::SharedFp8Slices& s = p.shared_fp8;
+  const MoeConfig sc = shared_expert_config(c);
+  struct Mlp {
+    std::string name;
+    int64_t E, fc1, F;
+    std::vector<float> w1, w2;  // w1 interleaved, as the layer quantises it
+    const layer::Slice &w1_fp8, &w1_scales, &w2_fp8, &w2_scales, &w1t_fp8, &w1t_scales, &w2t_fp8,
+        &w2t_scales;
   };
-  for (Weight wt : {Weight{"w1", test::interleaved(c, data.w1, E, fc1, H), fc1, H, p.w1_fp8,
-                           p.w1_scales},
-                    Weight{"w2", data.w2, H, F, p.w2_fp8, p.w2_scales}}) {
-    const int64_t gn = fp8_scale_groups(wt.n), gk = fp8_scale_groups(wt.k);
-    std::vector<uint8_t> q(E * wt.n * wt.k);
-    std::vector<float> s(E * gn * gk);
-    ref::quantize_fp8_blockwise_128x128(
-        TensorView::contiguous(wt.w.data(), DType::kFloat32, {E, wt.n, wt.k}),
-        TensorView::contiguous(q.data(), DType::kFloat8E4M3, {E, wt.n, wt.k}),
-        TensorView::contiguous(s.data(), DType::kFloat32, {E, gn, gk}));
-    expect_same(download_slice<uint8_t>(d, wt.codes), q, std::string(wt.name) + " e4m3 codes");
-    expect_same(download_slice<float>(d, wt.scales), s, std::string(wt.name) + " scales");
-  }
-  // The dgrads' transposed copies: the byte transpose of the codes and scales just checked.
-  struct Transposed {
-    const char* name;
-    int64_t n, k;
-    const layer::Slice &codes, &scales, &t_codes, &t_scales;
-  };
-  for (Transposed t : {Transposed{"w1t", fc1, H, p.w1_fp8, p.w1_scales, p.w1t_fp8, p.w1t_scales},
-                       Transposed{"w2t", H, F, p.w2_fp8, p.w2_scales, p.w2t_fp8, p.w2t_scales}}) {
-    const int64_t gn = fp8_scale_groups(t.n), gk = fp8_scale_groups(t.k);
-    std::vector<uint8_t> q = download_slice<uint8_t>(d, t.codes), qt(E * t.n * t.k);
-    std::vector<float> s = download_slice<float>(d, t.scales), st(E * gn * gk);
-    ref::transpose_fp8_blockwise_weights(
-        TensorView::contiguous(q.data(), DType::kFloat8E4M3, {E, t.n, t.k}),
-        TensorView::contiguous(s.data(), DType::kFloat32, {E, gn, gk}),
-        TensorView::contiguous(qt.data(), DType::kFloat8E4M3, {E, t.k, t.n}),
-        TensorView::contiguous(st.data(), DType::kFloat32, {E, gk, gn}));
-    expect_same(download_slice<uint8_t>(d, t.t_codes), qt, std::string(t.name) + " e4m3 codes");
-    expect_same(download_slice<float>(d, t.t_scales), st, std::string(t.name) + " scales");
+  std::vector<Mlp> mlps = {{"", c.num_experts, c.fc1_width(), c.ffn,
+                            test::interleaved(c, data.w1, c.num_experts, c.fc1_width(), c.hidden),
+                            data.w2, p.w1_fp8, p.w1_scales, p.w2_fp8, p.w2_scales, p.w1t_fp8,
+                            p.w1t_scales, p.w2t_fp8, p.w2t_scales}};
+  if (c.shared_expert_ffn > 0)
+    mlps.push_back({"shared_", 1, sc.fc1_width(), sc.ffn,
+                    test::interleaved(sc, data.sw1, 1, sc.fc1_width(), c.hidden), data.sw2, s.w1,
+                    s.w1_scales, s.w2, s.w2_scales, s.w1t, s.w1t_scales, s.w2t, s.w2t_scales});
+  const int64_t H = c.hidden;
+  for (const Mlp& m : mlps) {
+    const int64_t E = m.E;
+    struct Weight {
+      const char* name;
+      const std::vector<float>& w;
+      int64_t n, k;
+      const layer::Slice &codes, &scales;
+    };
+    for (Weight wt : {Weight{"w1", m.w1, m.fc1, H, m.w1_fp8, m.w1_scales},
+                      Weight{"w2", m.w2, H, m.F, m.w2_fp8, m.w2_scales}}) {
+      const int64_t gn = fp8_scale_groups(wt.n), gk = fp8_scale_groups(wt.k);
+      std::vector<float> w = wt.w;
+      std::vector<uint8_t> q(E * wt.n * wt.k);
+      std::vector<float> want_scales(E * gn * gk);
+      ref::quantize_fp8_blockwise_128x128(
+          TensorView::contiguous(w.data(), DType::kFloat32, {E, wt.n, wt.k}),
+          TensorView::contiguous(q.data(), DType::kFloat8E4M3, {E, wt.n, wt.k}),
+          TensorView::contiguous(want_scales.data(), DType::kFloat32, {E, gn, gk}));
+      const std::string name = m.name + wt.name;
+      expect_same(download_slice<uint8_t>(d, wt.codes), q, name + " e4m3 codes");
+      expect_same(download_slice<float>(d, wt.scales), want_scales, name + " scales");
+    }
+    // The dgrads' transposed copies: the byte transpose of the codes and scales just checked.
+    struct Transposed {
+      const char* name;
+      int64_t n, k;
+      const layer::Slice &codes, &scales, &t_codes, &t_scales;
+    };
+    for (Transposed t :
+         {Transposed{"w1t", m.fc1, H, m.w1_fp8, m.w1_scales, m.w1t_fp8, m.w1t_scales},
+          Transposed{"w2t", H, m.F, m.w2_fp8, m.w2_scales, m.w2t_fp8, m.w2t_scales}}) {
+      const int64_t gn = fp8_scale_groups(t.n), gk = fp8_scale_groups(t.k);
+      std::vector<uint8_t> q = download_slice<uint8_t>(d, t.codes), qt(E * t.n * t.k);
+      std::vector<float> sq = download_slice<float>(d, t.scales), st(E * gn * gk);
+      ref::transpose_fp8_blockwise_weights(
+          TensorView::contiguous(q.data(), DType::kFloat8E4M3, {E, t.n, t.k}),
+          TensorView::contiguous(sq.data(), DType::kFloat32, {E, gn, gk}),
+          TensorView::contiguous(qt.data(), DType::kFloat8E4M3, {E, t.k, t.n}),
+          TensorView::contiguous(st.data(), DType::kFloat32, {E, gk, gn}));
+      const std::string name = m.name + t.name;
+      expect_same(download_slice<uint8_t>(d, t.t_codes), qt, name + " e4m3 codes");
+      expect_same(download_slice<float>(d, t.t_scales), st, name + " scales");
+    }
   }
 }
 
 double bf16_tolerance(const std::string& name) { return test::tolerance(name); }
 
-// Against the bf16 reference: the FP8 recipe's measured error on the routed experts' gradients;
-// the shared expert is bf16 in both.
+// Against the bf16 reference: the FP8 recipe's measured error (the shared expert's gradients
+// included: it runs the same recipe).
 double fp8_vs_bf16_tolerance(const std::string& name) {
-  return name.rfind("d_shared", 0) == 0 ? test::tolerance(name)
-                                         : ref::fp8_layer_gradient_tolerance(name);
+  return ref::fp8_layer_gradient_tolerance(name);
 }
 
 // One FP8 step, eager: prepare, forward, backward; y and every gradient against both references
@@ -241,13 +264,15 @@ TEST(LayerFp8Edges, ExpertsWithoutTokensAndOneToken) {
 // and recomputed (the backward's linear FP8 GEMM on re-quantised x): the same codes, the same
 // accumulation and rounding, so the cached pre equals the recomputed one bit for bit (compared
 // first, by row and column: a mismatch there is the epilogue's pre output), and y and every
-// gradient of the two steps are bitwise equal. GLU with bias (gpt-oss) and squared ReLU.
+// gradient of the two steps are bitwise equal. GLU with bias (gpt-oss), squared ReLU, and
+// deepseek, whose shared expert recomputes its FP8 pre too (its gradients in the bitwise check).
 TEST(LayerFp8Recompute, CachedPreEqualsRecomputedPreBitForBit) {
   MOEFUSE_REQUIRE_HOPPER();
   MoeConfig relu = fp8_preset("qwen3-30b-a3b");
   relu.activation = Activation::kSquaredReLU;
   for (const auto& [name, c] : {std::pair{std::string("gptoss"), bias_fp8_preset("gpt-oss-120b")},
-                                std::pair{std::string("squared_relu"), relu}}) {
+                                std::pair{std::string("squared_relu"), relu},
+                                std::pair{std::string("deepseek"), fp8_preset("deepseek-v3")}}) {
     const int64_t T = 200;
     SCOPED_TRACE(name + " seed=" + std::to_string(test::seed()));
     const test::LayerData data = test::LayerData::random(c, T);

@@ -132,7 +132,7 @@ Totals bench_mode(const std::string& name, LayerTensors& t, const MoeConfig& c, 
     std::printf("   %s %s: prepare_fp8_weights (%s, once per step) %.3f ms, %.1f MiB\n",
                 name.c_str(), mode_name.c_str(),
                 c.precision == PrecisionRecipe::kMXFP8 ? "w1, w2 → 4 qdq'd bf16 copies"
-                                                        : "w1, w2 + transposes → e4m3",
+                                                        : "w1, w2 (+ shared) + transposes → e4m3",
                 prep_ms, plan.fp8_weight_bytes / 1048576.0);
   }
   MoeLayerGrads g = t.grads(o.expert_grads);

@@ -25,8 +25,8 @@
 // W2ᵀ, W1ᵀ from prepare_fp8_weights) and column-wise for the wgrads; dys's copies (and dW1's x)
 // gathered from the tokens by their quantisers, so combine_bwd writes no bf16 dys unless the
 // bias terms or bf16 wgrads read it. With config.bf16_wgrad the wgrads are the bf16 layer's (dW1
-// on x permuted by its own gather). Bias gradients, the router and the shared expert are the
-// bf16 path's.
+// on x permuted by its own gather). The shared expert's GEMMs run in FP8 too, on its second
+// stream (shared_expert_fp8.h). Bias gradients and the router are the bf16 path's.
 // MXFP8 layers (config.precision kMXFP8): the bf16 path on quantise-dequantised operands
 // (ref/layer_mxfp8.h): the recompute's x rows, dys and d_pre row-wise for the dgrads (into
 // scratch, on the main stream) with the weights' dgrad copies; for the wgrads dys, p·act, d_pre
@@ -88,7 +88,8 @@ void MoeLayer::backward(const TensorView& x, const TensorView& dy, const MoeLaye
                                      .dpre = v.shared_dpre,
                                      .act_bwd = v.shared_act_bwd,
                                      .dx = v.shared_dx,
-                                     .g = v.shared_g},
+                                     .g = v.shared_g,
+                                     .fp8 = v.shared_fp8},
                                     recompute, fused, h.side);
     });
     MOEFUSE_CUDA_CHECK(cudaEventRecord(h.shared_done, h.side));

@@ -1,8 +1,8 @@
 #include "cuda/layer/backward_fp8.h"
 
+#include "cuda/layer/fp8_mlp.h"
 #include "cuda/layer/kernels.h"
 #include "moefuse/dispatch.h"
-#include "moefuse/grouped_gemm_fp8.h"
 #include "moefuse/grouped_gemm_fp8_dgrad.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
 #include "moefuse/quant.h"
@@ -23,14 +23,8 @@ void recompute_pre_fp8(const TensorView& x, const MoeLayerWeights& w, const View
                        const TensorView& health, cudaStream_t stream) {
   permute_quantize_fp8(x, v.row_of, v.token_of_row, v.xs_fp8_bwd, v.xs_scales_bwd, health,
                        stream);
-  grouped_gemm_fp8({.a = v.xs_fp8_bwd,
-                    .a_scales = v.xs_scales_bwd,
-                    .b = v.w1_fp8,
-                    .b_scales = v.w1_scales,
-                    .offsets = v.offsets,
-                    .d = v.pre_bwd,
-                    .bias = w.b1},
-                   stream);
+  fp8_fc1_pre(v.fp8_weights, v.offsets, {v.xs_fp8_bwd, v.xs_scales_bwd}, w.b1, v.pre_bwd,
+              stream);
 }
 
 void combine_backward_fp8(const MoeConfig& c, const TensorView& dy, const Views& v,
@@ -42,33 +36,19 @@ void combine_backward_fp8(const MoeConfig& c, const TensorView& dy, const Views&
 
 void fc2_dgrad_fp8(const MoeConfig& c, const MoeLayerWeights& w, const Views& v,
                    cudaStream_t stream) {
-  grouped_gemm_fc2_dgrad_fp8({.dys = v.dys_fp8,
-                              .dys_scales = v.dys_scales,
-                              .w2t = v.w2t_fp8,
-                              .w2t_scales = v.w2t_scales,
-                              .offsets = v.offsets,
-                              .pre = v.pre_bwd,
-                              .d_pre = v.dpre,
-                              .activation = c.activation,
-                              .clamped_swiglu = c.clamped_swiglu,
-                              .row_scale = v.row_prob,
-                              .scaled_act = v.act_bwd,
-                              .d_row_scale = v.d_row_prob,
-                              .b2 = w.b2,
-                              // dp's bias term reads dys unquantised (it is not a GEMM)
-                              .dys_bf16 = c.expert_bias ? v.dys : TensorView{}},
-                             v.dp_partial, stream);
+  Fc2DgradFp8Args args = fp8_fc2_dgrad_args(c, v.fp8_weights, v.offsets,
+                                            {v.dys_fp8, v.dys_scales}, v.pre_bwd, v.dpre,
+                                            v.act_bwd);
+  args.row_scale = v.row_prob;  // act_bwd = p·act, and dp
+  args.d_row_scale = v.d_row_prob;
+  args.b2 = w.b2;
+  args.dys_bf16 = c.expert_bias ? v.dys : TensorView{};  // dp's bias term reads dys unquantised
+  grouped_gemm_fc2_dgrad_fp8(args, v.dp_partial, stream);
 }
 
 void fc1_dgrad_fp8(const Views& v, cudaStream_t stream) {
   quantize_rows_fp8(v.dpre, v.dpre_fp8, v.dpre_scales_rows, v.dpre_scales, stream);
-  grouped_gemm_fp8({.a = v.dpre_fp8,
-                    .a_scales = v.dpre_scales,
-                    .b = v.w1t_fp8,
-                    .b_scales = v.w1t_scales,
-                    .offsets = v.offsets,
-                    .d = v.dxs},
-                   stream);
+  fp8_fc1_dgrad(v.fp8_weights, v.offsets, {v.dpre_fp8, v.dpre_scales}, v.dxs, stream);
 }
 
 void fc2_wgrad_fp8(const TensorView& dy, const MoeLayerGrads& g, const Views& v,
@@ -76,14 +56,8 @@ void fc2_wgrad_fp8(const TensorView& dy, const MoeLayerGrads& g, const Views& v,
   quantize_fp8_colwise_grouped_gather(dy, v.token_of_row, v.offsets, v.dys_t, v.dys_t_scales,
                                       stream);
   quantize_fp8_colwise_grouped(v.act_bwd, v.offsets, v.act_t, v.act_t_scales, stream);
-  grouped_gemm_fp8_wgrad({.at = v.dys_t,
-                          .a_scales = v.dys_t_scales,
-                          .bt = v.act_t,
-                          .b_scales = v.act_t_scales,
-                          .offsets = v.offsets,
-                          .d = g.d_w2,
-                          .accumulate = g.accumulate},
-                         stream);
+  fp8_wgrad({v.dys_t, v.dys_t_scales}, {v.act_t, v.act_t_scales}, v.offsets, g.d_w2, g.accumulate,
+            stream);
 }
 
 void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
@@ -91,14 +65,8 @@ void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
   quantize_fp8_colwise_grouped_gather(x, v.token_of_row, v.offsets, v.xs_t, v.xs_t_scales,
                                       stream);
   quantize_fp8_colwise_grouped(v.dpre, v.offsets, v.dpre_t, v.dpre_t_scales, stream);
-  grouped_gemm_fp8_wgrad({.at = v.dpre_t,
-                          .a_scales = v.dpre_t_scales,
-                          .bt = v.xs_t,
-                          .b_scales = v.xs_t_scales,
-                          .offsets = v.offsets,
-                          .d = g.d_w1,
-                          .accumulate = g.accumulate},
-                         stream);
+  fp8_wgrad({v.dpre_t, v.dpre_t_scales}, {v.xs_t, v.xs_t_scales}, v.offsets, g.d_w1, g.accumulate,
+            stream);
 }
 
 }  // namespace moefuse::layer

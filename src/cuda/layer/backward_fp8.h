@@ -12,7 +12,8 @@
 // are the bf16 layer's (on bf16 dys, p·act, d_pre and permuted x) and this file's wgrad stages
 // do not run. The tensors between them (pre, dys, d_pre, p·act, dxs) stay bf16 (dys only where
 // the bias terms or a bf16 dW2 read it: the GEMMs' copies are quantised from dy), as do the bias
-// gradients' sums and everything of the router and the shared expert.
+// gradients' sums and everything of the router. The shared expert follows the same recipe on
+// its own stream (shared_expert_fp8.h).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -132,6 +132,8 @@ void check_layer_config(const MoeConfig& c) {
     // K of FC1 (H) and of FC2 (F) is the row length of e4m3 operands: 16-byte TMA rows.
     expect_multiple_of_16_fp8(c.hidden, "config.hidden");
     expect_multiple_of_16_fp8(c.ffn, "config.ffn");
+    // The shared expert runs the same FP8 GEMMs (its F is FC2's K).
+    expect_multiple_of_16_fp8(c.shared_expert_ffn, "config.shared_expert_ffn");
   }
   if (c.precision == PrecisionRecipe::kMXFP8) {
     // Every GEMM's K (H, F, fc1 = F or 2F) and the weights' rows split into whole 32-blocks.
@@ -168,6 +170,15 @@ void check_fp8_weights(const MoeConfig& c, const MoeLayerWeights& w) {
   expect_region(w.fp8, "weights.fp8", make_plan(c, {}, 1).fp8_weight_bytes);
   expect_disjoint(region_view(w.fp8), "weights.fp8", w.w1, "weights.w1");
   expect_disjoint(region_view(w.fp8), "weights.fp8", w.w2, "weights.w2");
+  if (c.precision == PrecisionRecipe::kFP8Blockwise && c.shared_expert_ffn > 0) {
+    // FP8 quantises the shared expert's weights into the region too (shared_expert_fp8.h).
+    const MoeConfig sc = shared_expert_config(c);
+    expect_device_aligned(w.shared_w1, "weights.shared_w1", DType::kBFloat16,
+                          {sc.fc1_width(), H});
+    expect_device_aligned(w.shared_w2, "weights.shared_w2", DType::kBFloat16, {H, sc.ffn});
+    expect_disjoint(region_view(w.fp8), "weights.fp8", w.shared_w1, "weights.shared_w1");
+    expect_disjoint(region_view(w.fp8), "weights.fp8", w.shared_w2, "weights.shared_w2");
+  }
 }
 
 ArgBounds one_gpu_bounds(const MoeConfig& c, const LayerOptions& o) {

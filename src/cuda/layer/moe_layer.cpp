@@ -11,7 +11,8 @@
 // FP8 (config.precision kFP8Blockwise, fused only): permute_quantize_fp8 (x → E4M3 xs + K-major
 // 1x128 scales) → FC1 FP8 GEMM (GLU epilogue, bf16 act, saves pre) → act quantised 1x128, its scales
 // transposed to K-major → FC2 FP8 GEMM (row scale = routing prob) → combine. Weights from
-// weights.fp8 (prepare_fp8_weights). Router and shared expert stay bf16.
+// weights.fp8 (prepare_fp8_weights). The shared expert likewise in FP8 (shared_expert_fp8.h);
+// the router stays bf16.
 // MXFP8 (config.precision kMXFP8, fused only; an emulation on Hopper, docs/fp8.md): the bf16
 // fused path on quantise-dequantised operands — x along H (qdq_mxfp8_rows into x_qdq, which FC1
 // gathers or the permute copies), act along F in place after FC1, w1 and w2 from weights.fp8.
@@ -20,6 +21,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/layer/forward_fp8.h"
+#include "cuda/layer/fp8_mlp.h"
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/layer_args.h"
 #include "cuda/layer/layer_handles.h"
@@ -33,7 +35,6 @@
 #include "moefuse/dispatch.h"
 #include "moefuse/error.h"
 #include "moefuse/grouped_gemm.h"
-#include "moefuse/grouped_gemm_fp8_dgrad.h"
 #include "moefuse/layer.h"
 #include "moefuse/quant.h"
 #include "moefuse/router.h"
@@ -143,10 +144,10 @@ void MoeLayer::prepare_fp8_weights(const MoeLayerWeights& w, cudaStream_t stream
       layer::make_views(config_, p, {.cache = {}, .workspace = {}, .fp8 = w.fp8});
   if (config_.precision == PrecisionRecipe::kMXFP8)
     return layer::prepare_mxfp8_weights(w, v, stream);
-  quantize_fp8_blockwise_128x128(w.w1, v.w1_fp8, v.w1_scales, stream);
-  quantize_fp8_blockwise_128x128(w.w2, v.w2_fp8, v.w2_scales, stream);
-  transpose_fp8_blockwise_weights(v.w1_fp8, v.w1_scales, v.w1t_fp8, v.w1t_scales, stream);
-  transpose_fp8_blockwise_weights(v.w2_fp8, v.w2_scales, v.w2t_fp8, v.w2t_scales, stream);
+  layer::prepare_fp8_mlp_weights(w.w1, w.w2, v.fp8_weights, stream);
+  if (config_.shared_expert_ffn > 0)  // the shared expert as one expert [1, ...]
+    layer::prepare_fp8_mlp_weights(layer::one_expert(w.shared_w1), layer::one_expert(w.shared_w2),
+                                   v.shared_fp8.weights, stream);
 }
 
 void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeLayerOutputs& out,
@@ -172,7 +173,8 @@ void MoeLayer::forward(const TensorView& x, const MoeLayerWeights& w, const MoeL
                                    {.offsets = v.shared_offsets,
                                     .pre = v.shared_pre,
                                     .act = v.shared_act,
-                                    .y = v.shared_y},
+                                    .y = v.shared_y,
+                                    .fp8 = v.shared_fp8},
                                    fused, h.side);
     });
     MOEFUSE_CUDA_CHECK(cudaEventRecord(h.join, h.side));

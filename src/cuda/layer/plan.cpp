@@ -14,6 +14,71 @@
 #include "moefuse/router.h"
 
 namespace moefuse::layer {
+namespace {
+
+constexpr size_t kBf16 = 2, kF32 = 4, kE4m3 = 1;
+
+size_t groups(size_t extent) {
+  return static_cast<size_t>(fp8_scale_groups(static_cast<int64_t>(extent)));
+}
+
+// The shared expert's FP8 buffers (SharedFp8Slices) for T tokens, H hidden, its sF and s_fc1.
+// Forward: x quantised for FC1, FC1's E4M3 act for FC2.
+void carve_shared_fp8_forward(Carver& fwd, SharedFp8Slices& s, size_t T, size_t H, size_t sF) {
+  const size_t cols = static_cast<size_t>(fp8_scale_rows(static_cast<int64_t>(T)));
+  s.x = fwd.add("shared_x [T,H] e4m3", T * H * kE4m3);
+  s.x_scales = fwd.add("shared_x_scales [H/128,T] fp32 (K-major)", groups(H) * cols * kF32);
+  s.act = fwd.add("shared_act [T,shared_F] e4m3", T * sF * kE4m3);
+  s.act_scales =
+      fwd.add("shared_act_scales [shared_F/128,T] fp32 (K-major)", groups(sF) * cols * kF32);
+  s.scales_rows = fwd.add("shared_scales_rows [T,H/128] fp32 (row-major)", T * groups(H) * kF32);
+}
+
+// Backward: the dgrads' row-wise operands (dy, d_pre), x again with recompute_pre, and the
+// wgrads' column-wise ones (one 128-row group per 128 tokens: a single expert).
+void carve_shared_fp8_backward(Carver& bwd, SharedFp8Slices& s, size_t T, size_t H, size_t sF,
+                               size_t s_fc1, bool recompute, bool fp8_wgrad) {
+  const size_t cols = static_cast<size_t>(fp8_scale_rows(static_cast<int64_t>(T)));
+  if (recompute) {
+    s.x_bwd = bwd.add("shared_x [T,H] e4m3 (fp8 recompute)", T * H * kE4m3);
+    s.x_scales_bwd = bwd.add("shared_x_scales [H/128,T] fp32 (K-major, fp8 recompute)",
+                             groups(H) * cols * kF32);
+  }
+  s.dy = bwd.add("shared_dy [T,H] e4m3", T * H * kE4m3);
+  s.dy_scales = bwd.add("shared_dy_scales [H/128,T] fp32 (K-major)", groups(H) * cols * kF32);
+  s.dpre = bwd.add("shared_d_pre [T,shared_fc1] e4m3", T * s_fc1 * kE4m3);
+  s.dpre_scales = bwd.add("shared_d_pre_scales [shared_fc1/128,T] fp32 (K-major)",
+                          groups(s_fc1) * cols * kF32);
+  s.scales_rows_bwd = bwd.add("shared_scales_rows [T,max(H,shared_fc1)/128] fp32 (row-major)",
+                              T * std::max(groups(H), groups(s_fc1)) * kF32);
+  if (!fp8_wgrad) return;
+  const size_t G = static_cast<size_t>(fp8_colwise_groups(static_cast<int64_t>(T), 1));
+  s.dy_t = bwd.add("shared_dy_t [H,128G] e4m3 (column-wise)", H * 128 * G * kE4m3);
+  s.dy_t_scales = bwd.add("shared_dy_t_scales [G,H] fp32", G * H * kF32);
+  s.act_t = bwd.add("shared_act_t [shared_F,128G] e4m3 (column-wise)", sF * 128 * G * kE4m3);
+  s.act_t_scales = bwd.add("shared_act_t_scales [G,shared_F] fp32", G * sF * kF32);
+  s.dpre_t =
+      bwd.add("shared_d_pre_t [shared_fc1,128G] e4m3 (column-wise)", s_fc1 * 128 * G * kE4m3);
+  s.dpre_t_scales = bwd.add("shared_d_pre_t_scales [G,shared_fc1] fp32", G * s_fc1 * kF32);
+  s.x_t = bwd.add("shared_x_t [H,128G] e4m3 (column-wise)", H * 128 * G * kE4m3);
+  s.x_t_scales = bwd.add("shared_x_t_scales [G,H] fp32", G * H * kF32);
+}
+
+// The weight region: w1 [1,s_fc1,H] and w2 [1,H,sF] as the routed experts' (128x128 blocks),
+// and their transposes.
+void carve_shared_fp8_weights(Carver& w, SharedFp8Slices& s, size_t H, size_t sF, size_t s_fc1) {
+  const size_t gH = groups(H), gF = groups(sF), g1 = groups(s_fc1);
+  s.w1 = w.add("shared_w1 [1,shared_fc1,H] e4m3", s_fc1 * H * kE4m3);
+  s.w1_scales = w.add("shared_w1_scales [1,shared_fc1/128,H/128] fp32", g1 * gH * kF32);
+  s.w2 = w.add("shared_w2 [1,H,shared_F] e4m3", H * sF * kE4m3);
+  s.w2_scales = w.add("shared_w2_scales [1,H/128,shared_F/128] fp32", gH * gF * kF32);
+  s.w1t = w.add("shared_w1t [1,H,shared_fc1] e4m3", H * s_fc1 * kE4m3);
+  s.w1t_scales = w.add("shared_w1t_scales [1,H/128,shared_fc1/128] fp32", gH * g1 * kF32);
+  s.w2t = w.add("shared_w2t [1,shared_F,H] e4m3", sF * H * kE4m3);
+  s.w2t_scales = w.add("shared_w2t_scales [1,shared_F/128,H/128] fp32", gF * gH * kF32);
+}
+
+}  // namespace
 
 Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   Plan p;
@@ -35,9 +100,6 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   const bool fp8 = c.precision == PrecisionRecipe::kFP8Blockwise;
   const bool mx = c.precision == PrecisionRecipe::kMXFP8;
   constexpr size_t bf = 2, f32 = 4, i32 = 4, e4m3 = 1;
-  auto groups = [](size_t extent) {
-    return static_cast<size_t>(fp8_scale_groups(static_cast<int64_t>(extent)));
-  };
   const size_t scale_cols = static_cast<size_t>(fp8_scale_rows(static_cast<int64_t>(R)));
 
   Carver cache(LayerRegion::kCache, 0, &p.buffers);
@@ -72,7 +134,8 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
   if (shared) {
     if (!cache_pre && unfused)
       p.shared_pre = fwd.add("shared_pre [T,shared_fc1] bf16 (unfused)", T * s_fc1 * bf);
-    p.shared_act = fwd.add("shared_act [T,shared_F] bf16", T * sF * bf);
+    if (fp8) carve_shared_fp8_forward(fwd, p.shared_fp8, T, H, sF);  // FC1 writes E4M3 act
+    else p.shared_act = fwd.add("shared_act [T,shared_F] bf16", T * sF * bf);
     p.shared_y = fwd.add("shared_y [T,H] bf16", T * H * bf);
   }
 
@@ -147,6 +210,7 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
     p.shared_act_bwd = bwd.add("shared_act [T,shared_F] bf16", T * sF * bf);
     p.shared_dx = bwd.add("shared_dx [T,H] bf16", T * H * bf);
     if (unfused) p.shared_g = bwd.add("shared_g [T,shared_F] bf16 (unfused)", T * sF * bf);
+    if (fp8) carve_shared_fp8_backward(bwd, p.shared_fp8, T, H, sF, s_fc1, !cache_pre, fp8_wgrad);
   }
   p.workspace_bytes = std::max(fwd.end(), bwd.end());
 
@@ -163,6 +227,7 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
         weights.add("w1t_scales [E,H/128,fc1/128] fp32", E * groups(H) * groups(fc1) * f32);
     p.w2t_fp8 = weights.add("w2t [E,F,H] e4m3", E * F * H * e4m3);
     p.w2t_scales = weights.add("w2t_scales [E,F/128,H/128] fp32", E * groups(F) * groups(H) * f32);
+    if (shared) carve_shared_fp8_weights(weights, p.shared_fp8, H, sF, s_fc1);
     p.fp8_weight_bytes = weights.end();
   }
   if (mx) {

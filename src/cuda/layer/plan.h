@@ -65,6 +65,18 @@ struct Slice {
   bool present() const { return region != Region::kNone; }
 };
 
+// The shared expert's FP8 buffers (kFP8Blockwise with a shared expert): the row-wise e4m3
+// operands of its GEMMs (codes and the GEMM's K-major 1x128 scales; one row-major scale buffer a
+// pass, which each quantisation uses in turn on the second stream), the column-wise ones of its
+// wgrads (absent with bf16_wgrad), and its weights in the FP8 weight region.
+struct SharedFp8Slices {
+  Slice x, x_scales, act, act_scales, scales_rows;               // forward scratch
+  Slice x_bwd, x_scales_bwd;                                     // backward, recompute_pre only
+  Slice dy, dy_scales, dpre, dpre_scales, scales_rows_bwd;       // backward scratch
+  Slice dy_t, dy_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, x_t, x_t_scales;
+  Slice w1, w1_scales, w2, w2_scales, w1t, w1t_scales, w2t, w2t_scales;  // weight region
+};
+
 struct Plan {
   int64_t tokens = 0;  // T
   int64_t rows = 0;    // R = T·k: one row per assignment, no padding (align 1)
@@ -113,6 +125,7 @@ struct Plan {
   // fp32, for d_b2 (H columns) and then d_b1 (fc1), one after the other on the main stream
   Slice bias_units;
   Slice shared_dpre, shared_act_bwd, shared_dx, shared_g;  // shared_g: unfused only
+  SharedFp8Slices shared_fp8;  // FP8: the shared expert's operands and weights (no bf16 act)
 
   size_t cache_bytes = 0;
   size_t workspace_bytes = 0;

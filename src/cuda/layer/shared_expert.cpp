@@ -2,6 +2,7 @@
 
 #include "cuda/layer/kernels.h"
 #include "cuda/layer/ops.h"
+#include "cuda/layer/shared_expert_fp8.h"
 #include "moefuse/grouped_gemm.h"
 #include "moefuse/grouped_gemm_backward.h"
 
@@ -13,6 +14,8 @@ namespace moefuse::layer {
 void shared_expert_forward(const MoeConfig& c, const TensorView& x, const MoeLayerWeights& w,
                            const SharedExpertBuffers& b, bool fused, cudaStream_t stream) {
   write_shared_offsets(b.offsets.as<int32_t>(), x.size(0), stream);
+  if (c.precision == PrecisionRecipe::kFP8Blockwise)
+    return shared_expert_forward_fp8(c, x, b, stream);
   run_grouped_gemm({.a = x,
                     .b = one_expert(w.shared_w1),
                     .offsets = b.offsets,
@@ -30,6 +33,8 @@ void shared_expert_backward(const MoeConfig& c, const TensorView& x, const Tenso
                             const MoeLayerWeights& w, const MoeLayerGrads& g,
                             const SharedExpertBuffers& b, bool recompute, bool fused,
                             cudaStream_t stream) {
+  if (c.precision == PrecisionRecipe::kFP8Blockwise)
+    return shared_expert_backward_fp8(c, x, dy, g, b, recompute, stream);
   const TensorView sw1 = one_expert(w.shared_w1), sw2 = one_expert(w.shared_w2);
   if (recompute)
     run_grouped_gemm({.a = x, .b = sw1, .offsets = b.offsets, .d = b.pre}, fused, stream);
@@ -43,6 +48,11 @@ void shared_expert_backward(const MoeConfig& c, const TensorView& x, const Tenso
                  .scaled_act = b.act_bwd},
                 fused, {}, {}, b.g, {}, stream);
   grouped_gemm_dgrad({.a = b.dpre, .b = sw1, .offsets = b.offsets, .d = b.dx}, stream);
+  shared_expert_wgrads_bf16(x, dy, g, b, stream);
+}
+
+void shared_expert_wgrads_bf16(const TensorView& x, const TensorView& dy, const MoeLayerGrads& g,
+                               const SharedExpertBuffers& b, cudaStream_t stream) {
   grouped_gemm_wgrad({.a = dy,
                       .b = b.act_bwd,
                       .offsets = b.offsets,

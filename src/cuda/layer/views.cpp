@@ -1,5 +1,7 @@
 #include "cuda/layer/views.h"
 
+#include <algorithm>
+
 #include "cuda/layer/ops.h"
 #include "moefuse/grouped_gemm_backward.h"
 #include "moefuse/grouped_gemm_fp8.h"
@@ -7,6 +9,53 @@
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
 
 namespace moefuse::layer {
+
+namespace {
+
+// The shared expert's FP8 views (absent slices stay empty): T tokens, H hidden, its sF, s_fc1.
+SharedExpertFp8 shared_fp8_views(const SharedFp8Slices& s, const Regions& regions, int64_t T,
+                                 int64_t H, int64_t sF, int64_t s_fc1) {
+  auto v = [&](const Slice& slice, DType dtype, std::initializer_list<int64_t> shape) {
+    return slice_view(slice, regions, dtype, shape);
+  };
+  const DType f32 = DType::kFloat32, e4m3 = DType::kFloat8E4M3;
+  const int64_t gH = fp8_scale_groups(H), gF = fp8_scale_groups(sF), g1 = fp8_scale_groups(s_fc1);
+  const int64_t cols = fp8_scale_rows(T), G = fp8_colwise_groups(T, 1);
+  const int64_t cols_t = kFp8ScaleGroup * G;
+  return SharedExpertFp8{
+      .x = v(s.x, e4m3, {T, H}),
+      .x_scales = v(s.x_scales, f32, {gH, cols}),
+      .act = v(s.act, e4m3, {T, sF}),
+      .act_scales = v(s.act_scales, f32, {gF, cols}),
+      .scales_rows = v(s.scales_rows, f32, {T, gH}),
+      .x_bwd = v(s.x_bwd, e4m3, {T, H}),
+      .x_scales_bwd = v(s.x_scales_bwd, f32, {gH, cols}),
+      .dy = v(s.dy, e4m3, {T, H}),
+      .dy_scales = v(s.dy_scales, f32, {gH, cols}),
+      .dpre = v(s.dpre, e4m3, {T, s_fc1}),
+      .dpre_scales = v(s.dpre_scales, f32, {g1, cols}),
+      // the quantiser's row-major scales of each operand in turn: [T, groups] of the widest
+      .scales_rows_bwd = v(s.scales_rows_bwd, f32, {T, std::max(gH, g1)}),
+      .dy_t = v(s.dy_t, e4m3, {H, cols_t}),
+      .dy_t_scales = v(s.dy_t_scales, f32, {G, H}),
+      .act_t = v(s.act_t, e4m3, {sF, cols_t}),
+      .act_t_scales = v(s.act_t_scales, f32, {G, sF}),
+      .dpre_t = v(s.dpre_t, e4m3, {s_fc1, cols_t}),
+      .dpre_t_scales = v(s.dpre_t_scales, f32, {G, s_fc1}),
+      .x_t = v(s.x_t, e4m3, {H, cols_t}),
+      .x_t_scales = v(s.x_t_scales, f32, {G, H}),
+      .weights = {.w1 = v(s.w1, e4m3, {1, s_fc1, H}),
+                  .w1_scales = v(s.w1_scales, f32, {1, g1, gH}),
+                  .w2 = v(s.w2, e4m3, {1, H, sF}),
+                  .w2_scales = v(s.w2_scales, f32, {1, gH, gF}),
+                  .w1t = v(s.w1t, e4m3, {1, H, s_fc1}),
+                  .w1t_scales = v(s.w1t_scales, f32, {1, gH, g1}),
+                  .w2t = v(s.w2t, e4m3, {1, sF, H}),
+                  .w2t_scales = v(s.w2t_scales, f32, {1, gF, gH})},
+  };
+}
+
+}  // namespace
 
 Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
   const int64_t T = p.tokens, R = p.rows, E = c.num_experts, k = c.top_k, H = c.hidden,
@@ -54,14 +103,14 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .xs_scales = v(p.xs_scales, f32, {gH, scale_cols}),
       .act_fp8 = v(p.act_fp8, e4m3, {R, F}),
       .act_scales = v(p.act_scales, f32, {gF, scale_cols}),
-      .w1_fp8 = v(p.w1_fp8, e4m3, {E, fc1, H}),
-      .w1_scales = v(p.w1_scales, f32, {E, gfc1, gH}),
-      .w2_fp8 = v(p.w2_fp8, e4m3, {E, H, F}),
-      .w2_scales = v(p.w2_scales, f32, {E, gH, gF}),
-      .w1t_fp8 = v(p.w1t_fp8, e4m3, {E, H, fc1}),
-      .w1t_scales = v(p.w1t_scales, f32, {E, gH, gfc1}),
-      .w2t_fp8 = v(p.w2t_fp8, e4m3, {E, F, H}),
-      .w2t_scales = v(p.w2t_scales, f32, {E, gF, gH}),
+      .fp8_weights = {.w1 = v(p.w1_fp8, e4m3, {E, fc1, H}),
+                      .w1_scales = v(p.w1_scales, f32, {E, gfc1, gH}),
+                      .w2 = v(p.w2_fp8, e4m3, {E, H, F}),
+                      .w2_scales = v(p.w2_scales, f32, {E, gH, gF}),
+                      .w1t = v(p.w1t_fp8, e4m3, {E, H, fc1}),
+                      .w1t_scales = v(p.w1t_scales, f32, {E, gH, gfc1}),
+                      .w2t = v(p.w2t_fp8, e4m3, {E, F, H}),
+                      .w2t_scales = v(p.w2t_scales, f32, {E, gF, gH})},
       .w1_qdq = v(p.w1_qdq, bf, {E, fc1, H}),
       .w2_qdq = v(p.w2_qdq, bf, {E, H, F}),
       .w1_qdq_dgrad = v(p.w1_qdq_dgrad, bf, {E, fc1, H}),
@@ -105,6 +154,7 @@ Views make_views(const MoeConfig& c, const Plan& p, const Regions& regions) {
       .dys_qdq = v(p.dys_qdq, bf, {R, H}),
       .dpre_qdq = v(p.dpre_qdq, bf, {R, fc1}),
       .xs_qdq_bwd = v(p.xs_qdq_bwd, bf, {R, H}),
+      .shared_fp8 = shared_fp8_views(p.shared_fp8, regions, T, H, sF, s_fc1),
   };
 }
 

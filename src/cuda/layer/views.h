@@ -2,7 +2,9 @@
 // and backward hand to the ops. Absent slices are empty views (the ops' "absent").
 #pragma once
 
+#include "cuda/layer/fp8_mlp.h"
 #include "cuda/layer/plan.h"
+#include "cuda/layer/shared_expert.h"
 #include "moefuse/config.h"
 #include "moefuse/tensor.h"
 #include "moefuse/workspace.h"
@@ -18,8 +20,7 @@ struct Views {
   TensorView aux_f, aux_P;
   TensorView xs, act, ys, shared_act, shared_y, x_qdq;
   TensorView xs_fp8, xs_scales, act_fp8, act_scales;    // FP8 forward scratch
-  TensorView w1_fp8, w1_scales, w2_fp8, w2_scales;      // FP8 weight region
-  TensorView w1t_fp8, w1t_scales, w2t_fp8, w2t_scales;  // (transposed copies)
+  Fp8MlpWeights fp8_weights;                            // FP8 weight region
   TensorView w1_qdq, w2_qdq, w1_qdq_dgrad, w2_qdq_dgrad;  // MXFP8 weight region
   TensorView pre_bwd, shared_pre_bwd, dys, dpre, act_bwd, d_row_prob, dp_partial, bias_partial, g,
       d_probs, dxs, d_logits, xs_bwd, shared_dpre, shared_act_bwd, shared_dx, shared_g;
@@ -30,6 +31,7 @@ struct Views {
   TensorView dys_t, dys_t_scales, act_t, act_t_scales, dpre_t, dpre_t_scales, xs_t, xs_t_scales;
   TensorView xs_fp8_bwd, xs_scales_bwd;
   TensorView dys_qdq, dpre_qdq, xs_qdq_bwd;  // MXFP8 backward scratch
+  SharedExpertFp8 shared_fp8;                 // FP8 with a shared expert
 };
 
 Views make_views(const MoeConfig& config, const Plan& plan, const Regions& regions);
