@@ -241,15 +241,18 @@ def test_forward_and_gradients_match_torch(name, overrides, mode):
 
 
 @needs_hopper
-@pytest.mark.parametrize("precision, bf16_wgrad",
-                         [(Precision.FP8_BLOCKWISE, False), (Precision.FP8_BLOCKWISE, True),
-                          (Precision.MXFP8, False)],
-                         ids=["fp8", "fp8_bf16_wgrad", "mxfp8"])
-def test_low_precision_layer_tracks_torch_within_the_recipe_error(precision, bf16_wgrad):
+@pytest.mark.parametrize("name, precision, bf16_wgrad",
+                         [("gpt-oss-120b", Precision.FP8_BLOCKWISE, False),
+                          ("gpt-oss-120b", Precision.FP8_BLOCKWISE, True),
+                          ("gpt-oss-120b", Precision.MXFP8, False),
+                          ("deepseek-v3", Precision.FP8_BLOCKWISE, False)],
+                         ids=["fp8", "fp8_bf16_wgrad", "mxfp8", "fp8_shared_expert"])
+def test_low_precision_layer_tracks_torch_within_the_recipe_error(name, precision, bf16_wgrad):
     """The FP8 and MXFP8 layers through the module: y and every gradient within the recipe's
     quantisation error of the bf16 torch reference (ref/layer_fp8_tolerance.h: 0.1, the
-    router's 0.15); the expert weights' gradients reach torch in the weights' dtype."""
-    c = scaled("gpt-oss-120b", precision=precision, bf16_wgrad=bf16_wgrad)
+    router's 0.15; deepseek's shared expert runs FP8 too); the expert weights' gradients reach
+    torch in the weights' dtype."""
+    c = scaled(name, precision=precision, bf16_wgrad=bf16_wgrad)
     x = torch.randn(T, c.hidden, device="cuda").bfloat16()
     moe = step_against_torch(c, LayerMode.FUSED, x, tol=1e-1, router_tol=1.5e-1)
     for p in moe.parameters():
@@ -274,6 +277,21 @@ def test_fp8_microbatches_reuse_the_weights_quantised_by_the_first(precision):
     with torch.no_grad():
         moe.w1.mul_(0.5)
     with pytest.raises(RuntimeError, match="w1 was replaced or written in place"):
+        moe(x, is_first_microbatch=False)
+
+
+@needs_hopper
+def test_fp8_microbatches_check_the_shared_experts_weights_too():
+    """FP8 quantises the shared expert's weights into the kept copy, so is_first_microbatch=False
+    after an in-place write to one of them is an error naming it."""
+    c = scaled("deepseek-v3", precision=Precision.FP8_BLOCKWISE)
+    moe = MoE(c, device="cuda").load_from_gate_up(**gate_up_weights(c))
+    x = torch.randn(T, c.hidden, device="cuda").bfloat16()
+    moe(x, is_first_microbatch=True)
+    moe(x, is_first_microbatch=False)
+    with torch.no_grad():
+        moe.shared_w2.mul_(0.5)
+    with pytest.raises(RuntimeError, match="shared_w2 was replaced or written in place"):
         moe(x, is_first_microbatch=False)
 
 
