@@ -92,12 +92,12 @@ moefuse_status_t moefuse_abi_layout(const char* type, const char* field, size_t*
  * b2 [E, H] fp32; losses [2] fp32; every gradient but dx fp32, shaped as its weight, but d_w1
  * and d_w2, which are bf16 when grads.expert_grads says so (the fp32 sums rounded once).
  * NULL for a tensor the config does not have. `stream` is a cudaStream_t.
- * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, H and F multiples of 16) or
- * MOEFUSE_PRECISION_MXFP8 (fused, multiples of 32; the bf16 kernels on quantise-dequantised
- * operands, docs/fp8.md): the weights
- * also carry fp8_weights, a 256-byte aligned device region of moefuse_layer_fp8_weight_bytes
- * that moefuse_layer_prepare_fp8_weights fills from w1 and w2 once per optimiser step; forward
- * and backward both read it (and check it). */
+ * precision MOEFUSE_PRECISION_FP8_BLOCKWISE (fused mode, H, F and the shared expert's F
+ * multiples of 16) or MOEFUSE_PRECISION_MXFP8 (fused, multiples of 32; the bf16 kernels on
+ * quantise-dequantised operands, docs/fp8.md): the weights also carry fp8_weights, a 256-byte
+ * aligned device region of moefuse_layer_fp8_weight_bytes that
+ * moefuse_layer_prepare_fp8_weights fills from w1 and w2 (FP8: and the shared expert's) once per
+ * optimiser step; forward and backward both read it (and check it). */
 typedef struct moefuse_layer moefuse_layer_t;
 
 typedef enum {
