@@ -223,6 +223,10 @@ std::vector<Case> cases() {
   MoeConfig odd = fp8_preset("qwen3-30b-a3b");
   odd.hidden = 320, odd.ffn = 208;
   out.push_back({"short_groups_h320_f208", odd});
+  // The shared expert's short groups too: its F 208 (FC2's K and act's last 1x128 group), H 320.
+  MoeConfig odd_shared = fp8_preset("deepseek-v3");
+  odd_shared.hidden = 320, odd_shared.ffn = 208, odd_shared.shared_expert_ffn = 208;
+  out.push_back({"deepseek_short_groups_h320_f208", odd_shared});
   // bf16 wgrads (config.bf16_wgrad): dW2 on bf16 dys, dW1 on x permuted by the bf16 layer's
   // gather (also with recompute_pre, whose FP8 recompute permutes no bf16 x).
   for (auto [name, c] : {std::pair{"qwen3_bf16_wgrad", fp8_preset("qwen3-30b-a3b")},
