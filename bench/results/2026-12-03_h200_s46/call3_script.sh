@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 46, call 3: T = the GPU tests of 5f… (main after 705b388 with the new LayerFp8 case
+# Session 46, call 3: T = the GPU tests of 89ef70a (705b388 plus the new LayerFp8 case
 # deepseek_short_groups_h320_f208: the shared expert with short 1x128 groups, H 320, F and
 # shared F 208). Every FP8 layer test. Prediction: all pass (26 cases + edges, recompute,
 # bf16-wgrad, graph).
