@@ -161,43 +161,68 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int gr
   }
 }
 
-// D[e]'s tile c: its first element, and how many of its rows and columns exist.
-struct OutputTile {
-  uint8_t* origin;
-  int rows;
-  int cols;
-  __device__ static OutputTile of(const Fp8WgradProblem& p, const TileCoord& c) {
-    const int64_t first =
-        (static_cast<int64_t>(c.expert) * p.n_a + c.m_block * kBlockM) * p.n_b +
-        c.n_block * kBlockN;
-    return OutputTile{.origin = static_cast<uint8_t*>(p.d) + first * (p.fp32 ? 4 : 2),
-                      .rows = min(kBlockM, p.n_a - c.m_block * kBlockM),
-                      .cols = min(kBlockN, p.n_b - c.n_block * kBlockN)};
-  }
-};
+// The tile in the hand-off buffer as D's TMA store boxes: 128B-swizzled column chunks of 128
+// bytes a row (32 fp32 or 64 bf16 columns × 128 rows, 16 KiB each, chunk q at q·16 KiB), row r
+// at r·128, its 16-byte unit u at (u ^ r % 8)·16 — also what spreads a warp's 8 rows of
+// accumulator pairs over all 32 banks.
+inline constexpr int kChunkBytes = kBlockM * 128;
 
-// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order.
-__device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const SharedLayout& smem,
+template <class OutT>
+__device__ __forceinline__ void stage_swizzled(const float (&acc)[kAccumulators], uint8_t* tile,
+                                               int slab) {
+  constexpr int kChunkCols = 128 / int{sizeof(OutT)};
+  const bwd::AccPosition pos = bwd::AccPosition::of_thread();
+  const int row = slab * (kBlockM / 2) + pos.row;
+  const int swizzle = pos.row % 8;  // that of row + 8 too
+#pragma unroll
+  for (int j = 0; j < kAccumulators / 4; ++j) {
+    const int col = 8 * j + pos.col;
+    const int byte = (col % kChunkCols) * int{sizeof(OutT)};
+    uint8_t* at = tile + (col / kChunkCols) * kChunkBytes + row * 128 +
+                  ((byte / 16) ^ swizzle) * 16 + byte % 16;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      cuda::store_pair(reinterpret_cast<OutT*>(at + 8 * h * 128), acc[4 * j + 2 * h],
+                       acc[4 * j + 2 * h + 1]);
+  }
+}
+
+// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. One thread sends
+// the buffer's chunks by TMA stores into D [E, n_a, n_b] (reduce-adds with accumulate; TMA clips
+// rows past n_a and columns past n_b) and waits until they have read it; the others' arrivals
+// release the buffer only with its.
+__device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const CUtensorMap* tmap_d,
+                                               const SharedLayout& smem,
                                                const bwd::WgradTiles<true>& tiles) {
   TileHandoff h = TileHandoff::of(smem);
+  const bool leader = threadIdx.x == 32;
+  const int chunks = p.fp32 ? kBlockN / 32 : kBlockN / 64;
+  const int chunk_cols = p.fp32 ? 32 : 64;
   TileCoord c;
   for (int round = -1; tiles.next<true>(round, c);) {
     if (skip_tile(p, expert_groups(smem, c.expert).count)) continue;
-    const OutputTile out = OutputTile::of(p, c);
     bwd::receive_tile(h, 1, [&](int, const uint8_t* tile) {
-      if (p.accumulate)
-        bwd::drain_output<true>(tile, 0, 1, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
-      else
-        bwd::drain_output<false>(tile, 0, 1, out.origin, p.fp32, p.n_b, out.cols, 0, out.rows, 0);
+      if (!leader) return;
+      for (int q = 0; q < chunks; ++q) {
+        const int col = c.n_block * kBlockN + q * chunk_cols, row = c.m_block * kBlockM;
+        if (p.accumulate)
+          cute::SM90_TMA_REDUCE_ADD_3D::copy(tmap_d, tile + q * kChunkBytes, col, row, c.expert);
+        else
+          cute::SM90_TMA_STORE_3D::copy(tmap_d, tile + q * kChunkBytes, col, row, c.expert);
+      }
+      cute::tma_store_arrive();
+      cute::tma_store_wait<0>();
     });
   }
+  if (leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgrad_kernel(const __grid_constant__ CUtensorMap tmap_a,
                      const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_sa,
-                     const __grid_constant__ CUtensorMap tmap_sb, const Fp8WgradProblem p) {
+                     const __grid_constant__ CUtensorMap tmap_sb,
+                     const __grid_constant__ CUtensorMap tmap_d, const Fp8WgradProblem p) {
   extern __shared__ uint8_t smem_raw[];
   const SharedLayout smem = SharedLayout::carve(smem_raw);
   const int n_blocks = ceil_div(p.n_b, kBlockN), m_blocks = ceil_div(p.n_a, kBlockM);
@@ -223,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp == 0) produce(&tmap_a, &tmap_b, &tmap_sa, &tmap_sb, smem, tiles);
-    else epilogue_warps(p, smem, tiles);
+    else epilogue_warps(p, &tmap_d, smem, tiles);
     return;
   }
 
@@ -237,13 +262,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int groups = expert_groups(smem, c.expert).count;
     consume_tile(acc, groups, smem, pipe, slab);
     if (skip_tile(p, groups)) continue;
-    // The 64 × 128 slab as one buffer part, drained by bulk copies (bulk reduce-adds with
-    // accumulate: bwd::drain_output with one part), which read it through the async proxy:
-    // send_part's kBulk fences the writes for them.
-    if (p.fp32)
-      bwd::send_part<float, 0, bwd::kTilePitchF32, true>(acc, handoff, slab);
-    else
-      bwd::send_part<__nv_bfloat16, 0, bwd::kTilePitch, true>(acc, handoff, slab);
+    // The 64 × 128 slab into the buffer as D's swizzled store boxes, fenced for the TMA engine.
+    handoff.acquire();
+    assume_shared(handoff.tile);
+    if (p.fp32) stage_swizzled<float>(acc, handoff.tile, slab);
+    else stage_swizzled<__nv_bfloat16>(acc, handoff.tile, slab);
+    cute::tma_store_fence();
+    handoff.publish();
   }
 }
 

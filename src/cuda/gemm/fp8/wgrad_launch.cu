@@ -39,6 +39,10 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t st
       gemm::make_tma_2d(gemm::kTmaF32Rows, args.a_scales.data, p.groups, p.n_a, 1, kBlockM);
   const CUtensorMap tmap_sb =
       gemm::make_tma_2d(gemm::kTmaF32Rows, args.b_scales.data, p.groups, p.n_b, 1, kBlockN);
+  // D [E, n_a, n_b] in boxes of 128 rows × 128 bytes (stage_swizzled's chunks).
+  const CUtensorMap tmap_d =
+      gemm::make_tma_3d(p.fp32 ? gemm::kTmaF32 : gemm::kTmaBf16, p.d, p.num_experts, p.n_a, p.n_b,
+                        kBlockM, p.fp32 ? 32 : 64);
   const int64_t tiles = int64_t{p.num_experts} * gemm::ceil_div(p.n_a, kBlockM) *
                         gemm::ceil_div(p.n_b, kBlockN);
   const int grid = static_cast<int>(std::min<int64_t>(cuda::device_sm_count(), tiles));
@@ -46,7 +50,8 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t st
   MOEFUSE_CUDA_CHECK(cudaFuncSetAttribute(&fp8_wgrad_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
-  fp8_wgrad_kernel<<<grid, gemm::kThreads, bytes, stream>>>(tmap_a, tmap_b, tmap_sa, tmap_sb, p);
+  fp8_wgrad_kernel<<<grid, gemm::kThreads, bytes, stream>>>(tmap_a, tmap_b, tmap_sa, tmap_sb,
+                                                               tmap_d, p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
