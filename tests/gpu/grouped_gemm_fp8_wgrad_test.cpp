@@ -326,6 +326,18 @@ TEST(GroupedGemmFp8Wgrad, SmallFeaturesAndOneRow) {
   run_case({.counts = {0}, .n_a = 16, .n_b = 8}, "M_cap = 0");
 }
 
+// Experts of more than 768 rows on average drain each tile by per-row bulk copies, shorter ones
+// by TMA tensor stores of swizzled chunks (wgrad_config.h kTensorStoreMaxGroupsPerExpert; every
+// other case here is short): this one holds the row copies, overwrite and accumulate, with
+// partial tiles, a short and an empty expert.
+TEST(GroupedGemmFp8Wgrad, LongExpertsDrainTheTileByRows) {
+  MOEFUSE_REQUIRE_HOPPER();
+  for (bool accumulate : {false, true})
+    run_case({.counts = {1000, 0, 1700, 131}, .row_base = 1, .spare_rows = 9, .n_a = 200,
+              .n_b = 136, .accumulate = accumulate},
+             accumulate ? "long experts, accumulate" : "long experts, overwrite");
+}
+
 // The epilogue hand-off walked several times per CTA: 48 experts × 3 × 5 tiles = 720 tiles, about
 // 5.5 per CTA on a 132-SM H200, so tile_full / tile_empty wrap their phases many times; with
 // accumulate, the empty experts' tiles (skipped by consumers and epilogue warps alike) fall

@@ -20,6 +20,18 @@ inline constexpr int kAccumulators = fp8::Tile128::kAccumulators;
 inline constexpr int kStages = 4;
 inline constexpr int kGroupM = 8;  // m-blocks per raster group (tile_scheduler.h)
 
+// Where the experts are short the tile's output, not its math, sets the pace: a 128 × 128 fp32
+// tile is 64 KiB out for (K / 128) K blocks of wgmma, and the one tile buffer makes the consumers
+// wait for its drain. On gpt-oss's dW2 (512 rows an expert) a tile took ~7150 cycles for ~2000
+// of tensor work, DRAM 36 % busy, with the drain's 128 per-row bulk copies (ncu, run 46 calls
+// 4-5). Four TMA tensor stores of swizzled 128-byte column chunks drain it faster: gpt-oss's FP8
+// wgrads 0.89-0.92× the time (dW2 alone 0.915×, the FP8 step 0.957×), but qwen3's dW2 (1024 rows)
+// 1.055× and the deepseek slice's wgrad stages (2048) 1.03-1.04× (run 46 call 7): where the math
+// hides the drain, a 64 KiB tensor store seems to hold the TMA engine from the next stages'
+// loads. Hence tensor stores only when the experts' mean rows (the operands' capacity over the
+// experts, host-known) are at most this many 128-row groups.
+inline constexpr int kTensorStoreMaxGroupsPerExpert = 6;
+
 // Warp roles and budgets as the BF16 wgrad: thread 0 of warpgroup 0 produces, warps 1-3 drain
 // the hand-off (with accumulate they keep 8 rows of old and new values in flight; ptxas spilled
 // them at 112); the consumers hold the running sum and the group's wgmma output (64 + 64).

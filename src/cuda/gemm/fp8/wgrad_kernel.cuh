@@ -21,10 +21,11 @@
 //     empty[s] (count 256). The two consumer warpgroups interleave, so one's promotion overlaps
 //     the other's wgmmas.
 //   hand-off (common/tile_handoff.cuh): the finished tile goes as fp32 (bf16 d: rounded to bf16)
-//     into the tile buffer in one part; warps 1-3 drain it by bulk copies (bwd::drain_output;
-//     with accumulate, bulk reduce-adds) while the consumers run the next tile. An empty expert's
-//     tile hands over zeros, or with accumulate nothing at all (both sides skip it by the same
-//     rule).
+//     into the tile buffer in one part; warps 1-3 drain it by bulk copies, one a row
+//     (bwd::drain_output; with accumulate, bulk reduce-adds), or where the experts are short
+//     (p.tensor_store, wgrad_config.h) by four TMA tensor stores of 128B-swizzled column chunks,
+//     while the consumers run the next tile. An empty expert's tile hands over zeros, or with
+//     accumulate nothing at all (both sides skip it by the same rule).
 #pragma once
 
 #include <cuda.h>
@@ -54,6 +55,7 @@ struct Fp8WgradProblem {
   void* d = nullptr;  // [num_experts, n_a, n_b], fp32 or (without accumulate) bf16
   bool fp32 = true;
   bool accumulate = false;
+  bool tensor_store = false;  // the tile leaves by TMA tensor stores (wgrad_config.h says when)
 };
 
 // group_start [E + 1] lives in the layout's tile_start slot, the expert order [E] behind it.
@@ -161,10 +163,25 @@ __device__ __forceinline__ void consume_tile(float (&acc)[kAccumulators], int gr
   }
 }
 
-// The tile in the hand-off buffer as D's TMA store boxes: 128B-swizzled column chunks of 128
-// bytes a row (32 fp32 or 64 bf16 columns × 128 rows, 16 KiB each, chunk q at q·16 KiB), row r
-// at r·128, its 16-byte unit u at (u ^ r % 8)·16 — also what spreads a warp's 8 rows of
-// accumulator pairs over all 32 banks.
+// D[e]'s tile c: its first element, and how many of its rows and columns exist.
+struct OutputTile {
+  uint8_t* origin;
+  int rows;
+  int cols;
+  __device__ static OutputTile of(const Fp8WgradProblem& p, const TileCoord& c) {
+    const int64_t first =
+        (static_cast<int64_t>(c.expert) * p.n_a + c.m_block * kBlockM) * p.n_b +
+        c.n_block * kBlockN;
+    return OutputTile{.origin = static_cast<uint8_t*>(p.d) + first * (p.fp32 ? 4 : 2),
+                      .rows = min(kBlockM, p.n_a - c.m_block * kBlockM),
+                      .cols = min(kBlockN, p.n_b - c.n_block * kBlockN)};
+  }
+};
+
+// With p.tensor_store the buffer holds the tile as D's TMA store boxes: 128B-swizzled column
+// chunks of 128 bytes a row (32 fp32 or 64 bf16 columns × 128 rows, 16 KiB each, chunk q at
+// q·16 KiB), row r at r·128, its 16-byte unit u at (u ^ r % 8)·16 — which also spreads a warp's
+// 8 rows of accumulator pairs over all 32 banks. Else rows of kTilePitchF32 bytes (bwd::stage_part).
 inline constexpr int kChunkBytes = kBlockM * 128;
 
 template <class OutT>
@@ -187,34 +204,65 @@ __device__ __forceinline__ void stage_swizzled(const float (&acc)[kAccumulators]
   }
 }
 
-// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order. One thread sends
-// the buffer's chunks by TMA stores into D [E, n_a, n_b] (reduce-adds with accumulate; TMA clips
-// rows past n_a and columns past n_b) and waits until they have read it; the others' arrivals
-// release the buffer only with its.
+// Consumer side: the warpgroup's 64 × 128 slab into the buffer, fenced for the TMA engine (both
+// drains read it through the async proxy), then published.
+__device__ __forceinline__ void hand_off(const Fp8WgradProblem& p,
+                                         const float (&acc)[kAccumulators], TileHandoff& h,
+                                         int slab) {
+  if (!p.tensor_store) {
+    if (p.fp32) bwd::send_part<float, 0, bwd::kTilePitchF32, true>(acc, h, slab);
+    else bwd::send_part<__nv_bfloat16, 0, bwd::kTilePitch, true>(acc, h, slab);
+    return;
+  }
+  h.acquire();
+  assume_shared(h.tile);
+  if (p.fp32) stage_swizzled<float>(acc, h.tile, slab);
+  else stage_swizzled<__nv_bfloat16>(acc, h.tile, slab);
+  cute::tma_store_fence();
+  h.publish();
+}
+
+// The buffer's chunks into D [E, n_a, n_b] by TMA tensor stores (reduce-adds with accumulate;
+// TMA clips rows past n_a and columns past n_b), issued by one thread, which then waits until
+// they have read the buffer.
+__device__ __forceinline__ void store_chunks(const Fp8WgradProblem& p, const CUtensorMap* tmap_d,
+                                             const uint8_t* tile, const TileCoord& c) {
+  const int chunks = p.fp32 ? kBlockN / 32 : kBlockN / 64, chunk_cols = kBlockN / chunks;
+  const int row = c.m_block * kBlockM;
+  for (int q = 0; q < chunks; ++q) {
+    const int col = c.n_block * kBlockN + q * chunk_cols;
+    if (p.accumulate)
+      cute::SM90_TMA_REDUCE_ADD_3D::copy(tmap_d, tile + q * kChunkBytes, col, row, c.expert);
+    else
+      cute::SM90_TMA_STORE_3D::copy(tmap_d, tile + q * kChunkBytes, col, row, c.expert);
+  }
+  cute::tma_store_arrive();
+  cute::tma_store_wait<0>();
+}
+
+// Warps 1-3 of warpgroup 0: every tile of this CTA, in the consumers' order: one bulk copy (or
+// reduce-add) a buffer row by the 96 threads, or with p.tensor_store the chunks' stores by one
+// (the others' arrivals release the buffer only with its).
 __device__ __forceinline__ void epilogue_warps(const Fp8WgradProblem& p, const CUtensorMap* tmap_d,
                                                const SharedLayout& smem,
                                                const bwd::WgradTiles<true>& tiles) {
   TileHandoff h = TileHandoff::of(smem);
   const bool leader = threadIdx.x == 32;
-  const int chunks = p.fp32 ? kBlockN / 32 : kBlockN / 64;
-  const int chunk_cols = p.fp32 ? 32 : 64;
   TileCoord c;
   for (int round = -1; tiles.next<true>(round, c);) {
     if (skip_tile(p, expert_groups(smem, c.expert).count)) continue;
+    const OutputTile out = OutputTile::of(p, c);
     bwd::receive_tile(h, 1, [&](int, const uint8_t* tile) {
-      if (!leader) return;
-      for (int q = 0; q < chunks; ++q) {
-        const int col = c.n_block * kBlockN + q * chunk_cols, row = c.m_block * kBlockM;
-        if (p.accumulate)
-          cute::SM90_TMA_REDUCE_ADD_3D::copy(tmap_d, tile + q * kChunkBytes, col, row, c.expert);
-        else
-          cute::SM90_TMA_STORE_3D::copy(tmap_d, tile + q * kChunkBytes, col, row, c.expert);
+      if (p.tensor_store) {
+        if (leader) store_chunks(p, tmap_d, tile, c);
+      } else if (p.accumulate) {
+        bwd::drain_output<true>(tile, 0, 1, out.origin, true, p.n_b, out.cols, 0, out.rows, 0);
+      } else {
+        bwd::drain_output<false>(tile, 0, 1, out.origin, p.fp32, p.n_b, out.cols, 0, out.rows, 0);
       }
-      cute::tma_store_arrive();
-      cute::tma_store_wait<0>();
     });
   }
-  if (leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if (p.tensor_store && leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -262,13 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int groups = expert_groups(smem, c.expert).count;
     consume_tile(acc, groups, smem, pipe, slab);
     if (skip_tile(p, groups)) continue;
-    // The 64 × 128 slab into the buffer as D's swizzled store boxes, fenced for the TMA engine.
-    handoff.acquire();
-    assume_shared(handoff.tile);
-    if (p.fp32) stage_swizzled<float>(acc, handoff.tile, slab);
-    else stage_swizzled<__nv_bfloat16>(acc, handoff.tile, slab);
-    cute::tma_store_fence();
-    handoff.publish();
+    hand_off(p, acc, handoff, slab);
   }
 }
 

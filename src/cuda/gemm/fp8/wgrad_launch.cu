@@ -22,7 +22,9 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t st
                           .groups = static_cast<int>(args.a_scales.size(0)),
                           .d = args.d.data,
                           .fp32 = args.d.dtype == DType::kFloat32,
-                          .accumulate = args.accumulate};
+                          .accumulate = args.accumulate,
+                          .tensor_store = args.a_scales.size(0) <=
+                                          kTensorStoreMaxGroupsPerExpert * args.d.size(0)};
   if (p.groups == 0) {  // no expert can have a row (and TMA maps need a non-empty tensor)
     if (!p.accumulate)
       MOEFUSE_CUDA_CHECK(
@@ -39,7 +41,7 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t st
       gemm::make_tma_2d(gemm::kTmaF32Rows, args.a_scales.data, p.groups, p.n_a, 1, kBlockM);
   const CUtensorMap tmap_sb =
       gemm::make_tma_2d(gemm::kTmaF32Rows, args.b_scales.data, p.groups, p.n_b, 1, kBlockN);
-  // D [E, n_a, n_b] in boxes of 128 rows × 128 bytes (stage_swizzled's chunks).
+  // D [E, n_a, n_b] in boxes of 128 rows × 128 bytes (stage_swizzled's chunks; p.tensor_store).
   const CUtensorMap tmap_d =
       gemm::make_tma_3d(p.fp32 ? gemm::kTmaF32 : gemm::kTmaBf16, p.d, p.num_experts, p.n_a, p.n_b,
                         kBlockM, p.fp32 ? 32 : 64);
