@@ -73,7 +73,8 @@ void wgrad_fp64(const std::vector<float>& a, int64_t n_a, const std::vector<floa
 }
 
 std::vector<float> combine_routed(const MoeConfig& c, const LayerForward& f, int64_t T,
-                                  const std::vector<float>& ys, const std::vector<float>& shared_y) {
+                                  const std::vector<float>& ys,
+                                  const std::vector<float>& shared_y) {
   const int64_t H = c.hidden, k = c.top_k;
   std::vector<float> y(static_cast<size_t>(T * H), 0.0f);
   for (int64_t t = 0; t < T; ++t)

@@ -181,7 +181,8 @@ struct OutputTile {
 // With p.tensor_store the buffer holds the tile as D's TMA store boxes: 128B-swizzled column
 // chunks of 128 bytes a row (32 fp32 or 64 bf16 columns × 128 rows, 16 KiB each, chunk q at
 // q·16 KiB), row r at r·128, its 16-byte unit u at (u ^ r % 8)·16 — which also spreads a warp's
-// 8 rows of accumulator pairs over all 32 banks. Else rows of kTilePitchF32 bytes (bwd::stage_part).
+// 8 rows of accumulator pairs over all 32 banks. Else rows of kTilePitchF32 bytes
+// (bwd::stage_part).
 inline constexpr int kChunkBytes = kBlockM * 128;
 
 template <class OutT>
