@@ -31,6 +31,9 @@ inline constexpr int kGroupM = 8;  // m-blocks per raster group (tile_scheduler.
 // loads. Hence tensor stores only when the experts' mean rows (the operands' capacity over the
 // experts, host-known) are at most this many 128-row groups.
 inline constexpr int kTensorStoreMaxGroupsPerExpert = 6;
+constexpr bool drains_by_tensor_stores(int64_t groups, int64_t num_experts) {
+  return groups <= kTensorStoreMaxGroupsPerExpert * num_experts;
+}
 
 // Warp roles and budgets as the BF16 wgrad: thread 0 of warpgroup 0 produces, warps 1-3 drain
 // the hand-off (with accumulate they keep 8 rows of old and new values in flight; ptxas spilled

@@ -23,8 +23,8 @@ void grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, cudaStream_t st
                           .d = args.d.data,
                           .fp32 = args.d.dtype == DType::kFloat32,
                           .accumulate = args.accumulate,
-                          .tensor_store = args.a_scales.size(0) <=
-                                          kTensorStoreMaxGroupsPerExpert * args.d.size(0)};
+                          .tensor_store =
+                              drains_by_tensor_stores(args.a_scales.size(0), args.d.size(0))};
   if (p.groups == 0) {  // no expert can have a row (and TMA maps need a non-empty tensor)
     if (!p.accumulate)
       MOEFUSE_CUDA_CHECK(
