@@ -327,9 +327,9 @@ TEST(GroupedGemmFp8Wgrad, SmallFeaturesAndOneRow) {
 }
 
 // Experts of more than 768 rows on average drain each tile by per-row bulk copies, shorter ones
-// by TMA tensor stores of swizzled chunks (wgrad_config.h kTensorStoreMaxGroupsPerExpert; every
-// other case here is short): this one holds the row copies, overwrite and accumulate, with
-// partial tiles, a short and an empty expert.
+// by TMA tensor stores of swizzled chunks (wgrad_config.h drains_by_tensor_stores; the cases
+// above and the accumulating ones below are short, DeepSeekDw2Shape is long): this one holds the
+// row copies, overwrite and accumulate, with partial tiles, a short and an empty expert.
 TEST(GroupedGemmFp8Wgrad, LongExpertsDrainTheTileByRows) {
   MOEFUSE_REQUIRE_HOPPER();
   for (bool accumulate : {false, true})
@@ -380,21 +380,27 @@ TEST(GroupedGemmFp8Wgrad, DeepSeekDw2Shape) {
 }
 
 // d in bf16: the fp32 result rounded once to nearest even, bit for bit (the same accumulation,
-// rounded in the hand-off), empty experts +0, every element written (poisoned first).
+// rounded in the hand-off), empty experts +0, every element written (poisoned first); through
+// both drains: short experts (tensor stores of 64-column chunks) and long ones (row copies).
 TEST(GroupedGemmFp8Wgrad, Bf16OutputIsTheFp32OneRounded) {
   MOEFUSE_REQUIRE_HOPPER();
   SCOPED_TRACE("seed " + std::to_string(test::seed()));
-  Runner runner({.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3, .spare_rows = 70,
-                 .n_a = 200, .n_b = 136});
-  const std::vector<float> fp32 = runner.run_wgrad();
-  GroupedGemmFp8WgradArgs args = runner.args();
-  DeviceBuffer<test::Bf16> d(fp32.size());
-  d.poison();
-  args.d = d.view(DType::kBFloat16, {args.d.size(0), args.d.size(1), args.d.size(2)});
-  grouped_gemm_fp8_wgrad(args, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_TRUE(test::same_bits(test::from_bf16(d.download()),
-                              test::from_bf16(test::to_bf16(fp32)), "bf16 d vs the fp32 one"));
+  for (const Case& c : {Case{.counts = {0, 1, 127, 129, 300, 0, 64, 257}, .row_base = 3,
+                             .spare_rows = 70, .n_a = 200, .n_b = 136},
+                        Case{.counts = {1000, 0, 1700, 131}, .row_base = 1, .spare_rows = 9,
+                             .n_a = 200, .n_b = 136}}) {
+    SCOPED_TRACE(std::to_string(c.counts.size()) + " experts");
+    Runner runner(c);
+    const std::vector<float> fp32 = runner.run_wgrad();
+    GroupedGemmFp8WgradArgs args = runner.args();
+    DeviceBuffer<test::Bf16> d(fp32.size());
+    d.poison();
+    args.d = d.view(DType::kBFloat16, {args.d.size(0), args.d.size(1), args.d.size(2)});
+    grouped_gemm_fp8_wgrad(args, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(test::same_bits(test::from_bf16(d.download()),
+                                test::from_bf16(test::to_bf16(fp32)), "bf16 d vs the fp32 one"));
+  }
 }
 
 TEST(GroupedGemmFp8Wgrad, BitwiseRepeatable) {
