@@ -245,8 +245,9 @@ class MoeLayer {
   // (transpose_fp8_blockwise_weights, moefuse/grouped_gemm_fp8_dgrad.h: a byte transpose, the
   // same blocks). With a shared expert, shared_w1 and shared_w2 likewise. Four kernels (eight
   // with a shared expert) on `stream`, no allocation: CUDA-graph safe (capture it in the step's
-  // graph ahead of the forward). kMXFP8: the four quantise-dequantised bf16 copies instead (w1 along H and along
-  // fc1, w2 along F and along H: moefuse/quant.h qdq_mxfp8_rows / _cols), same contract.
+  // graph ahead of the forward). kMXFP8: the four quantise-dequantised bf16 copies instead (w1
+  // along H and along fc1, w2 along F and along H: moefuse/quant.h qdq_mxfp8_rows / _cols), same
+  // contract.
   void prepare_fp8_weights(const MoeLayerWeights& weights, cudaStream_t stream);
 
   // y and losses from x [T, H] bf16. Writes the cache for backward. CUDA-graph safe: yes.

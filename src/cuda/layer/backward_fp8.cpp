@@ -7,9 +7,6 @@
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
 #include "moefuse/quant.h"
 
-// Designated initialisers leave the optional views (row_scale, bias, ...) empty on purpose.
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-
 namespace moefuse::layer {
 
 void quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales_rows,

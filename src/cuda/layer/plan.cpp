@@ -16,7 +16,7 @@
 namespace moefuse::layer {
 namespace {
 
-constexpr size_t kBf16 = 2, kF32 = 4, kE4m3 = 1;
+constexpr size_t kF32 = 4, kE4m3 = 1;
 
 size_t groups(size_t extent) {
   return static_cast<size_t>(fp8_scale_groups(static_cast<int64_t>(extent)));

@@ -7,9 +7,6 @@
 #include "moefuse/grouped_gemm_fp8_dgrad.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
 
-// Designated initialisers leave the optional views (row_scale, bias, ...) empty on purpose.
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-
 namespace moefuse::layer {
 namespace {
 
