@@ -17,7 +17,12 @@ inline constexpr int kBlockN = 256;  // output columns per tile: one wgmma m64n2
 // The narrow tile width (kNarrowBlockN, m64n192): the FC2 dgrad's dGLU up to kDgluNarrowMaxK,
 // and the plain dgrad and the TMA wgrad where common/narrow_width.h's rule says.
 static_assert(kBlockN == kWideBlockN);
-inline constexpr int kGroupM = 8;    // m-blocks per raster group (tile_scheduler.h)
+inline constexpr int kGroupM = 8;    // the wgrads' m-blocks (rows of dW) per raster group
+// The dgrads' m-blocks (an expert's token rows) per raster group (tile_scheduler.h), 16 as the
+// forward's (config.h says why). Run 48 call 2 (two rounds): mixtral's dgrads 0.982-0.984x the
+// time, deepseek's 1.002-1.007x, the others unchanged within noise. The wgrads' m-blocks are rows
+// of dW, where 16 read 0.990-1.026x (run 30 call 8).
+inline constexpr int kDgradGroupM = 16;
 inline constexpr int kWgmmaK = 16;
 // An MN-major operand arrives as TMA boxes of 64 MN-contiguous elements (128 bytes: one
 // 128B-swizzle row) × a stage's K rows, boxes of a tile back to back.
@@ -164,7 +169,7 @@ constexpr int dglu_block_n(int64_t k) { return k <= kDgluNarrowMaxK ? kGluBlockN
 // L2 bandwidth (ncu, run 17, qwen3: L2 88%, SM 62%), but fours (one W2 tile for four m-blocks,
 // 0.70 instead of 0.90 MB of L2 reads a tile per 2048 of K) did not pay (run 18, one round):
 // narrow qwen3 0.987x, gpt-oss 1.057; the wide shape in fours deepseek 1.085, mixtral 1.088.
-static_assert(kGroupM % kClusterSize == 0, "raster groups hold whole m-groups");
+static_assert(kDgradGroupM % kClusterSize == 0, "raster groups hold whole m-groups");
 template <class Ring, int EpilogueWarps, bool Glu, int Cluster>
 struct DgradShape {
   using G = Ring;

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
                 fits_beside_tile_slots(G::smem_bytes(kGroupedGemmMaxExperts)));
   const StagedLayout<G> smem = StagedLayout<G>::carve(smem_raw);
   assume_shared(smem.tile);
-  const TileShape shape{.block_m = kBlockM, .block_n = G::kN, .group_m = kGroupM,
+  const TileShape shape{.block_m = kBlockM, .block_n = G::kN, .group_m = kDgradGroupM,
                         .n_blocks = ceil_div(p.n, G::kN)};
   if (threadIdx.x < 32) {
     warp_exclusive_prefix(
