@@ -68,6 +68,32 @@ void quantize_fp8_colwise_grouped_gather(const TensorView& x, const TensorView& 
                                          const TensorView& offsets, const TensorView& xt,
                                          const TensorView& scales, cudaStream_t stream);
 
+// Both FP8 copies of one operand from one read of it: the column-wise grouped codes and scales
+// above (the wgrad's) and, of the same rows, the row-wise 1x128 codes and K-major scales the FP8
+// grouped GEMM takes as its A operand (moefuse/grouped_gemm_fp8.h; FC1's dgrad reads d_pre so):
+//   x, offsets, xt, scales  as quantize_fp8_colwise_grouped's
+//   q_rows                  [M_cap, N]                                e4m3 out
+//   q_rows_scales           [ceil(N/128), fp8_scale_rows(M_cap)]      fp32 out, K-major: entry
+//                           [g, r] scales q_rows[r, 128g .. 128g+127]
+// Rows in [offsets[0], offsets[E]) are bit for bit quantize_fp8_blockwise_1x128's codes and
+// (transposed) scales (moefuse/quant.h); the other rows of q_rows and their scale entries are not
+// written (a ragged GEMM over these offsets never uses them). xt and scales are bit for bit
+// quantize_fp8_colwise_grouped's. Requirements: quantize_fp8_colwise_grouped's, and the four
+// outputs disjoint.
+void quantize_fp8_rowcol_grouped(const TensorView& x, const TensorView& offsets,
+                                 const TensorView& xt, const TensorView& scales,
+                                 const TensorView& q_rows, const TensorView& q_rows_scales,
+                                 cudaStream_t stream);
+
+// The checks of quantize_fp8_rowcol_grouped with every tensor on `device`, x of dtype x_dtype.
+// No CUDA call.
+void validate_quantize_fp8_rowcol_grouped(const TensorView& x, const TensorView& offsets,
+                                          const TensorView& xt, const TensorView& scales,
+                                          const TensorView& q_rows,
+                                          const TensorView& q_rows_scales,
+                                          Device device = Device::kCuda,
+                                          DType x_dtype = DType::kBFloat16);
+
 // The checks of quantize_fp8_colwise_grouped (given a gather_index: of the gather form, whose
 // index may be empty for M_cap = 0) with every tensor on `device`, x of dtype x_dtype (the CPU
 // reference takes fp32 x). No CUDA call.

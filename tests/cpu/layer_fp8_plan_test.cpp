@@ -94,7 +94,8 @@ TEST(LayerFp8Plan, ForwardScratchHoldsCodesAndKMajorScales) {
 
 // The FP8 backward's scratch against formulas written out here (not the library's helpers):
 // row-wise codes with K-major scales for dys (K = H; quantised from dy, so neither row-major
-// scales nor, without expert bias, a bf16 dys) and d_pre (K = fc1; row-major scales too);
+// scales nor, without expert bias, a bf16 dys) and d_pre (K = fc1; its pass writes the
+// column-wise copy and K-major scales together, row-major scales only with bf16 wgrads);
 // column-wise copies of dys, p·act, d_pre and xs with G = (R + 127 E) / 128 groups of 128 rows
 // (every expert's last group may be short: at most E partial groups); with recompute_pre, the
 // recompute's xs codes and K-major scales (no bf16 xs: dW1's copy gathers x).
@@ -119,7 +120,7 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
         };
         for (const Want& w :
              {Want{"dys [R,H] e4m3", R * H}, Want{"dys_scales [H/128,R]", g(H) * cols * 4},
-              Want{"d_pre [R,fc1] e4m3", R * fc1}, Want{"d_pre_scales [R,", R * g(fc1) * 4},
+              Want{"d_pre [R,fc1] e4m3", R * fc1},
               Want{"d_pre_scales [fc1/128,R]", g(fc1) * cols * 4},
               Want{"dys_t [H,128G]", H * 128 * G}, Want{"dys_t_scales", G * H * 4},
               Want{"scaled_act_t [F,128G]", F * 128 * G}, Want{"scaled_act_t_scales", G * F * 4},
@@ -133,6 +134,14 @@ TEST(LayerFp8Plan, BackwardScratchHoldsRowAndColumnWiseOperands) {
         }
         EXPECT_EQ(find_buffer(p, "dys_scales [R,"), nullptr)
             << "dy's permute writes K-major scales";
+        EXPECT_EQ(find_buffer(p, "d_pre_scales [R,"), nullptr)
+            << "d_pre's row+column pass writes K-major scales";
+        MoeConfig bf16_wgrad = c;
+        bf16_wgrad.bf16_wgrad = true;
+        const LayerBuffer* rows =
+            find_buffer(layer_memory_plan(bf16_wgrad, o, T), "d_pre_scales [R,");
+        ASSERT_NE(rows, nullptr) << "bf16 wgrads: d_pre's row-wise pass, row-major scales first";
+        EXPECT_EQ(rows->bytes, R * g(fc1) * 4);
         EXPECT_EQ(find_buffer(p, "dys [R,H] bf16"), nullptr) << "only the bias terms read bf16 dys";
         MoeConfig with_bias = c;
         with_bias.expert_bias = true;
@@ -274,7 +283,10 @@ TEST(LayerFp8Plan, SharedExpertHasItsOwnFp8Operands) {
                  Want{"shared_dy_scales", bwd, g(H) * cols * 4, true},
                  Want{"shared_d_pre [T,shared_fc1] e4m3", bwd, T * s1, true},
                  Want{"shared_d_pre_scales", bwd, g(s1) * cols * 4, true},
-                 Want{"shared_scales_rows [T,max", bwd, T * std::max(g(H), g(s1)) * 4, true},
+                 // Row-major scale scratch: the recompute's and, with bf16 wgrads, dy's and
+                 // d_pre's row-wise passes (else one pass writes each one's both copies).
+                 Want{"shared_scales_rows [T,max", bwd, T * std::max(g(H), g(s1)) * 4,
+                      recompute || bf16_wgrad},
                  Want{"shared_dy_t [H,128G]", bwd, H * 128 * G, !bf16_wgrad},
                  Want{"shared_act_t [shared_F,128G]", bwd, sF * 128 * G, !bf16_wgrad},
                  Want{"shared_d_pre_t [shared_fc1,128G]", bwd, s1 * 128 * G, !bf16_wgrad},

@@ -292,6 +292,42 @@ TEST(Fp8WgradValidation, NamesTheBadArgument) {
   expect_invalid([&] { ref::grouped_gemm_fp8_wgrad(v.args()); }, "offsets");
 }
 
+// The row+column form: the column-wise checks, then its row-wise copy's shape and the four
+// outputs' disjointness.
+TEST(Fp8RowcolQuantValidation, NamesTheBadArgument) {
+  std::vector<float> x(100 * 256), sc(1 * 256), rs(2 * 100);  // rows scales [2, 100]
+  std::vector<uint8_t> xt(256 * 128), q(100 * 256);
+  std::vector<int32_t> off = {0, 100};
+  auto run = [&](TensorView xtv, TensorView qv, TensorView rsv) {
+    validate_quantize_fp8_rowcol_grouped(f32(x, {100, 256}), i32(off, {2}), xtv,
+                                         f32(sc, {1, 256}), qv, rsv, Device::kCpu,
+                                         DType::kFloat32);
+  };
+  EXPECT_NO_THROW(run(e4m3(xt, {256, 128}), e4m3(q, {100, 256}), f32(rs, {2, 100})));
+  expect_invalid([&] { run(e4m3(xt, {256, 64}), e4m3(q, {100, 256}), f32(rs, {2, 100})); },
+                 "xt");  // the column-wise checks come first
+  expect_invalid([&] { run(e4m3(xt, {256, 128}), e4m3(q, {99, 256}), f32(rs, {2, 100})); },
+                 "q_rows");
+  expect_invalid([&] { run(e4m3(xt, {256, 128}), f32(x, {100, 256}), f32(rs, {2, 100})); },
+                 "q_rows");  // dtype
+  // Scale columns: fp8_scale_rows(100) = 100 (a multiple of 4); groups: ceil(256 / 128) = 2.
+  expect_invalid([&] { run(e4m3(xt, {256, 128}), e4m3(q, {100, 256}), f32(rs, {1, 100})); },
+                 "q_rows_scales");
+  expect_invalid([&] { run(e4m3(xt, {256, 128}), e4m3(q, {100, 256}), f32(x, {2, 100})); },
+                 "q_rows_scales");  // over x
+  expect_invalid([&] {
+    run(e4m3(xt, {256, 128}), TensorView::contiguous(xt.data() + 128, DType::kFloat8E4M3,
+                                                     {100, 256}),
+        f32(rs, {2, 100}));
+  }, "xt");  // q_rows over xt
+  // The GPU entry point takes bf16 x and validates before any CUDA call.
+  expect_invalid([&] {
+    quantize_fp8_rowcol_grouped(f32(x, {100, 256}), i32(off, {2}), e4m3(xt, {256, 128}),
+                                f32(sc, {1, 256}), e4m3(q, {100, 256}), f32(rs, {2, 100}),
+                                nullptr);
+  }, "x");
+}
+
 TEST(Fp8ColwiseQuantValidation, NamesTheBadArgument) {
   std::vector<float> x(100 * 16), sc(1 * 16);  // E = 1: G = (100 + 127) / 128 = 1
   std::vector<uint8_t> xt(16 * 128);

@@ -6,7 +6,10 @@
 // form, from x_b's rows scattered over token order) must match the reference bit for bit on
 // every group below group_start[E] (the first mismatch names group, expert, feature and row);
 // the wgrad runs on the reference-quantised operands (so a quantiser bug cannot hide a GEMM
-// bug) and is compared per expert: rel-norm <= 1e-3 (DeepGEMM's bar for FP8 GEMMs, fp32
+// bug) and is compared per expert. The row+column form (quantize_fp8_rowcol_grouped) on
+// operand a: its column-wise copy bit for bit the reference's, its row-wise copy bit for bit the
+// 1x128 reference's on the experts' rows, the other rows and their scales left as poisoned. The
+// wgrad is compared per expert: rel-norm <= 1e-3 (DeepGEMM's bar for FP8 GEMMs, fp32
 // output), the worst element named. Empty experts: exactly +0, or with accumulate the old D bit
 // for bit. Big shapes compare a sample of D's rows (all columns).
 #include <gtest/gtest.h>
@@ -26,6 +29,7 @@
 #include "dispatch_test_util.h"
 #include "moefuse/grouped_gemm_fp8_wgrad.h"
 #include "ref/grouped_gemm_fp8_wgrad.h"
+#include "ref/quant.h"
 
 namespace moefuse {
 namespace {
@@ -145,6 +149,52 @@ class Runner {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       expect_same_quantisation(xt.download(), scales.download(), op->xt, op->scales, op->n,
                                op->groups);
+    }
+  }
+
+  // The row+column form on operand a: both copies from one pass (see the file comment).
+  void check_rowcol_quantiser() const {
+    const Operand& op = *a_;
+    const int64_t n = op.n, groups_n = fp8_scale_groups(n), cols = fp8_scale_rows(m_cap_);
+    DeviceBuffer<uint8_t> xt(op.xt.size()), q_rows(m_cap_ * n);
+    DeviceBuffer<float> scales(op.scales.size()), q_rows_scales(groups_n * cols);
+    for (auto* b : {&xt, &q_rows}) b->poison();
+    for (auto* b : {&scales, &q_rows_scales}) b->poison();
+    quantize_fp8_rowcol_grouped(op.x_dev->view(DType::kBFloat16, {m_cap_, n}),
+                                off_dev_->view(DType::kInt32, {experts_ + 1}),
+                                xt.view(DType::kFloat8E4M3, {n, op.groups * 128}),
+                                scales.view(DType::kFloat32, {op.groups, n}),
+                                q_rows.view(DType::kFloat8E4M3, {m_cap_, n}),
+                                q_rows_scales.view(DType::kFloat32, {groups_n, cols}), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    expect_same_quantisation(xt.download(), scales.download(), op.xt, op.scales, n, op.groups);
+    // The 1x128 reference on the experts' rows (the others hold NaN in x).
+    const int64_t first = off_.front(), rows = off_.back() - first;
+    std::vector<float> x_rows(op.x.begin() + first * n, op.x.begin() + (first + rows) * n);
+    std::vector<uint8_t> want_q(rows * n);
+    std::vector<float> want_s(rows * groups_n);
+    ref::quantize_fp8_blockwise_1x128(host_view(x_rows, DType::kFloat32, {rows, n}),
+                                      host_view(want_q, DType::kFloat8E4M3, {rows, n}),
+                                      host_view(want_s, DType::kFloat32, {rows, groups_n}));
+    const std::vector<uint8_t> q = q_rows.download();
+    const std::vector<float> s = q_rows_scales.download();
+    for (int64_t r = 0; r < m_cap_; ++r) {
+      const bool expert_row = r >= first && r < first + rows;
+      for (int64_t j = 0; j < n; ++j) {
+        const uint8_t want = expert_row ? want_q[(r - first) * n + j] : 0xFF;
+        ASSERT_EQ(q[r * n + j], want) << "row " << r << ", column " << j << ": code " << +q[r * n + j]
+                                      << ", want " << +want << (expert_row ? "" : " (unwritten)");
+      }
+      for (int64_t g = 0; g < groups_n; ++g) {
+        const float got = s[g * cols + r];
+        if (!expert_row) {
+          ASSERT_TRUE(std::isnan(got)) << "row " << r << "'s scale " << g << " written: " << got;
+          continue;
+        }
+        const float want = want_s[(r - first) * groups_n + g];
+        ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+            << "row " << r << ", scale group " << g << ": " << got << ", want " << want;
+      }
     }
   }
 
@@ -299,6 +349,7 @@ void run_case(const Case& c, const std::string& name) {
   SCOPED_TRACE(name + " (seed " + std::to_string(test::seed()) + ")");
   Runner runner(c);
   runner.check_quantiser();
+  runner.check_rowcol_quantiser();
   runner.check_gather_quantiser();
   runner.check_wgrad(runner.run_wgrad());
 }

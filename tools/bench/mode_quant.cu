@@ -180,7 +180,7 @@ int run_quant(Args& args) {
        }},
   };
 
-  if (in == DType::kBFloat16)  // the wgrad's operands are bf16
+  if (in == DType::kBFloat16) {  // the wgrad's operands are bf16
     cases.push_back({"quantize 128x1 fp8, grouped, transposed (wgrad operand)", act,
                      mk * (in_bytes + 1) + groups * k * 4.0, [&](cudaStream_t s) {
                        quantize_fp8_colwise_grouped(
@@ -188,6 +188,18 @@ int run_quant(Args& args) {
                            dev(xt, DType::kFloat8E4M3, {k, 128 * groups}),
                            dev(xt_scales, DType::kFloat32, {groups, k}), s);
                      }});
+    // Both copies the FP8 backward takes of d_pre (the FC1 dgrad's, dW1's) from one read.
+    cases.push_back({"quantize 1x128 + 128x1 fp8, one read (rows and wgrad operand)", act,
+                     mk * (in_bytes + 2) + groups * k * 4.0 + m * g128 * 4.0,
+                     [&](cudaStream_t s) {
+                       quantize_fp8_rowcol_grouped(
+                           dev(x, in, {m, k}), dev(offsets_dev, DType::kInt32, {experts + 1}),
+                           dev(xt, DType::kFloat8E4M3, {k, 128 * groups}),
+                           dev(xt_scales, DType::kFloat32, {groups, k}),
+                           dev(q, DType::kFloat8E4M3, {m, k}),
+                           dev(scales, DType::kFloat32, {g128, fp8_scale_rows(m)}), s);
+                     }});
+  }
 
   // The MXFP8 quantise-dequantise passes: bf16 only, rows with k % 32 == 0.
   DeviceBuffer routed_offsets(in == DType::kBFloat16 ? (experts + 1) * 4 : 0);

@@ -44,7 +44,11 @@ void fc2_dgrad_fp8(const MoeConfig& c, const MoeLayerWeights& w, const Views& v,
 }
 
 void fc1_dgrad_fp8(const Views& v, cudaStream_t stream) {
-  quantize_rows_fp8(v.dpre, v.dpre_fp8, v.dpre_scales_rows, v.dpre_scales, stream);
+  if (!is_absent(v.dpre_t))  // FP8 wgrads: dW1's column-wise copy from the same read of d_pre
+    quantize_fp8_rowcol_grouped(v.dpre, v.offsets, v.dpre_t, v.dpre_t_scales, v.dpre_fp8,
+                                v.dpre_scales, stream);
+  else
+    quantize_rows_fp8(v.dpre, v.dpre_fp8, v.dpre_scales_rows, v.dpre_scales, stream);
   fp8_fc1_dgrad(v.fp8_weights, v.offsets, {v.dpre_fp8, v.dpre_scales}, v.dxs, stream);
 }
 
@@ -61,7 +65,6 @@ void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
                    cudaStream_t stream) {
   quantize_fp8_colwise_grouped_gather(x, v.token_of_row, v.offsets, v.xs_t, v.xs_t_scales,
                                       stream);
-  quantize_fp8_colwise_grouped(v.dpre, v.offsets, v.dpre_t, v.dpre_t_scales, stream);
   fp8_wgrad({v.dpre_t, v.dpre_t_scales}, {v.xs_t, v.xs_t_scales}, v.offsets, g.d_w1, g.accumulate,
             stream);
 }

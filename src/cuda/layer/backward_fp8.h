@@ -52,7 +52,8 @@ void combine_backward_fp8(const MoeConfig& config, const TensorView& dy, const V
 void fc2_dgrad_fp8(const MoeConfig& config, const MoeLayerWeights& w, const Views& v,
                    cudaStream_t stream);
 
-// Stage fc1_dgrad: d_pre → e4m3 row-wise → FP8 GEMM on W1ᵀ → dxs bf16 [R, H].
+// Stage fc1_dgrad: d_pre → e4m3 row-wise → FP8 GEMM on W1ᵀ → dxs bf16 [R, H]. With FP8 wgrads
+// (v.dpre_t) the same pass over d_pre writes its column-wise copy for fc1_wgrad_fp8 too.
 void fc1_dgrad_fp8(const Views& v, cudaStream_t stream);
 
 // Stage fc2_wgrad (MoeLayer: main stream; EpMoeLayer: second stream): dys (gathered from dy by
@@ -60,8 +61,8 @@ void fc1_dgrad_fp8(const Views& v, cudaStream_t stream);
 void fc2_wgrad_fp8(const TensorView& dy, const MoeLayerGrads& g, const Views& v,
                    cudaStream_t stream);
 
-// Stage fc1_wgrad (likewise): x gathered by token_of_row and d_pre, column-wise →
-// d_w1 = Σ d_preᵀ·xs (xs = x[token_of_row], never stored in bf16).
+// Stage fc1_wgrad (likewise): x gathered by token_of_row, column-wise, and d_pre's column-wise
+// copy from fc1_dgrad_fp8 → d_w1 = Σ d_preᵀ·xs (xs = x[token_of_row], never stored in bf16).
 void fc1_wgrad_fp8(const TensorView& x, const MoeLayerGrads& g, const Views& v,
                    cudaStream_t stream);
 

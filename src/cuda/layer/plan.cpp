@@ -49,8 +49,11 @@ void carve_shared_fp8_backward(Carver& bwd, SharedFp8Slices& s, size_t T, size_t
   s.dpre = bwd.add("shared_d_pre [T,shared_fc1] e4m3", T * s_fc1 * kE4m3);
   s.dpre_scales = bwd.add("shared_d_pre_scales [shared_fc1/128,T] fp32 (K-major)",
                           groups(s_fc1) * cols * kF32);
-  s.scales_rows_bwd = bwd.add("shared_scales_rows [T,max(H,shared_fc1)/128] fp32 (row-major)",
-                              T * std::max(groups(H), groups(s_fc1)) * kF32);
+  // The row-wise passes' row-major scale scratch: the recompute's, and dy's and d_pre's where no
+  // column-wise pass (FP8 wgrads) writes their K-major scales directly.
+  if (recompute || !fp8_wgrad)
+    s.scales_rows_bwd = bwd.add("shared_scales_rows [T,max(H,shared_fc1)/128] fp32 (row-major)",
+                                T * std::max(groups(H), groups(s_fc1)) * kF32);
   if (!fp8_wgrad) return;
   const size_t G = static_cast<size_t>(fp8_colwise_groups(static_cast<int64_t>(T), 1));
   s.dy_t = bwd.add("shared_dy_t [H,128G] e4m3 (column-wise)", H * 128 * G * kE4m3);
@@ -178,8 +181,11 @@ Plan make_plan(const MoeConfig& c, const LayerOptions& o, int64_t tokens) {
     p.dys_fp8 = bwd.add("dys [R,H] e4m3", R * H * e4m3);
     p.dys_scales = bwd.add("dys_scales [H/128,R] fp32 (K-major)", groups(H) * scale_cols * f32);
     p.dpre_fp8 = bwd.add("d_pre [R,fc1] e4m3", R * fc1 * e4m3);
-    p.dpre_scales_rows =
-        bwd.add("d_pre_scales [R,fc1/128] fp32 (row-major)", R * groups(fc1) * f32);
+    // The row-major scales' scratch of the row-wise pass; with FP8 wgrads the pass that writes
+    // d_pre's column-wise copy writes the K-major scales itself.
+    if (!fp8_wgrad)
+      p.dpre_scales_rows =
+          bwd.add("d_pre_scales [R,fc1/128] fp32 (row-major)", R * groups(fc1) * f32);
     p.dpre_scales =
         bwd.add("d_pre_scales [fc1/128,R] fp32 (K-major)", groups(fc1) * scale_cols * f32);
   }

@@ -38,19 +38,25 @@ void shared_expert_backward_fp8(const MoeConfig& c, const TensorView& x, const T
     quantize_rows(x, f.x_bwd, f.scales_rows_bwd, f.x_scales_bwd, stream);
     fp8_fc1_pre(f.weights, b.offsets, {f.x_bwd, f.x_scales_bwd}, {}, b.pre, stream);
   }
-  quantize_rows(dy, f.dy, f.scales_rows_bwd, f.dy_scales, stream);
+  // dy's and d_pre's row-wise copies for the dgrads and, with FP8 wgrads, their column-wise ones
+  // from the same read.
+  auto quantize_dgrad_operand = [&](const TensorView& t, const TensorView& codes,
+                                    const TensorView& scales, const TensorView& t_codes,
+                                    const TensorView& t_scales) {
+    if (c.bf16_wgrad) return quantize_rows(t, codes, f.scales_rows_bwd, scales, stream);
+    quantize_fp8_rowcol_grouped(t, b.offsets, t_codes, t_scales, codes, scales, stream);
+  };
+  quantize_dgrad_operand(dy, f.dy, f.dy_scales, f.dy_t, f.dy_t_scales);
   // No row scale: act_bwd is act itself, and no dp.
   grouped_gemm_fc2_dgrad_fp8(
       fp8_fc2_dgrad_args(c, f.weights, b.offsets, {f.dy, f.dy_scales}, b.pre, b.dpre, b.act_bwd),
       {}, stream);
-  quantize_rows(b.dpre, f.dpre, f.scales_rows_bwd, f.dpre_scales, stream);
+  quantize_dgrad_operand(b.dpre, f.dpre, f.dpre_scales, f.dpre_t, f.dpre_t_scales);
   fp8_fc1_dgrad(f.weights, b.offsets, {f.dpre, f.dpre_scales}, b.dx, stream);
   if (c.bf16_wgrad) return shared_expert_wgrads_bf16(x, dy, g, b, stream);
-  quantize_fp8_colwise_grouped(dy, b.offsets, f.dy_t, f.dy_t_scales, stream);
   quantize_fp8_colwise_grouped(b.act_bwd, b.offsets, f.act_t, f.act_t_scales, stream);
   fp8_wgrad({f.dy_t, f.dy_t_scales}, {f.act_t, f.act_t_scales}, b.offsets,
             one_expert(g.d_shared_w2), g.accumulate, stream);
-  quantize_fp8_colwise_grouped(b.dpre, b.offsets, f.dpre_t, f.dpre_t_scales, stream);
   quantize_fp8_colwise_grouped(x, b.offsets, f.x_t, f.x_t_scales, stream);
   fp8_wgrad({f.dpre_t, f.dpre_t_scales}, {f.x_t, f.x_t_scales}, b.offsets,
             one_expert(g.d_shared_w1), g.accumulate, stream);

@@ -24,6 +24,13 @@
 //      the first version (quarters of 32 contiguous rows, one warp per quarter) L2-bound at 78%
 //      with its stores using 16 of each sector's 32 bytes. Quarter 0 stores the pair's scales.
 //      Padding rows (the group's tail up to 128) are zeros, so they encode as 0x00.
+//
+// The row-wise form (quantize_fp8_rowcol_grouped) also writes the rows' 1x128 codes in step 2:
+// the 16 lanes that loaded a row's 128 columns (adjacent, 8 bf16 each) read their vectors back
+// from shared memory (the words each stored itself: no barrier; from the registers, ptxas
+// spilled at the 64 registers of four CTAs an SM), reduce the row's amax by shuffles and each
+// store its 8 codes; the first stores the row's scale in the GEMM's K-major layout. One read of x
+// then serves both copies (d_pre's: the FC1 dgrad's and dW1's), where two passes read it twice.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -55,16 +62,42 @@ struct ColwiseQuantParams {
   const int* offsets;       // [num_experts + 1]
   uint8_t* xt;              // [n, 128 · groups]
   float* scales;            // [groups, n]
-  int x_rows, m_cap, n, num_experts, groups, column_blocks;
+  uint8_t* q_rows;          // row-wise form: [m_cap, n] e4m3
+  float* q_rows_scales;     // row-wise form: [ceil(n / 128), scale_cols] K-major
+  int x_rows, m_cap, n, num_experts, groups, column_blocks, scale_cols;
 };
 
 __device__ __forceinline__ float bf16_low(uint32_t w) { return formats::bits_float(w << 16); }
 __device__ __forceinline__ float bf16_high(uint32_t w) {
   return formats::bits_float(w & 0xFFFF0000u);
 }
+
 // The word swizzle of block row r: quarters 16 rows apart land on different banks in step 3.
 __device__ __forceinline__ int word_swizzle(int r) { return 8 * ((r / kRun) % kQuarters); }
 
+// Row-wise form: the 1x128 codes and scale of each group row this thread loaded (its vector u,
+// columns c .. c + 7 of block row r, back from `block`; the row's other columns are the 15 lanes'
+// beside it).
+__device__ __forceinline__ void quantize_loaded_rows(const uint32_t (&block)[kColwiseGroup][kWords],
+                                                     const ColwiseGroup& grp, int n0,
+                                                     const ColwiseQuantParams& p) {
+  constexpr int kLanesPerRow = kCols / 8;
+#pragma unroll
+  for (int u = 0; u < kLoadsPerThread; ++u) {
+    const int i = threadIdx.x + kThreads * u, r = i / kLanesPerRow, lane = i % kLanesPerRow;
+    const int c = n0 + lane * 8;
+    const cuda::quant::Raw16<__nv_bfloat16> x16 = cuda::quant::raw16_of(
+        *reinterpret_cast<const uint4*>(&block[r][(lane * 4) ^ word_swizzle(r)]));
+    const float amax = cuda::quant::group_max<kLanesPerRow>(cuda::quant::amax16(x16));
+    const int64_t row = int64_t{grp.first_row} + r;
+    if (r >= grp.rows || row >= p.m_cap || c >= p.n) continue;
+    const formats::BlockwiseScale s = formats::blockwise_scale(amax);
+    if (lane == 0) p.q_rows_scales[int64_t{n0 / kCols} * p.scale_cols + row] = s.scale;
+    cuda::quant::store8_e4m3(p.q_rows + row * p.n + c, x16, s.multiplier);
+  }
+}
+
+template <bool kRowwise>
 __global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const ColwiseQuantParams p) {
   __shared__ alignas(16) uint32_t block[kColwiseGroup][kWords];  // bf16 pairs
   __shared__ int group_start[kGroupedGemmMaxExperts + 1];
@@ -98,6 +131,7 @@ __global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const Col
     const int i = threadIdx.x + kThreads * u, r = i / (kCols / 8);
     *reinterpret_cast<uint4*>(&block[r][((i % (kCols / 8)) * 4) ^ word_swizzle(r)]) = v[u];
   }
+  if constexpr (kRowwise) quantize_loaded_rows(block, grp, n0, p);
   __syncthreads();
 
   const int cp = threadIdx.x / kQuarters, q = threadIdx.x % kQuarters;
@@ -155,12 +189,12 @@ namespace moefuse {
 
 namespace {
 
-// Both forms: gather_index is null for the plain one.
+// Every form: gather_index is null for the plain one, q_rows (and q_rows_scales) null without
+// the row-wise copy. Validated by the caller.
 void launch_colwise(const TensorView& x, const TensorView* gather_index,
                     const TensorView& offsets, const TensorView& xt, const TensorView& scales,
+                    const TensorView* q_rows, const TensorView* q_rows_scales,
                     cudaStream_t stream) {
-  validate_quantize_fp8_colwise_grouped(x, offsets, xt, scales, Device::kCuda, DType::kBFloat16,
-                                        gather_index);
   cuda::expect_launchable(stream);
   const int groups = static_cast<int>(scales.size(0)), n = static_cast<int>(x.size(1));
   const int64_t m_cap = gather_index ? gather_index->size(0) : x.size(0);
@@ -171,15 +205,20 @@ void launch_colwise(const TensorView& x, const TensorView* gather_index,
       .offsets = offsets.as<const int>(),
       .xt = xt.as<uint8_t>(),
       .scales = scales.as<float>(),
+      .q_rows = q_rows ? q_rows->as<uint8_t>() : nullptr,
+      .q_rows_scales = q_rows_scales ? q_rows_scales->as<float>() : nullptr,
       .x_rows = static_cast<int>(x.size(0)),
       .m_cap = static_cast<int>(m_cap),
       .n = n,
       .num_experts = static_cast<int>(offsets.size(0) - 1),
       .groups = groups,
-      .column_blocks = gemm::ceil_div(n, gemm::fp8::kCols)};
-  const int64_t blocks = int64_t{groups} * p.column_blocks;
-  gemm::fp8::colwise_quantize_kernel<<<static_cast<unsigned>(blocks), gemm::fp8::kThreads, 0,
-                                       stream>>>(p);
+      .column_blocks = gemm::ceil_div(n, gemm::fp8::kCols),
+      .scale_cols = q_rows_scales ? static_cast<int>(q_rows_scales->size(1)) : 0};
+  const auto blocks = static_cast<unsigned>(int64_t{groups} * p.column_blocks);
+  if (q_rows)
+    gemm::fp8::colwise_quantize_kernel<true><<<blocks, gemm::fp8::kThreads, 0, stream>>>(p);
+  else
+    gemm::fp8::colwise_quantize_kernel<false><<<blocks, gemm::fp8::kThreads, 0, stream>>>(p);
   MOEFUSE_CUDA_CHECK_LAUNCH();
 }
 
@@ -188,13 +227,24 @@ void launch_colwise(const TensorView& x, const TensorView* gather_index,
 void quantize_fp8_colwise_grouped(const TensorView& x, const TensorView& offsets,
                                   const TensorView& xt, const TensorView& scales,
                                   cudaStream_t stream) {
-  launch_colwise(x, nullptr, offsets, xt, scales, stream);
+  validate_quantize_fp8_colwise_grouped(x, offsets, xt, scales);
+  launch_colwise(x, nullptr, offsets, xt, scales, nullptr, nullptr, stream);
 }
 
 void quantize_fp8_colwise_grouped_gather(const TensorView& x, const TensorView& gather_index,
                                          const TensorView& offsets, const TensorView& xt,
                                          const TensorView& scales, cudaStream_t stream) {
-  launch_colwise(x, &gather_index, offsets, xt, scales, stream);
+  validate_quantize_fp8_colwise_grouped(x, offsets, xt, scales, Device::kCuda, DType::kBFloat16,
+                                        &gather_index);
+  launch_colwise(x, &gather_index, offsets, xt, scales, nullptr, nullptr, stream);
+}
+
+void quantize_fp8_rowcol_grouped(const TensorView& x, const TensorView& offsets,
+                                 const TensorView& xt, const TensorView& scales,
+                                 const TensorView& q_rows, const TensorView& q_rows_scales,
+                                 cudaStream_t stream) {
+  validate_quantize_fp8_rowcol_grouped(x, offsets, xt, scales, q_rows, q_rows_scales);
+  launch_colwise(x, nullptr, offsets, xt, scales, &q_rows, &q_rows_scales, stream);
 }
 
 }  // namespace moefuse

@@ -66,6 +66,24 @@ void validate_quantize_fp8_colwise_grouped(const TensorView& x, const TensorView
   expect_outputs_disjoint(outputs, inputs);
 }
 
+void validate_quantize_fp8_rowcol_grouped(const TensorView& x, const TensorView& offsets,
+                                          const TensorView& xt, const TensorView& scales,
+                                          const TensorView& q_rows,
+                                          const TensorView& q_rows_scales, Device device,
+                                          DType x_dtype) {
+  validate_quantize_fp8_colwise_grouped(x, offsets, xt, scales, device, x_dtype);
+  const int64_t m_cap = x.size(0), n = x.size(1);
+  expect_tensor(q_rows, "q_rows", DType::kFloat8E4M3, device, {m_cap, n});
+  expect_aligned(q_rows, "q_rows");
+  expect_tensor(q_rows_scales, "q_rows_scales", DType::kFloat32, device,
+                {fp8_scale_groups(n), fp8_scale_rows(m_cap)});
+  expect_aligned(q_rows_scales, "q_rows_scales");
+  const NamedView outputs[] = {
+      {xt, "xt"}, {scales, "scales"}, {q_rows, "q_rows"}, {q_rows_scales, "q_rows_scales"}};
+  const NamedView inputs[] = {{x, "x"}, {offsets, "offsets"}};
+  expect_outputs_disjoint(outputs, inputs);
+}
+
 void validate_grouped_gemm_fp8_wgrad(const GroupedGemmFp8WgradArgs& args, Device device) {
   const int64_t groups = expect_colwise_groups(args.at, "at", device);
   const int64_t n_a = args.at.size(0);
