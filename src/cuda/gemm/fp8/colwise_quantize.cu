@@ -27,10 +27,11 @@
 //
 // The row-wise form (quantize_fp8_rowcol_grouped) also writes the rows' 1x128 codes in step 2:
 // the 16 lanes that loaded a row's 128 columns (adjacent, 8 bf16 each) read their vectors back
-// from shared memory (the words each stored itself: no barrier; from the registers, ptxas
-// spilled at the 64 registers of four CTAs an SM), reduce the row's amax by shuffles and each
-// store its 8 codes; the first stores the row's scale in the GEMM's K-major layout. One read of x
-// then serves both copies (d_pre's: the FC1 dgrad's and dW1's), where two passes read it twice.
+// from shared memory (the words each stored itself: no barrier; kept in registers, they made
+// ptxas spill at the 64 registers of four CTAs an SM), reduce the row's amax by shuffles, and
+// store 8 codes each with the scale one lane computed; the row's scale goes to the GEMM's K-major
+// layout. One read of x then serves both copies (d_pre's: the FC1 dgrad's and dW1's), where two
+// passes read it twice.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -75,25 +76,54 @@ __device__ __forceinline__ float bf16_high(uint32_t w) {
 // The word swizzle of block row r: quarters 16 rows apart land on different banks in step 3.
 __device__ __forceinline__ int word_swizzle(int r) { return 8 * ((r / kRun) % kQuarters); }
 
-// Row-wise form: the 1x128 codes and scale of each group row this thread loaded (its vector u,
-// columns c .. c + 7 of block row r, back from `block`; the row's other columns are the 15 lanes'
-// beside it).
+// max |x| over the 8 bf16 of v, NaN ignored, +0 for all-zero or all-NaN: cuda::quant::amax16's
+// value (max picks one of its inputs exactly), by packed bf16 max, which returns the other input
+// where one is NaN.
+__device__ __forceinline__ float amax8(uint4 v) {
+  auto abs2 = [](uint32_t w) { return __habs2(*reinterpret_cast<const __nv_bfloat162*>(&w)); };
+  const __nv_bfloat162 m =
+      __hmax2(__hmax2(abs2(v.x), abs2(v.y)), __hmax2(abs2(v.z), abs2(v.w)));
+  return fmaxf(fmaxf(0.0f, __low2float(m)), __high2float(m));
+}
+
+// Row-wise form: the 1x128 codes and scales of the group rows this warp loaded, from `block`.
+// Load u of lane l held columns 8 (l % 16) .. of block row 2 w + l / 16 + 16 u (w: the warp), so a
+// warp holds 16 rows, two a load. Pass 1 reduces each row's amax over its 16 lanes and parks it
+// in lane 2u + l / 16; those 16 lanes compute the scales (one division sequence a warp, not one
+// a load); pass 2 reads the vectors again and stores their codes. Rows outside the group (or
+// M_cap) and columns past N write nothing.
 __device__ __forceinline__ void quantize_loaded_rows(const uint32_t (&block)[kColwiseGroup][kWords],
                                                      const ColwiseGroup& grp, int n0,
                                                      const ColwiseQuantParams& p) {
   constexpr int kLanesPerRow = kCols / 8;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x % 32, half = lane / kLanesPerRow, chunk = lane % kLanesPerRow;
+  const int first = 2 * (threadIdx.x / 32) + half;  // this lane's row at load 0
+  auto vector = [&](int u) {
+    const int r = first + 16 * u;
+    return *reinterpret_cast<const uint4*>(&block[r][(chunk * 4) ^ word_swizzle(r)]);
+  };
+  float row_amax = 0.0f;  // lane l < 16: the amax of row 2w + l % 2 + 16 (l / 2)
 #pragma unroll
   for (int u = 0; u < kLoadsPerThread; ++u) {
-    const int i = threadIdx.x + kThreads * u, r = i / kLanesPerRow, lane = i % kLanesPerRow;
-    const int c = n0 + lane * 8;
-    const cuda::quant::Raw16<__nv_bfloat16> x16 = cuda::quant::raw16_of(
-        *reinterpret_cast<const uint4*>(&block[r][(lane * 4) ^ word_swizzle(r)]));
-    const float amax = cuda::quant::group_max<kLanesPerRow>(cuda::quant::amax16(x16));
+    const float a = cuda::quant::group_max<kLanesPerRow>(amax8(vector(u)));
+    const float second = __shfl_down_sync(kAll, a, kLanesPerRow - 1);  // lane l: lane l + 15's
+    if (lane == 2 * u) row_amax = a;
+    if (lane == 2 * u + 1) row_amax = second;
+  }
+  const formats::BlockwiseScale own = formats::blockwise_scale(row_amax);
+  const int own_r = 2 * (threadIdx.x / 32) + lane % 2 + 16 * (lane / 2);
+  const int64_t own_row = int64_t{grp.first_row} + own_r;
+  if (lane < 2 * kLoadsPerThread && own_r < grp.rows && own_row < p.m_cap)
+    p.q_rows_scales[int64_t{n0 / kCols} * p.scale_cols + own_row] = own.scale;
+#pragma unroll
+  for (int u = 0; u < kLoadsPerThread; ++u) {
+    const float multiplier = __shfl_sync(kAll, own.multiplier, 2 * u + half);
+    const int r = first + 16 * u, c = n0 + chunk * 8;
     const int64_t row = int64_t{grp.first_row} + r;
     if (r >= grp.rows || row >= p.m_cap || c >= p.n) continue;
-    const formats::BlockwiseScale s = formats::blockwise_scale(amax);
-    if (lane == 0) p.q_rows_scales[int64_t{n0 / kCols} * p.scale_cols + row] = s.scale;
-    cuda::quant::store8_e4m3(p.q_rows + row * p.n + c, x16, s.multiplier);
+    cuda::quant::store8_e4m3(p.q_rows + row * p.n + c, cuda::quant::raw16_of(vector(u)),
+                             multiplier);
   }
 }
 
