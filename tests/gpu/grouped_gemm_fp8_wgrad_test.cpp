@@ -182,8 +182,9 @@ class Runner {
       const bool expert_row = r >= first && r < first + rows;
       for (int64_t j = 0; j < n; ++j) {
         const uint8_t want = expert_row ? want_q[(r - first) * n + j] : 0xFF;
-        ASSERT_EQ(q[r * n + j], want) << "row " << r << ", column " << j << ": code " << +q[r * n + j]
-                                      << ", want " << +want << (expert_row ? "" : " (unwritten)");
+        ASSERT_EQ(q[r * n + j], want) << "row " << r << ", column " << j << ": code "
+                                      << +q[r * n + j] << ", want " << +want
+                                      << (expert_row ? "" : " (unwritten)");
       }
       for (int64_t g = 0; g < groups_n; ++g) {
         const float got = s[g * cols + r];
