@@ -172,7 +172,8 @@ def main() -> int:
             r.update(preset=preset, mode=mode, precision=a.precision, tokens=a.tokens,
                      threshold_us=a.threshold_us)
             results.append(r)
-            print(f"{preset:14s} {mode:8s} {a.precision:13s} step {r['step_span_us'] / 1000:8.3f} ms  "
+            print(f"{preset:14s} {mode:8s} {a.precision:13s} "
+                  f"step {r['step_span_us'] / 1000:8.3f} ms  "
                   f"{r['kernels_per_step']:4.0f} kernels  max gap {r['max_gap_us']:7.2f} µs  "
                   f"gaps > {a.threshold_us:g} µs: {r['gaps_over_threshold']:.0f}", flush=True)
             if a.kernels:
