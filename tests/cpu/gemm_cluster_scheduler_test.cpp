@@ -77,27 +77,33 @@ void expect_units_cover_tiles(const std::vector<int>& offsets, const TileShape& 
   EXPECT_EQ(phantoms, expected_phantoms) << "phantoms only past the last n-block";
 }
 
+// Raster groups of 8 m-blocks, and of 16, the kernels' since session 48 (config.h kGroupM).
+constexpr int kRasterGroups[] = {8, 16};
+
 template <int kCluster>
 void expect_even_and_odd_block_counts(UnitPairs pairs = UnitPairs::kMGroupsFirst) {
-  for (int n_blocks : {1, 2, 3, 4, 5, 7, 32}) {
-    const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8, .n_blocks = n_blocks};
-    SCOPED_TRACE("n_blocks " + std::to_string(n_blocks));
-    // Empty experts, one row, exact multiples, every m-block count modulo 4, 17 m-blocks (a
-    // partial raster group).
-    expect_units_cover_tiles<kCluster>(
-        {0, 0, 1, 128, 129, 385, 385, 512 + 385, 2561, 2561 + 17 * 128, 2561 + 20 * 128,
-         2561 + 26 * 128, 2561 + 33 * 128},
-        s, pairs);
+  for (int group_m : kRasterGroups) {
+    for (int n_blocks : {1, 2, 3, 4, 5, 7, 32}) {
+      const TileShape s{.block_m = 128, .block_n = 128, .group_m = group_m, .n_blocks = n_blocks};
+      SCOPED_TRACE("group_m " + std::to_string(group_m) + ", n_blocks " +
+                   std::to_string(n_blocks));
+      // Empty experts, one row, exact multiples, every m-block count modulo 4, 17, 20, 26 and 33
+      // m-blocks (partial raster groups of either size).
+      expect_units_cover_tiles<kCluster>(
+          {0, 0, 1, 128, 129, 385, 385, 512 + 385, 2561, 2561 + 17 * 128, 2561 + 20 * 128,
+           2561 + 26 * 128, 2561 + 33 * 128},
+          s, pairs);
+    }
   }
 }
 
 template <int kCluster>
 void expect_random_routing_covered(UnitPairs pairs = UnitPairs::kMGroupsFirst) {
-  std::uniform_int_distribution<int> rows(0, 1500), blocks(1, 40);
+  std::uniform_int_distribution<int> rows(0, 4500), blocks(1, 40);
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<int> offsets = {0};
     for (int e = 0; e < 24; ++e) offsets.push_back(offsets.back() + rows(test::rng()));
-    const TileShape s{.block_m = 128, .block_n = 128, .group_m = 8,
+    const TileShape s{.block_m = 128, .block_n = 128, .group_m = kRasterGroups[trial % 2],
                       .n_blocks = blocks(test::rng())};
     SCOPED_TRACE("trial " + std::to_string(trial) + ", seed " + std::to_string(test::seed()));
     expect_units_cover_tiles<kCluster>(offsets, s, pairs);
