@@ -1,6 +1,7 @@
 #include "common/test_util.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "cuda/device.h"
@@ -8,7 +9,11 @@
 namespace moefuse::test {
 
 uint64_t seed() {
-  static const uint64_t s = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  static const uint64_t s = [] {
+    if (const char* fixed = std::getenv("MOEFUSE_TEST_SEED"))
+      return uint64_t{std::strtoull(fixed, nullptr, 10)};
+    return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  }();
   return s;
 }
 

@@ -26,7 +26,8 @@ void expect_invalid(Call&& call, const std::string& argument) {
 }
 
 // A generator seeded from the test's name and a per-process random value, so every run draws
-// fresh data; the seed is printed on failure (SCOPED_TRACE) for reproduction.
+// fresh data; the seed is printed on failure (SCOPED_TRACE), and MOEFUSE_TEST_SEED=<that value>
+// replays the failing draw.
 std::mt19937_64& rng();
 uint64_t seed();
 
