@@ -203,11 +203,26 @@ int run_quant(Args& args) {
 
   // The MXFP8 quantise-dequantise passes: bf16 only, rows with k % 32 == 0.
   DeviceBuffer routed_offsets(in == DType::kBFloat16 ? (experts + 1) * 4 : 0);
+  DeviceBuffer token_of_row(in == DType::kBFloat16 ? m * 4 : 0);
   if (in == DType::kBFloat16) {
     const SyntheticRouting routed = draw_routing(m / topk, experts, topk, routing, /*seed=*/1234);
     const int64_t routed_rows = routed.offsets.back();
     MOEFUSE_CUDA_CHECK(cudaMemcpy(routed_offsets.ptr, routed.offsets.data(),
                                   routed.offsets.size() * 4, cudaMemcpyHostToDevice));
+    MOEFUSE_CUDA_CHECK(cudaMemcpy(token_of_row.ptr, routed.token_of_row.data(),
+                                  routed.token_of_row.size() * 4, cudaMemcpyHostToDevice));
+    // dW1's x operand in the FP8 layer: the routed rows read from the m / topk tokens' rows
+    // through token_of_row (each token's row k times), quantised column-wise.
+    cases.push_back({"quantize 128x1 fp8, grouped, transposed, rows gathered from tokens", act,
+                     double(routed_rows) * k * (in_bytes + 1) + groups * k * 4.0,
+                     [&, routed_rows](cudaStream_t s) {
+                       quantize_fp8_colwise_grouped_gather(
+                           dev(x, in, {m / topk, k}),
+                           dev(token_of_row, DType::kInt32, {routed_rows}),
+                           dev(routed_offsets, DType::kInt32, {experts + 1}),
+                           dev(xt, DType::kFloat8E4M3, {k, 128 * groups}),
+                           dev(xt_scales, DType::kFloat32, {groups, k}), s);
+                     }});
     const TensorView xb = dev(x, in, {m, k}), ob = dev(out, in, {m, k});
     if (k % 32 == 0)
       cases.push_back({"qdq mxfp8 rows", act, mk * 4.0,
