@@ -1,8 +1,11 @@
 #include "common/test_util.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "cuda/device.h"
 
@@ -10,9 +13,15 @@ namespace moefuse::test {
 
 uint64_t seed() {
   static const uint64_t s = [] {
-    if (const char* fixed = std::getenv("MOEFUSE_TEST_SEED"))
-      return uint64_t{std::strtoull(fixed, nullptr, 10)};
-    return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+    const char* fixed = std::getenv("MOEFUSE_TEST_SEED");
+    if (!fixed) return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(fixed, &end, 10);
+    if (end == fixed || *end != '\0' || errno == ERANGE || fixed[0] == '-')
+      throw std::invalid_argument("MOEFUSE_TEST_SEED: expected a decimal seed as a failing test "
+                                  "prints it (0 .. 2^64 - 1), got '" + std::string(fixed) + "'");
+    return uint64_t{v};
   }();
   return s;
 }
