@@ -201,7 +201,8 @@ int run_quant(Args& args) {
                      }});
   }
 
-  // The MXFP8 quantise-dequantise passes: bf16 only, rows with k % 32 == 0.
+  // The passes over routed rows, bf16 only: the column-wise quantiser's gather form and the MXFP8
+  // quantise-dequantise passes (rows with k % 32 == 0).
   DeviceBuffer routed_offsets(in == DType::kBFloat16 ? (experts + 1) * 4 : 0);
   DeviceBuffer token_of_row(in == DType::kBFloat16 ? m * 4 : 0);
   if (in == DType::kBFloat16) {
@@ -212,16 +213,18 @@ int run_quant(Args& args) {
     MOEFUSE_CUDA_CHECK(cudaMemcpy(token_of_row.ptr, routed.token_of_row.data(),
                                   routed.token_of_row.size() * 4, cudaMemcpyHostToDevice));
     // dW1's x operand in the FP8 layer: the routed rows read from the m / topk tokens' rows
-    // through token_of_row (each token's row k times), quantised column-wise.
+    // through token_of_row (each token's row k times), quantised column-wise. Its groups are
+    // the routed rows' (fewer than m's where topk does not divide m), within xt's room.
+    const int64_t routed_groups = fp8_colwise_groups(routed_rows, experts);
     cases.push_back({"quantize 128x1 fp8, grouped, transposed, rows gathered from tokens", act,
-                     double(routed_rows) * k * (in_bytes + 1) + groups * k * 4.0,
-                     [&, routed_rows](cudaStream_t s) {
+                     double(routed_rows) * k * (in_bytes + 1) + routed_groups * k * 4.0,
+                     [&, routed_rows, routed_groups](cudaStream_t s) {
                        quantize_fp8_colwise_grouped_gather(
                            dev(x, in, {m / topk, k}),
                            dev(token_of_row, DType::kInt32, {routed_rows}),
                            dev(routed_offsets, DType::kInt32, {experts + 1}),
-                           dev(xt, DType::kFloat8E4M3, {k, 128 * groups}),
-                           dev(xt_scales, DType::kFloat32, {groups, k}), s);
+                           dev(xt, DType::kFloat8E4M3, {k, 128 * routed_groups}),
+                           dev(xt_scales, DType::kFloat32, {routed_groups, k}), s);
                      }});
     const TensorView xb = dev(x, in, {m, k}), ob = dev(out, in, {m, k});
     if (k % 32 == 0)
