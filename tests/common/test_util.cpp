@@ -1,5 +1,6 @@
 #include "common/test_util.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -11,17 +12,21 @@
 
 namespace moefuse::test {
 
+uint64_t parse_test_seed(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0' ||
+      errno == ERANGE)
+    throw std::invalid_argument("MOEFUSE_TEST_SEED: expected a decimal seed as a failing test "
+                                "prints it (0 .. 2^64 - 1), got '" + text + "'");
+  return uint64_t{v};
+}
+
 uint64_t seed() {
   static const uint64_t s = [] {
-    const char* fixed = std::getenv("MOEFUSE_TEST_SEED");
-    if (!fixed) return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(fixed, &end, 10);
-    if (end == fixed || *end != '\0' || errno == ERANGE || fixed[0] == '-')
-      throw std::invalid_argument("MOEFUSE_TEST_SEED: expected a decimal seed as a failing test "
-                                  "prints it (0 .. 2^64 - 1), got '" + std::string(fixed) + "'");
-    return uint64_t{v};
+    if (const char* fixed = std::getenv("MOEFUSE_TEST_SEED")) return parse_test_seed(fixed);
+    return std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   }();
   return s;
 }

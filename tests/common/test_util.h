@@ -30,6 +30,9 @@ void expect_invalid(Call&& call, const std::string& argument) {
 // replays the failing draw.
 std::mt19937_64& rng();
 uint64_t seed();
+// MOEFUSE_TEST_SEED's value: a decimal uint64 (no sign, nothing after it); anything else throws
+// std::invalid_argument naming the variable and the text.
+uint64_t parse_test_seed(const std::string& text);
 
 std::vector<float> random_normal(size_t n, float stddev = 1.0f, float mean = 0.0f);
 // The same from a given generator (deterministic draws: the fuzz harness's cases).
