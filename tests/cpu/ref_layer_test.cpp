@@ -107,8 +107,11 @@ std::optional<FdReport> layer_fd(const MoeConfig& c) {
     return report.back().second.attempts <= kFdDirections;
   };
   // Steps: ~1e-3 on every pre-activation for the tensors that move them (x, w1, b1, shared_w1),
-  // 1e-2 on those that do not (w2, b2, shared_w2); w_router moves logits by ~1e-3.
-  if (!check("dx", x, L.dx, 1e-3) || !check("d_w_router", L.w_router, L.dwr, 2e-4) ||
+  // 1e-2 on those that do not (w2, b2, shared_w2); w_router moves logits by ~5e-3. The loss
+  // holds ~3e-6 of fp32 rounding noise, and w_router's difference is the smallest (~8e-4 at a
+  // step of 2e-4 with the sigmoid router): at that step its error passed the bound in 4 of
+  // 18000 case draws (one failed CI, session 50); at 1e-3 it stayed below 4.3e-4 in 10000.
+  if (!check("dx", x, L.dx, 1e-3) || !check("d_w_router", L.w_router, L.dwr, 1e-3) ||
       !check("d_w1", L.w1, L.dw1, 2e-4) || !check("d_b1", L.b1, L.db1, 1e-3) ||
       !check("d_w2", L.w2, L.dw2, 1e-2) || !check("d_b2", L.b2, L.db2, 1e-2) ||
       !check("d_shared_w1", L.sw1, L.dsw1, 2e-4) || !check("d_shared_w2", L.sw2, L.dsw2, 1e-2))
