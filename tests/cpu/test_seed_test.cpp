@@ -30,5 +30,9 @@ TEST(TestSeed, RejectsAnythingElseNamingTheVariableAndTheText) {
   }
 }
 
+// Fails on purpose, so that python/tests/test_replay_line.py can check the line a failed test
+// prints (tests/common/test_main.cpp); disabled, it runs only where asked for by name.
+TEST(TestSeed, DISABLED_FailsToShowItsReplayLine) { FAIL() << "failed on purpose"; }
+
 }  // namespace
 }  // namespace moefuse
