@@ -12,9 +12,9 @@
 # round at a 2% lower clock). Each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT
 # default gpu-out) and, where nvidia-smi is, .smi.csv: the SM clock, power and clock-event
 # reasons every 100 ms while it ran. Then scripts/bench_compare.py prints each preset's rows with
-# the builds side by side (mean over rounds) and their ratios to the first build, and
-# scripts/gpu_clocks.py each build's clocks (an H200 at its power limit runs well below its boost
-# clock: run 22).
+# the builds side by side (mean over rounds), their ratios to the first build and the noise floor
+# (the ratios of the cuBLAS and torch rows, code every build shares), and scripts/gpu_clocks.py
+# each build's clocks (an H200 at its power limit runs well below its boost clock: run 22).
 set -uo pipefail
 usage() { sed -n '2,7p' "$0" >&2; exit 2; }
 [[ $# -ge 4 ]] || usage

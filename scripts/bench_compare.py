@@ -10,6 +10,11 @@ order the labels first appear, and each label's ratio to the first. Rows a label
 --metric lists columns in order of preference, a row taking the first it has: the default reads
 the GEMM modes' median_ms, the layer totals' ms and the dispatch kernels' and layer stages'
 median_us.
+
+After the table, each label's range of ratios over the control rows: rows whose names hold one of
+--control's substrings (default cublas,torch), code every build shares. Their spread is the noise
+floor of the comparison: in session 49, cuBLAS's dense GEMMs read 0.90-1.16x between builds in
+one device call, so a kernel's ratio inside that range is no evidence of a change.
 """
 
 import argparse
@@ -55,12 +60,32 @@ def compare(pairs, metrics):
     return table, labels, [m for m in metrics if m in used]
 
 
+def control_spread(table, labels, controls):
+    """{label: (min ratio, max ratio, rows)} to the first label over the rows whose names hold
+    one of `controls`, for each later label that shares such rows with the first."""
+    spread = {}
+    for key, by_label in table.items():
+        name = " ".join(v for _, v in key[1:])
+        base = by_label.get(labels[0])
+        if not base or not any(c in name for c in controls):
+            continue
+        for label in labels[1:]:
+            if label in by_label:
+                lo, hi, n = spread.get(label, (float("inf"), 0.0, 0))
+                r = by_label[label] / base
+                spread[label] = (min(lo, r), max(hi, r), n + 1)
+    return spread
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="LABEL:FILE, a moefuse-bench --json output")
     p.add_argument("--metric", default="median_ms,ms,median_us",
                    help="numeric columns, comma separated, a row taking the first it has "
                         "(default median_ms,ms,median_us)")
+    p.add_argument("--control", default="cublas,torch",
+                   help="substrings naming rows of code every build shares, comma separated: "
+                        "their ratios are printed as the noise floor (default cublas,torch)")
     args = p.parse_args(argv)
     pairs = []
     for run in args.runs:
@@ -82,6 +107,10 @@ def main(argv=None) -> int:
         ratios = [f"{by_label[b] / base:.3f}" if base and b in by_label else "-"
                   for b in labels[1:]]
         print(" | ".join([name] + cells + ratios))
+    controls = [c for c in args.control.split(",") if c]
+    for label, (lo, hi, n) in control_spread(table, labels, controls).items():
+        print(f"noise floor {label}/{labels[0]}: {lo:.3f}-{hi:.3f} over {n} control rows "
+              f"(names holding {' or '.join(controls)}: the same code in every build)")
     return 0
 
 

@@ -69,6 +69,28 @@ def test_each_modes_timing_column_compares(tmp_path, title, row, metric, main_va
     assert line in lines
 
 
+def test_control_rows_give_the_noise_floor(tmp_path):
+    # The cuBLAS and torch rows run the same code in every build: the range of their ratios is
+    # printed after the table; rows naming neither are not in it.
+    def write(path, cublas_ms, torch_ms, kernel_ms):
+        rows = [{"preset": "P", "variant": "cublas dense bf16 (bound)", "median_ms": cublas_ms},
+                {"preset": "P", "variant": "torch._grouped_mm", "median_ms": torch_ms},
+                {"preset": "P", "variant": "moefuse fp8 wgrad", "median_ms": kernel_ms}]
+        path.write_text(json.dumps({"reports": [{"title": "t", "rows": rows}]}))
+        return path
+    main = write(tmp_path / "m.json", 1.0, 2.0, 2.0)
+    new = write(tmp_path / "n.json", 1.14, 1.9, 2.2)
+    proc = compare(f"main:{main}", f"new:{new}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        "noise floor new/main: 0.950-1.140 over 2 control rows "
+        "(names holding cublas or torch: the same code in every build)")
+    only_torch = compare("--control", "torch", f"main:{main}", f"new:{new}")
+    assert "0.950-0.950 over 1 control rows" in only_torch.stdout.splitlines()[-1]
+    none = compare("--control", "nothing", f"main:{main}", f"new:{new}")
+    assert "noise floor" not in none.stdout
+
+
 def test_a_metric_no_row_has_is_named(tmp_path):
     proc = compare("--metric", "TFLOP/s", f"a:{report(tmp_path / 'a.json', 1.0)}")
     assert proc.returncode != 0 and "no row of the files has a numeric 'TFLOP/s'" in proc.stderr
