@@ -64,6 +64,7 @@ std::vector<float> d_w_router_error_scale(const LayerData& d, ref::LayerForward&
 // routed gates lie that close. So each gate unit's bias moves, in steps of 2^-9, to the nearest
 // value that keeps every routed token's gate at least 2^-7·|x·W1| (four half-ulps) from zero.
 void keep_reglu_gates_off_the_kink(LayerData& d) {
+  if (d.T == 0) return;  // no token reaches a gate (and the router takes no empty x)
   const MoeConfig& c = d.c;
   const int64_t T = d.T, E = c.num_experts, H = c.hidden, F = c.ffn, k = c.top_k;
   const int64_t fc1 = c.fc1_width();
