@@ -11,10 +11,14 @@ order the labels first appear, and each label's ratio to the first. Rows a label
 the GEMM modes' median_ms, the layer totals' ms and the dispatch kernels' and layer stages'
 median_us.
 
-After the table, each label's range of ratios over the control rows: rows whose names hold one of
---control's substrings (default cublas,torch), code every build shares. Their spread is the noise
-floor of the comparison: in session 49, cuBLAS's dense GEMMs read 0.90-1.16x between builds in
-one device call, so a kernel's ratio inside that range is no evidence of a change.
+Two measures of noise come with it. The last column, the round spread, is the largest
+max / min - 1 of one label's rounds of that row: one process's figure moves by that much with no
+change at all. Over the A/B runs in bench/results up to session 49, the same build's two rounds
+differed by a mean 4.4-4.9 % on qwen3's forward GEMM stages, 4-7 % on several cuBLAS rows and
+0.7 % on the median row (scripts/bench_noise.py). After the table comes each label's range of ratios over the control rows: rows
+whose names hold one of --control's substrings (default cublas,torch), code every build shares.
+A ratio inside either is no evidence of a change: in session 49, cuBLAS's dense GEMMs read
+0.90-1.16x between builds in one device call.
 """
 
 import argparse
@@ -42,7 +46,9 @@ def metric_of(row, metrics):
 
 
 def compare(pairs, metrics):
-    """({key: {label: mean of the metric}}, labels in first-seen order, the metrics used)."""
+    """({key: {label: mean of the metric}}, {key: round spread or None}, labels in first-seen
+    order, the metrics used). A key's round spread is the largest max / min - 1 of one label's
+    values (its rounds), None where no label has two."""
     sums, labels, used = {}, [], []
     for label, path in pairs:
         if label not in labels:
@@ -57,7 +63,10 @@ def compare(pairs, metrics):
             sums.setdefault(key, {}).setdefault(label, []).append(value)
     table = {key: {label: sum(v) / len(v) for label, v in by_label.items()}
              for key, by_label in sums.items()}
-    return table, labels, [m for m in metrics if m in used]
+    spread = {key: max((max(v) / min(v) - 1 for v in by_label.values()
+                        if len(v) > 1 and min(v) > 0), default=None)
+              for key, by_label in sums.items()}
+    return table, spread, labels, [m for m in metrics if m in used]
 
 
 def control_spread(table, labels, controls):
@@ -96,17 +105,19 @@ def main(argv=None) -> int:
             p.error(f"{path}: no such file")
         pairs.append((label, pathlib.Path(path)))
     metrics = [m for m in args.metric.split(",") if m]
-    table, labels, used = compare(pairs, metrics)
+    table, spread, labels, used = compare(pairs, metrics)
     if not table:
         p.error(f"no row of the files has a numeric {' or '.join(map(repr, metrics))}")
-    print(" | ".join(["/".join(used)] + labels + [f"{b}/{labels[0]}" for b in labels[1:]]))
+    print(" | ".join(["/".join(used)] + labels + [f"{b}/{labels[0]}" for b in labels[1:]] +
+                     ["round spread"]))
     for key, by_label in table.items():
         name = " ".join(v for _, v in key[1:])
         cells = [f"{by_label[b]:.4g}" if b in by_label else "-" for b in labels]
         base = by_label.get(labels[0])
         ratios = [f"{by_label[b] / base:.3f}" if base and b in by_label else "-"
                   for b in labels[1:]]
-        print(" | ".join([name] + cells + ratios))
+        rounds = "-" if spread[key] is None else f"{spread[key]:.1%}"
+        print(" | ".join([name] + cells + ratios + [rounds]))
     controls = [c for c in args.control.split(",") if c]
     for label, (lo, hi, n) in control_spread(table, labels, controls).items():
         print(f"noise floor {label}/{labels[0]}: {lo:.3f}-{hi:.3f} over {n} control rows "

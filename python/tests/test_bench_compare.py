@@ -32,9 +32,10 @@ def test_labels_side_by_side_with_means_and_ratios(tmp_path):
     proc = compare(f"main:{a1}", f"main:{a2}", f"new:{b1}")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "median_ms | main | new | new/main"
-    assert "qwen3 fc2 dgrad fused | 1.1 | 0.77 | 0.700" in lines
-    assert "qwen3 fc2 dgrad dense | 0.5 | 0.5 | 1.000" in lines
+    assert lines[0] == "median_ms | main | new | new/main | round spread"
+    # main's two rounds of the fused row: 1.2 / 1.0 - 1; one round or equal rounds: "-" or 0
+    assert "qwen3 fc2 dgrad fused | 1.1 | 0.77 | 0.700 | 20.0%" in lines
+    assert "qwen3 fc2 dgrad dense | 0.5 | 0.5 | 1.000 | 0.0%" in lines
 
 
 @pytest.mark.parametrize("arg,message", [("nolabel.json", "expected LABEL:FILE"),
@@ -65,8 +66,8 @@ def test_each_modes_timing_column_compares(tmp_path, title, row, metric, main_va
     proc = compare(f"main:{main}", f"new:{new}")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == f"{metric} | main | new | new/main"
-    assert line in lines
+    assert lines[0] == f"{metric} | main | new | new/main | round spread"
+    assert line + " | -" in lines
 
 
 def test_control_rows_give_the_noise_floor(tmp_path):
@@ -119,7 +120,7 @@ def test_ab_bench_interleaves_builds_and_compares(tmp_path):
                           env=dict(os.environ, OUT=str(out)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(list((out / "ab").glob("*.json"))) == 8  # 2 rounds × 2 builds × 2 presets
-    assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500") == 2
+    assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500 | 0.0%") == 2
 
 
 def test_ab_bench_alternates_the_build_order_by_round(tmp_path):
