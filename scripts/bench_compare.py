@@ -15,10 +15,10 @@ Two measures of noise come with it. The last column, the round spread, is the la
 max / min - 1 of one label's rounds of that row: one process's figure moves by that much with no
 change at all. Over the A/B runs in bench/results up to session 49, the same build's two rounds
 differed by a mean 4.4-4.9 % on qwen3's forward GEMM stages, 4-7 % on several cuBLAS rows and
-0.7 % on the median row (scripts/bench_noise.py). After the table comes each label's range of ratios over the control rows: rows
-whose names hold one of --control's substrings (default cublas,torch), code every build shares.
-A ratio inside either is no evidence of a change: in session 49, cuBLAS's dense GEMMs read
-0.90-1.16x between builds in one device call.
+0.7 % on the median row (scripts/bench_noise.py). After the table comes each label's range of
+ratios over the control rows: rows whose names hold one of --control's substrings (default
+cublas,torch), code every build shares. A ratio inside either is no evidence of a change: in
+session 49, cuBLAS's dense GEMMs read 0.90-1.16x between builds in one device call.
 """
 
 import argparse
