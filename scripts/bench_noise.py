@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How much each benchmark row moves between two processes of the same build, over recorded A/B runs.
+"""How much each benchmark row moves between two processes of one build, over recorded A/B runs.
 
     python3 scripts/bench_noise.py [--top N] [--min-pairs N] [RESULTS_DIR ...]
 
