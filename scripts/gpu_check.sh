@@ -48,6 +48,9 @@ if [[ " $stages " == *" tests "* ]]; then
   }
   export -f run_one
   export BUILD
+  # Every check's error against its bound (tests/common/margins.h): the closest are printed below.
+  MOEFUSE_TEST_MARGINS=$(mktemp)
+  export MOEFUSE_TEST_MARGINS
   "$BUILD/moefuse_gpu_tests" --gtest_list_tests --gtest_filter="${GTEST_FILTER:-*}" |
     awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}' |
     xargs -P "${TEST_JOBS:-16}" -I{} bash -c 'run_one "$1"' _ {} > "$OUT/tests.log"
@@ -55,6 +58,12 @@ if [[ " $stages " == *" tests "* ]]; then
   awk '$1 == "PASSED" {p++} $1 == "SKIPPED" {s++} $1 == "FAILED" {f++} $1 == "TIMEOUT" {t++}
        END {printf "GPU tests: %d passed, %d failed, %d timed out, %d skipped\n", p, f, t, s}
        END {exit (f + t > 0)}' "$OUT/tests.log" || status=1
+  if [[ -s $MOEFUSE_TEST_MARGINS ]]; then
+    echo "== the GPU checks closest to their bounds"
+    python3 scripts/test_margins.py "$MOEFUSE_TEST_MARGINS" | tee -a "$OUT/tests.log"
+  fi
+  rm -f "$MOEFUSE_TEST_MARGINS"
+  unset MOEFUSE_TEST_MARGINS
   # --gtest_brief prints only failures and the summary; all of it goes to the log (run 12 lost a
   # failing CPU test's name to a tail of the summary's last lines).
   echo "== CPU tests"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/margins.h"
 #include "common/test_util.h"
 #include "ref/bf16_bits.h"
 #include "ref/router.h"
@@ -213,7 +214,9 @@ std::vector<std::string> step_mismatches(const StepResult& got, const StepResult
     if (name == "losses") {
       // Either loss may be 0 in the reference only when its coefficient is; compare each.
       for (size_t i = 0; i < 2; ++i) {
-        if (std::fabs(g[i] - w[i]) <= tolerance(name) * std::max(1.0f, std::fabs(w[i]))) continue;
+        const double err = std::fabs(g[i] - w[i]) / std::max(1.0f, std::fabs(w[i]));
+        record_margin(i == 0 ? "aux_loss" : "z_loss", err, tolerance(name));
+        if (err <= tolerance(name)) continue;
         m << (i == 0 ? "aux_loss" : "z_loss") << ": got " << g[i] << " want " << w[i] << "; ";
       }
       if (!m.str().empty()) out.push_back(m.str());
@@ -234,6 +237,7 @@ std::vector<std::string> step_mismatches(const StepResult& got, const StepResult
             ? std::max(tolerance(name), kDpTermError * rms(want.d_w_router_error_scale) / rms(w))
             : tolerance(name);
     const double err = rel_norm_error(g, w);
+    record_margin(name, err, bound);
     if (err <= bound) continue;
     const MaxDiff worst = max_abs_diff(g, w);
     m << name << ": rel-norm error " << err << " > " << bound << "; worst element ["

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/margins.h"
 #include "ref/router.h"
 #include "ref_test_helpers.h"
 
@@ -167,6 +168,7 @@ TEST_P(RefRouteBackward, MatchesFiniteDifferences) {
     };
     const FdResult fd = finite_difference(logits, d_logits, 1e-2, loss);
     if (fd.attempts > kFdDirections) continue;
+    record_margin("d_logits", fd.error, 2e-3);
     EXPECT_LT(fd.error, 2e-3) << "fd " << fd.fd << " analytic " << fd.analytic;
     return;
   }
