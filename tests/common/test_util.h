@@ -26,8 +26,8 @@ void expect_invalid(Call&& call, const std::string& argument) {
 }
 
 // A generator seeded from the test's name and a per-process random value, so every run draws
-// fresh data; a failed test prints the seed (test_main.cpp's listener, as
-// "[  REPLAY  ] MOEFUSE_TEST_SEED=<seed> --gtest_filter=<test>"), and that setting replays its draw.
+// fresh data. A failed test prints its seed (test_main.cpp's listener, as
+// "[  REPLAY  ] MOEFUSE_TEST_SEED=<seed> --gtest_filter=<test>"); that setting replays the draw.
 std::mt19937_64& rng();
 uint64_t seed();
 // MOEFUSE_TEST_SEED's value: a decimal uint64 (no sign, nothing after it); anything else throws

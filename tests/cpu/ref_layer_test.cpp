@@ -124,12 +124,13 @@ std::optional<FdReport> layer_fd(const MoeConfig& c) {
 // set by the fp32 rounding of y and the probs; a missing term is off by far more.
 TEST_P(RefLayerGrad, MatchesFiniteDifferences) {
   const MoeConfig c = layer_config(GetParam().activation, GetParam().router);
+  constexpr double kBound = 2e-3;
   for (int draw = 0; draw < 5; ++draw) {
     const auto report = layer_fd(c);
     if (!report) continue;
     for (const auto& [name, fd] : *report) {
-      record_margin(name, fd.error, 2e-3);
-      EXPECT_LT(fd.error, 2e-3) << name << ": fd " << fd.fd << " analytic " << fd.analytic;
+      record_margin(name, fd.error, kBound);
+      EXPECT_LT(fd.error, kBound) << name << ": fd " << fd.fd << " analytic " << fd.analytic;
     }
     return;
   }
