@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/fp8_operands.h"
+#include "common/margins.h"
 #include "common/test_util.h"
 #include "cuda/gemm/fp8/config.h"
 #include "dispatch_test_util.h"
@@ -88,7 +89,9 @@ void check_rows(const std::vector<float>& got, const std::vector<float>& want, i
   }
   const int64_t b = offsets.front() * cols, e = offsets.back() * cols;
   const std::vector<float> g(got.begin() + b, got.begin() + e), w(want.begin() + b, want.begin() + e);
-  EXPECT_LE(test::rel_norm_error(g, w), tolerance) << worst(got, want, cols, offsets);
+  const double error = test::rel_norm_error(g, w);
+  test::record_margin("d", error, tolerance);
+  EXPECT_LE(error, tolerance) << worst(got, want, cols, offsets);
 }
 
 void expect_transpose_bit_exact(int64_t e, int64_t n, int64_t k) {

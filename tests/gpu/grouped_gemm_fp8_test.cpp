@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/fp8_operands.h"
+#include "common/margins.h"
 #include "cuda/gemm/fp8/config.h"
 #include "common/test_util.h"
 #include "dispatch_test_util.h"
@@ -203,6 +204,7 @@ class Runner {
     const double error = test::rel_norm_error(got, want);
     EXPECT_EQ(bad, 0u) << bad << " pre elements beyond a bf16 step of the reference; "
                        << worst_pre(rows, got, want, worst);
+    test::record_margin("pre", error, 5e-3);
     EXPECT_LE(error, 5e-3) << "pre rel-norm error; " << worst_pre(rows, got, want, worst);
   }
 
@@ -253,6 +255,7 @@ class Runner {
     std::vector<float> got;
     for (int r : rows) got.insert(got.end(), d.begin() + r * n_out_, d.begin() + (r + 1) * n_out_);
     const double error = test::rel_norm_error(got, want);
+    test::record_margin("d", error, tolerance);
     EXPECT_LE(error, tolerance) << worst(rows, got, want);
   }
 

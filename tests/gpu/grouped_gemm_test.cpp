@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/fp8_operands.h"
+#include "common/margins.h"
 #include "common/test_util.h"
 #include "cuda/check.h"
 #include "moefuse/grouped_gemm.h"
@@ -326,6 +327,8 @@ void run_case(const Case& c, const std::string& name) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
   const Outcome o = runner.check();
   EXPECT_TRUE(o.untouched_violation.empty()) << o.untouched_violation;
+  test::record_margin("d", o.d_error, runner.tolerance());
+  test::record_margin("pre_activation", o.pre_error, 5e-3);
   EXPECT_LE(o.d_error, runner.tolerance()) << "d";
   EXPECT_LE(o.pre_error, 5e-3) << "pre_activation";
 }

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/margins.h"
+
 namespace moefuse::test {
 namespace {
 
@@ -46,6 +48,7 @@ void expect_y(const std::vector<float>& got, const std::vector<float>& want, int
   }
   EXPECT_EQ(nan, 0u) << what << ": " << nan << " NaN in y (unwritten or poisoned input)";
   const double err = rel_norm_error(got, want);
+  record_margin("y", err, tol);
   EXPECT_LE(err, tol) << what << ": y rel-norm error " << err << "; worst token "
                       << worst / H << " column " << worst % H << ": got " << got[worst]
                       << " want " << want[worst];
@@ -65,6 +68,7 @@ void expect_gradients(const MoeConfig& c, int64_t T, const StepResult& got,
       if (!(std::fabs(g[i] - w[i]) <= std::fabs(g[worst] - w[worst]))) worst = i;
     }
     const double err = rel_norm_error(g, w), bound = tol(name);
+    record_margin(name, err, bound);
     std::printf("[ layer ] %s: %-12s rel-norm error %.4f (tolerance %.3f)\n", what.c_str(),
                 name.c_str(), err, bound);
     EXPECT_EQ(nan, 0u) << what << ": " << name << " has " << nan << " NaN (unwritten?)";
