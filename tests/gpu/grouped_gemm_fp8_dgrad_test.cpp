@@ -90,7 +90,7 @@ void check_rows(const std::vector<float>& got, const std::vector<float>& want, i
   const int64_t b = offsets.front() * cols, e = offsets.back() * cols;
   const std::vector<float> g(got.begin() + b, got.begin() + e), w(want.begin() + b, want.begin() + e);
   const double error = test::rel_norm_error(g, w);
-  test::record_margin("d", error, tolerance);
+  test::record_margin(what, error, tolerance);
   EXPECT_LE(error, tolerance) << worst(got, want, cols, offsets);
 }
 
