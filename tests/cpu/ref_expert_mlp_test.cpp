@@ -4,7 +4,6 @@
 
 #include <cmath>
 
-#include "common/margins.h"
 #include "ref/expert_mlp.h"
 #include "ref_kinks.h"
 #include "ref_test_helpers.h"
@@ -126,8 +125,6 @@ struct MlpSetup {
 
 class RefExpertMlpGrad : public testing::TestWithParam<MlpCase> {};
 
-using FdReport = std::vector<std::pair<std::string, FdResult>>;
-
 // One draw of weights and inputs; nullopt when every direction tried for some parameter crossed
 // a kink (a pre value sits closer to a kink than the step), and a fresh draw is needed.
 std::optional<FdReport> expert_mlp_fd(const MoeConfig& c) {
@@ -157,17 +154,13 @@ std::optional<FdReport> expert_mlp_fd(const MoeConfig& c) {
     std::fill(y.begin() + rows * H, y.end(), 0.0f);
     return dot(y, G);
   };
-  FdReport report;
-  auto check = [&](const char* name, std::vector<float>& param, const std::vector<float>& grad,
-                   double eps) {
-    report.emplace_back(name, finite_difference(param, grad, eps, loss));
-    return report.back().second.attempts <= kFdDirections;
-  };
+  FdReport report(loss);
   // Steps: 1e-3 on xs and 2e-4 on w1 move pre by ~1e-3; w2 and b2 do not move pre: a larger step.
-  if (!check("xs", s.xs, dxs, 1e-3) || !check("w1", s.w1, dw1, 2e-4) ||
-      !check("w2", s.w2, dw2, 1e-2))
+  if (!report.add("xs", s.xs, dxs, 1e-3) || !report.add("w1", s.w1, dw1, 2e-4) ||
+      !report.add("w2", s.w2, dw2, 1e-2))
     return std::nullopt;
-  if (c.expert_bias && (!check("b1", s.b1, db1, 1e-3) || !check("b2", s.b2, db2, 1e-2)))
+  if (c.expert_bias &&
+      (!report.add("b1", s.b1, db1, 1e-3) || !report.add("b2", s.b2, db2, 1e-2)))
     return std::nullopt;
   return report;
 }
@@ -179,17 +172,8 @@ std::optional<FdReport> expert_mlp_fd(const MoeConfig& c) {
 TEST_P(RefExpertMlpGrad, MatchesFiniteDifferences) {
   MoeConfig c = small(GetParam().activation, GetParam().bias);
   c.clamped_swiglu.limit = 1.0f;  // pre ~ N(0, 1): about a third of the values clamped
-  constexpr double kBound = 2e-3;
-  for (int draw = 0; draw < 5; ++draw) {
-    const auto report = expert_mlp_fd(c);
-    if (!report) continue;
-    for (const auto& [name, fd] : *report) {
-      record_margin(name, fd.error, kBound);
-      EXPECT_LT(fd.error, kBound) << name << ": fd " << fd.fd << " analytic " << fd.analytic;
-    }
-    return;
-  }
-  FAIL() << "five draws each had a pre value on a kink for every direction tried";
+  expect_fd_within([&] { return expert_mlp_fd(c); }, 2e-3,
+                   "five draws each had a pre value on a kink for every direction tried");
 }
 
 std::vector<MlpCase> all_mlp_cases() {

@@ -8,8 +8,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/margins.h"
 #include "common/test_util.h"
 #include "moefuse/error.h"
 #include "moefuse/tensor.h"
@@ -79,6 +81,43 @@ inline FdResult finite_difference(std::vector<float>& param, const std::vector<f
     return r;
   }
   return r;  // every direction crossed a kink: attempts > kFdDirections, error +inf
+}
+
+// The finite differences of several parameters under one loss, each under its name. A draw
+// returns its report when done: from then on only results() may be used (the loss's captures
+// are gone).
+class FdReport {
+ public:
+  using Loss = std::function<std::optional<double>()>;
+  explicit FdReport(Loss loss) : loss_(std::move(loss)) {}
+  // Checks one parameter; false when every direction crossed a kink (the draw is unusable).
+  bool add(const char* name, std::vector<float>& param, const std::vector<float>& grad,
+           double eps) {
+    results_.emplace_back(name, finite_difference(param, grad, eps, loss_));
+    return results_.back().second.attempts <= kFdDirections;
+  }
+  const std::vector<std::pair<std::string, FdResult>>& results() const { return results_; }
+
+ private:
+  Loss loss_;
+  std::vector<std::pair<std::string, FdResult>> results_;
+};
+
+// Up to five draws, each `draw()` giving a report or nullopt when unusable; every error of the
+// first usable one must be below `bound` (each recorded by record_margin). Five unusable draws
+// fail with `unusable`.
+inline void expect_fd_within(const std::function<std::optional<FdReport>()>& draw, double bound,
+                             const std::string& unusable) {
+  for (int n = 0; n < 5; ++n) {
+    const std::optional<FdReport> report = draw();
+    if (!report) continue;
+    for (const auto& [name, fd] : report->results()) {
+      record_margin(name, fd.error, bound);
+      EXPECT_LT(fd.error, bound) << name << ": fd " << fd.fd << " analytic " << fd.analytic;
+    }
+    return;
+  }
+  FAIL() << unusable;
 }
 
 }  // namespace moefuse::test
