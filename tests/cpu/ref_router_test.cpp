@@ -6,7 +6,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "common/margins.h"
 #include "ref/router.h"
 #include "ref_test_helpers.h"
 
@@ -154,26 +153,22 @@ TEST_P(RefRouteBackward, MatchesFiniteDifferences) {
     bias = random_normal(E, 0.05f);
   }
   // A fresh draw when every direction changed the selection (two group scores nearly tied).
-  for (int draw = 0; draw < 5; ++draw) {
+  auto draw = [&]() -> std::optional<FdReport> {
     auto logits = gapped_logits(T, E);
     const auto dp = random_normal(T * k);
     auto base = run_route(o, k, logits, E, bias.empty() ? nullptr : &bias);
     std::vector<float> d_logits(T * E), dp_copy = dp;
     route_backward(o, k, f32(logits, {T, E}), i32(base.idx, {T, k}), i32(base.counts, {E}),
                    f32(dp_copy, {T, k}), f32(d_logits, {T, E}));
-    auto loss = [&]() -> std::optional<double> {
+    FdReport report([&]() -> std::optional<double> {
       auto r = run_route(o, k, logits, E, bias.empty() ? nullptr : &bias);
       if (r.idx != base.idx) return std::nullopt;
       return dot(r.probs, dp) + r.losses.aux_loss + r.losses.z_loss;
-    };
-    const FdResult fd = finite_difference(logits, d_logits, 1e-2, loss);
-    if (fd.attempts > kFdDirections) continue;
-    constexpr double kBound = 2e-3;
-    record_margin("d_logits", fd.error, kBound);
-    EXPECT_LT(fd.error, kBound) << "fd " << fd.fd << " analytic " << fd.analytic;
-    return;
-  }
-  FAIL() << "five draws each changed the selection for every direction tried";
+    });
+    if (!report.add("d_logits", logits, d_logits, 1e-2)) return std::nullopt;
+    return report;
+  };
+  expect_fd_within(draw, 2e-3, "five draws each changed the selection for every direction tried");
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, RefRouteBackward,
