@@ -20,7 +20,6 @@ constexpr int64_t kCases = 400;
 
 TEST(FuzzCase, IsDeterministicFromSeedAndCase) {
   const uint64_t s = seed();
-  SCOPED_TRACE("seed=" + std::to_string(s));
   for (int64_t i = 0; i < 20; ++i) {
     const FuzzCase a = draw_fuzz_case(s, i), b = draw_fuzz_case(s, i);
     EXPECT_EQ(describe(a), describe(b)) << i;
@@ -72,7 +71,6 @@ TEST(FuzzCase, CasesWithoutTokensDrawTheirData) {
 
 TEST(FuzzCase, RespectsEveryBound) {
   const uint64_t s = seed();
-  SCOPED_TRACE("seed=" + std::to_string(s));
   for (int64_t i = 0; i < kCases; ++i) {
     const FuzzCase fc = draw_fuzz_case(s, i);
     const MoeConfig& c = fc.config;
@@ -95,7 +93,6 @@ TEST(FuzzCase, RespectsEveryBound) {
 
 TEST(FuzzCase, CoversEveryDistributionAndKind) {
   const uint64_t s = seed();
-  SCOPED_TRACE("seed=" + std::to_string(s));
   std::set<int> routings, activations, routers, modes;
   const int64_t cases = 2 * kCases;  // rarer features (T >= 16384, E >= 256) need more draws
   int bias = 0, shared = 0, recompute = 0, score_bias = 0, no_tokens = 0, many_tokens = 0,
@@ -153,7 +150,6 @@ std::vector<int32_t> route_counts(const LayerData& d) {
 // cost at most 2^23 multiply-adds: every promise is per token).
 TEST(FuzzCase, DataRoutesAsTheDistributionSays) {
   const uint64_t s = seed();
-  SCOPED_TRACE("seed=" + std::to_string(s));
   int checked[kFuzzRoutingCount] = {};
   for (int64_t i = 0; i < 240; ++i) {
     FuzzCase fc = draw_fuzz_case(s, i);

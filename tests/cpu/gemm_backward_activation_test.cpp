@@ -34,7 +34,6 @@ bool near_kink(const MoeConfig& c, double v) {
 }
 
 TEST(GemmBackwardActivation, MatchesTheReferenceDerivatives) {
-  SCOPED_TRACE("seed " + std::to_string(test::seed()));
   for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
                          Activation::kClampedSwiGLU, Activation::kSquaredReLU}) {
     SCOPED_TRACE(std::string(activation_name(act)));

@@ -41,7 +41,6 @@ using test::host;
 using test::widen;
 
 TEST(RefFp8WeightTranspose, IsTheByteTransposeAndEqualsQuantisingTheTranspose) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   const int64_t E = 3, N = 400, K = 208;  // partial last blocks both ways
   std::vector<float> w = test::random_normal(E * N * K);
   Fp8Weight qw(w, E, N, K);
@@ -163,7 +162,6 @@ std::vector<float> rows_of(const std::vector<float>& v, int64_t cols, int64_t fi
 }
 
 TEST(RefFc2DgradFp8, MatchesTheBf16PathMathOnTheSameOperands) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (Activation act : {Activation::kSwiGLU, Activation::kGeGLU, Activation::kReGLU,
                          Activation::kClampedSwiGLU, Activation::kSquaredReLU}) {
     SCOPED_TRACE(std::string(activation_name(act)));
@@ -189,7 +187,6 @@ TEST(RefFc2DgradFp8, MatchesTheBf16PathMathOnTheSameOperands) {
 // The quantisation error of the FP8 dgrad against unquantised operands: what the layer's
 // backward tolerance builds on.
 TEST(RefFc2DgradFp8, QuantisationErrorAgainstUnquantisedOperands) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (Activation act : {Activation::kSwiGLU, Activation::kClampedSwiGLU}) {
     Fc2Problem pb(act, {40, 24}, 256, 128, 0);
     ref::fc2_dgrad_fp8(pb.args());
@@ -208,7 +205,6 @@ TEST(RefFc2DgradFp8, QuantisationErrorAgainstUnquantisedOperands) {
 }
 
 TEST(RefGroupedGemmFp8, BiasIsAddedBeforeTheEpilogue) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   const int64_t E = 2, M = 20, N = 272, K = 160;
   Fp8Rows a(test::random_normal(M * K), M, K);
   Fp8Weight b(test::random_normal(E * N * K), E, N, K);

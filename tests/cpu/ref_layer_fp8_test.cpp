@@ -32,7 +32,6 @@ MoeConfig small_fp8(const std::string& name) {
 }
 
 TEST(RefLayerFp8, QuantisationErrorIsWithinTheDocumentedBound) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b", "deepseek-v3"}) {
     SCOPED_TRACE(name);
     Data d(small_fp8(name), 96);
@@ -51,7 +50,6 @@ TEST(RefLayerFp8, QuantisationErrorIsWithinTheDocumentedBound) {
 // The biases reach the FP8 epilogues: with them the FP8 y tracks the biased bf16 reference, and
 // dropping them moves it far past the quantisation error.
 TEST(RefLayerFp8, ExpertBiasEntersTheEpilogues) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
     SCOPED_TRACE(name);
     MoeConfig c = small_fp8(name);
@@ -70,7 +68,6 @@ TEST(RefLayerFp8, ExpertBiasEntersTheEpilogues) {
 // Every gradient of ref::layer_backward_fp8 against ref::layer_backward on the same inputs and
 // routing: the measured errors are the table in ref/layer_fp8_tolerance.h.
 TEST(RefLayerFp8, BackwardQuantisationErrorIsWithinTheDocumentedBounds) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   std::vector<std::pair<std::string, MoeConfig>> configs;
   for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b", "deepseek-v3"})
     configs.push_back({name, small_fp8(name)});
@@ -108,7 +105,6 @@ TEST(RefLayerFp8, BackwardQuantisationErrorIsWithinTheDocumentedBounds) {
 // other gradient bit for bit), and brings
 // them closer to the bf16 reference: two e4m3 roundings of their operands fewer.
 TEST(RefLayerFp8, Bf16WgradsChangeOnlyTheWeightGradients) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"}) {
     SCOPED_TRACE(name);
     Data d(small_fp8(name), 96);

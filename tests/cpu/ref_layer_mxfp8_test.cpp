@@ -36,7 +36,6 @@ std::vector<std::pair<std::string, MoeConfig>> configs() {
 }
 
 TEST(RefLayerMxfp8, ForwardQuantisationErrorIsWithinTheDocumentedBound) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (const auto& [name, c] : configs()) {
     SCOPED_TRACE(name);
     Data d(c, 96);
@@ -54,7 +53,6 @@ TEST(RefLayerMxfp8, ForwardQuantisationErrorIsWithinTheDocumentedBound) {
 // Every gradient against ref::layer_backward on the same inputs and routing; the shared
 // expert's stay bf16 (equal), d_b2 = Σ p·dys meets no quantised operand (the bf16 bound).
 TEST(RefLayerMxfp8, BackwardQuantisationErrorIsWithinTheDocumentedBounds) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (const auto& [name, c] : configs()) {
     SCOPED_TRACE(name);
     Data d(c, 96);
@@ -80,7 +78,6 @@ TEST(RefLayerMxfp8, BackwardQuantisationErrorIsWithinTheDocumentedBounds) {
 
 // config.bf16_wgrad changes d_w1 and d_w2 only, and brings them closer to the bf16 reference.
 TEST(RefLayerMxfp8, Bf16WgradsChangeOnlyTheWeightGradients) {
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
     SCOPED_TRACE(name);
     Data d(test::small_layer(name, PrecisionRecipe::kMXFP8), 96);

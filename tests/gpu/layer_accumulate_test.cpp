@@ -51,7 +51,6 @@ class LayerAccumulate : public ::testing::TestWithParam<Case> {};
 TEST_P(LayerAccumulate, BackwardAddsEachStepsGradientsOnce) {
   MOEFUSE_REQUIRE_HOPPER();
   const Case& tc = GetParam();
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   const int64_t T = 200;
   test::Stream stream;
   MoeLayer layer(tc.config, tc.options);

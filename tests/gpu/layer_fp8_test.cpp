@@ -324,7 +324,6 @@ TEST(LayerFp8Bf16Wgrad, OnlyTheWeightGradientsChangeAndMayBeBf16) {
   MoeConfig c16 = fp8;
   c16.bf16_wgrad = true;
   const int64_t T = 200, E = fp8.num_experts, H = fp8.hidden, F = fp8.ffn, fc1 = fp8.fc1_width();
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   const test::LayerData data = test::LayerData::random(fp8, T);
   const LayerOptions o{.mode = LayerMode::kFused};
   test::Stream stream;

@@ -73,7 +73,6 @@ void expect_confined(const MoeConfig& c) {
 
 TEST(LayerNonFinite, BadActivationsStayInTheirTokenBf16) {
   MOEFUSE_REQUIRE_HOPPER();
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   expect_confined(test::scaled_preset("qwen3-30b-a3b"));
 }
 
@@ -81,7 +80,6 @@ TEST(LayerNonFinite, BadActivationsStayInTheirTokenBf16) {
 // group's scale Inf), and the shared expert (deepseek) is row-wise too.
 TEST(LayerNonFinite, BadActivationsStayInTheirTokenFp8) {
   MOEFUSE_REQUIRE_HOPPER();
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   MoeConfig c = test::scaled_preset("deepseek-v3");
   c.precision = PrecisionRecipe::kFP8Blockwise;
   c.expert_bias = false;
@@ -93,7 +91,6 @@ TEST(LayerNonFinite, BadActivationsStayInTheirTokenFp8) {
 // reach only the weight gradients.
 TEST(LayerNonFinite, BadActivationsStayInTheirTokenMxfp8) {
   MOEFUSE_REQUIRE_HOPPER();
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   MoeConfig c = test::scaled_preset("deepseek-v3");
   c.precision = PrecisionRecipe::kMXFP8;
   expect_confined(c);

@@ -48,7 +48,6 @@ class LayerReference : public ::testing::TestWithParam<Case> {};
 TEST_P(LayerReference, ForwardAndBackwardMatchReference) {
   MOEFUSE_REQUIRE_HOPPER();
   const Case& tc = GetParam();
-  SCOPED_TRACE("seed=" + std::to_string(test::seed()));
   const int64_t T = 200;
   cudaStream_t stream = nullptr;
   MOEFUSE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

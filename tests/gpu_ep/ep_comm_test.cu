@@ -251,14 +251,12 @@ void run_edge_then_random(int gpus, int experts_per_rank, int hidden, int64_t se
 
 TEST(EpComm, DispatchAndReturnBitExact) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
-  SCOPED_TRACE("seed " + std::to_string(test::seed()));
   run_edge_then_random(gpus, 4, 136, 300, /*graph=*/false);
 }
 
 // Captured once per rank, replayed on each step's new inputs (rows of 65 vectors: uneven lanes).
 TEST(EpComm, GraphReplaysOnNewInputs) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
-  SCOPED_TRACE("seed " + std::to_string(test::seed()));
   run_edge_then_random(gpus, 2, 520, 257, /*graph=*/true);
 }
 
@@ -266,7 +264,6 @@ TEST(EpComm, GraphReplaysOnNewInputs) {
 // kernels of 5 CTAs: the same rows as whole transfers, eager and replayed.
 TEST(EpComm, ChunkedTransfersMatchWhole) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
-  SCOPED_TRACE("seed " + std::to_string(test::seed()));
   run_edge_then_random(gpus, 4, 136, 300, /*graph=*/false, {.chunks = 3, .sms = 5});
   run_edge_then_random(gpus, 4, 72, 100, /*graph=*/true, {.chunks = 4, .sms = 3});
 }
@@ -275,7 +272,6 @@ TEST(EpComm, ChunkedTransfersMatchWhole) {
 // than fit. Rows past capacity are dropped, receive offsets clamped, the flag set on every rank.
 TEST(EpComm, CapacityOverflowDropsRowsAndFlags) {
   MOEFUSE_REQUIRE_HOPPER_GPUS(gpus);
-  SCOPED_TRACE("seed " + std::to_string(test::seed()));
   const int ranks = 2;
   const Shape c{.experts = 4, .hidden = 64, .send_bound = 200, .capacity = 150};
   std::vector<std::vector<Role>> steps{{Role::kAllToExpert0, Role::kRandom},

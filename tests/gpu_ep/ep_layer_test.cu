@@ -380,7 +380,6 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, int
 // dW1 and dW2 its experts' slices.
 void expect_matches_one_gpu(int gpus, const Shape& s, const EpLayerOptions& options = {},
                             bool fp8_exact = false) {
-  SCOPED_TRACE("seed " + std::to_string(test::seed()));
   const int64_t el = s.experts_per_rank, H = s.hidden, F = s.ffn;
   for (int ranks : test::rank_counts(gpus)) {
     SCOPED_TRACE("ranks " + std::to_string(ranks));
