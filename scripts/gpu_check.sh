@@ -42,8 +42,11 @@ if [[ " $stages " == *" tests "* ]]; then
       0) grep -q '^\[  SKIPPED \] 1 test' <<< "$log" && echo "SKIPPED $1 ($took)" ||
            echo "PASSED $1 ($took)" ;;
       124) echo "TIMEOUT $1 ($took)" ;;
+      # The replay line (tests/common/test_main.cpp) first: a long failure log is cut at 60 lines.
       *) echo "FAILED $1 ($took)"
-         grep -vE '^(\[ +(RUN|OK) +\]|\[[-=]+\]|Note: |Running main|$)' <<< "$log" | head -n 60 ;;
+         grep '^\[  REPLAY  \]' <<< "$log"
+         grep -vE '^(\[ +(RUN|OK|REPLAY) +\]|\[[-=]+\]|Note: |Running main|$)' <<< "$log" |
+           head -n 60 ;;
     esac
   }
   export -f run_one

@@ -37,3 +37,26 @@ esac
     assert lines[i + 2:i + 4] == ["0.900 | 0.900 | 1 | Suite.Near d_w1 | 7",
                                   "0.100 | 0.100 | 1 | Suite.Far y | 7"]
     assert "Suite.Near d_w1" in (out / "tests.log").read_text()
+
+
+def test_a_failed_test_shows_its_replay_line_however_long_its_log(tmp_path):
+    # 100 failure lines, then the replay line test_main.cpp prints at the test's end.
+    build = tmp_path / "build"
+    build.mkdir()
+    executable(build / "moefuse_gpu_tests", """#!/bin/sh
+case "$1" in
+  --gtest_list_tests) printf 'Suite.\\n  Long\\n' ;;
+  *) for i in $(seq 100); do echo "failure line $i"; done
+     echo "[  REPLAY  ] MOEFUSE_TEST_SEED=42 --gtest_filter='Suite.Long'"
+     exit 1 ;;
+esac
+""")
+    executable(build / "moefuse_cpu_tests", "#!/bin/sh\necho '[  PASSED  ] 1 test.'\n")
+    proc = subprocess.run(["bash", str(SCRIPT), "tests"], capture_output=True, text=True,
+                          timeout=120,
+                          env=dict(os.environ, BUILD=str(build), OUT=str(tmp_path / "out")))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("FAILED Suite.Long"))
+    assert lines[i + 1] == "[  REPLAY  ] MOEFUSE_TEST_SEED=42 --gtest_filter='Suite.Long'"
+    assert "GPU tests: 0 passed, 1 failed, 0 timed out, 0 skipped" in lines
