@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Interleaved A/B of moefuse-bench between builds on one machine, in one device call:
 #
-#   scripts/ab_bench.sh MODE "PRESET ..." ROUNDS LABEL=BUILD_DIR [LABEL=BUILD_DIR ...]
+#   scripts/ab_bench.sh MODE "PRESET ..." ROUNDS LABEL=BUILD_DIR[:VAR=VALUE,...] [...]
 #   e.g. scripts/ab_bench.sh gemm-backward "qwen3-30b-a3b gpt-oss-120b" 2 main=.gpu/main k32=.gpu/k32
+#   or one binary two ways: plain=.gpu/t:DEBUG_PLAIN_LOADS=1 cp=.gpu/t
 #   BENCH_ARGS: more moefuse-bench options for every run, e.g. "--no-torch" (torch's baseline
 #   does not change between builds).
 #
@@ -11,19 +12,29 @@
 # runs first (run 31: two builds with identical SASS read 1.025-1.030x apart, the second of each
 # round at a 2% lower clock). Each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT
 # default gpu-out) and, where nvidia-smi is, .smi.csv: the SM clock, power and clock-event
-# reasons every 100 ms while it ran. Then scripts/bench_compare.py prints each preset's rows with
+# reasons every 100 ms while it ran. VAR=VALUE after a build's directory are set in its runs'
+# environment: a runtime switch compared inside one binary, where a rebuild can move a kernel's
+# time by itself (docs/fp8.md, "What comparing builds misses"). Then scripts/bench_compare.py prints each preset's rows with
 # the builds side by side (mean over rounds), their ratios to the first build and the noise floor
 # (the ratios of the cuBLAS and torch rows, code every build shares), and scripts/gpu_clocks.py
 # each build's clocks (an H200 at its power limit runs well below its boost clock: run 22).
 set -uo pipefail
-usage() { sed -n '2,7p' "$0" >&2; exit 2; }
+usage() { sed -n '2,8p' "$0" >&2; exit 2; }
 [[ $# -ge 4 ]] || usage
 mode=$1 presets=$2 rounds=$3
 shift 3
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
+# A build's directory and its VAR=VALUE list (empty without one).
+build_dir() { local rest=${1#*=}; echo "${rest%%:*}"; }
+build_env() { local rest=${1#*=}; [[ $rest == *:* ]] && echo "${rest#*:}" | tr ',' ' '; }
 for build in "$@"; do
-  [[ $build == *=* && -x ${build#*=}/moefuse-bench ]] ||
-    { echo "expected LABEL=BUILD_DIR with BUILD_DIR/moefuse-bench, got '$build'" >&2; exit 2; }
+  [[ $build == *=* && -x $(build_dir "$build")/moefuse-bench ]] ||
+    { echo "expected LABEL=BUILD_DIR[:VAR=VALUE,...] with BUILD_DIR/moefuse-bench, got '$build'" >&2
+      exit 2; }
+  for v in $(build_env "$build"); do
+    [[ $v =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] ||
+      { echo "expected VAR=VALUE after the directory of '$build', got '$v'" >&2; exit 2; }
+  done
 done
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT/ab"
@@ -42,12 +53,14 @@ for ((i = ${#builds[@]} - 1; i >= 0; i--)); do reversed+=("${builds[i]}"); done
 for r in $(seq "$rounds"); do
   if ((r % 2)); then order=("${builds[@]}"); else order=("${reversed[@]}"); fi
   for build in "${order[@]}"; do
-    label=${build%%=*} dir=${build#*=}
+    label=${build%%=*} dir=$(build_dir "$build")
+    read -r -a vars <<< "$(build_env "$build")"
     for p in $presets; do
       base="$OUT/ab/${mode}_${p}_${label}_$r"
       sampler=$(sample_clocks "$base.smi.csv")
       # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
-      "$dir/moefuse-bench" "$mode" --preset "$p" --json "$base.json" ${BENCH_ARGS:-} \
+      env ${vars[@]+"${vars[@]}"} "$dir/moefuse-bench" "$mode" --preset "$p" --json "$base.json" \
+        ${BENCH_ARGS:-} \
         > "$base.log" 2>&1 ||
         { echo "FAILED: $label $p round $r ($base.log)"; status=1; }
       [[ -n $sampler ]] && kill "$sampler" 2> /dev/null

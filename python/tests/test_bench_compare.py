@@ -123,6 +123,34 @@ def test_ab_bench_interleaves_builds_and_compares(tmp_path):
     assert proc.stdout.count("P fc2 dgrad fused | 2 | 1 | 0.500 | 0.0%") == 2
 
 
+def test_ab_bench_compares_one_binary_under_two_environments(tmp_path):
+    # One made-up binary whose time depends on a variable: 1 ms with FAST set, else 2 ms.
+    build = tmp_path / "t"
+    build.mkdir()
+    bench = build / "moefuse-bench"
+    row = '{"preset": "P", "op": "fc2 dgrad", "variant": "fused", "median_ms": %s}'
+    bench.write_text("#!/bin/sh\nms=${FAST:+1.0}\n"
+                     "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && printf "
+                     f"'{{\"reports\": [{{\"title\": \"t\", \"rows\": [{row}]}}]}}' "
+                     "\"${ms:-2.0}\" > \"$2\"; shift; done\n")
+    bench.chmod(bench.stat().st_mode | stat.S_IXUSR)
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "gemm", "p1", "2",
+                           f"slow={build}", f"fast={build}:FAST=1,OTHER=x"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, OUT=str(tmp_path / "out")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "P fc2 dgrad fused | 2 | 1 | 0.500 | 0.0%" in proc.stdout
+
+
+def test_ab_bench_names_a_malformed_variable(tmp_path):
+    a = fake_build(tmp_path / "a", 1.0)
+    proc = subprocess.run(["bash", str(SCRIPTS / "ab_bench.sh"), "gemm", "p1", "1", f"a={a}",
+                           f"b={a}:1BAD=2"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, OUT=str(tmp_path / "out")))
+    assert proc.returncode == 2
+    assert f"expected VAR=VALUE after the directory of 'b={a}:1BAD=2', got '1BAD=2'" in proc.stderr
+
+
 def test_ab_bench_alternates_the_build_order_by_round(tmp_path):
     a, b, c = (fake_build(tmp_path / name, 1.0) for name in "abc")
     order = tmp_path / "order"
