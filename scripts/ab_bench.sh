@@ -12,9 +12,10 @@
 # runs first (run 31: two builds with identical SASS read 1.025-1.030x apart, the second of each
 # round at a 2% lower clock). Each run writes $OUT/ab/MODE_PRESET_LABEL_ROUND.json and .log (OUT
 # default gpu-out) and, where nvidia-smi is, .smi.csv: the SM clock, power and clock-event
-# reasons every 100 ms while it ran. VAR=VALUE after a build's directory are set in its runs'
-# environment: a runtime switch compared inside one binary, where a rebuild can move a kernel's
-# time by itself (docs/fp8.md, "What comparing builds misses"). Then scripts/bench_compare.py
+# reasons every 100 ms while it ran. VAR=VALUE after a build's directory (values without commas or
+# blanks, a directory without ':') are set in its runs' environment: a runtime switch compared
+# inside one binary, where a rebuild can move a kernel's time by itself (docs/fp8.md, "What
+# comparing builds misses"). Then scripts/bench_compare.py
 # prints each preset's rows with the builds side by side (mean over rounds), their ratios to the
 # first build and the noise floor (the ratios of the cuBLAS and torch rows, code every build
 # shares), and scripts/gpu_clocks.py each build's clocks (an H200 at its power limit runs well

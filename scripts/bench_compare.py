@@ -27,6 +27,10 @@ import pathlib
 import sys
 
 
+# Substrings naming the rows of code every build shares (cuBLAS's and torch's baselines).
+CONTROLS = ("cublas", "torch")
+
+
 def rows_of(report_file: pathlib.Path):
     """(key, row) for every row of every report in a moefuse-bench --json file."""
     data = json.loads(report_file.read_text())
@@ -92,7 +96,7 @@ def main(argv=None) -> int:
     p.add_argument("--metric", default="median_ms,ms,median_us",
                    help="numeric columns, comma separated, a row taking the first it has "
                         "(default median_ms,ms,median_us)")
-    p.add_argument("--control", default="cublas,torch",
+    p.add_argument("--control", default=",".join(CONTROLS),
                    help="substrings naming rows of code every build shares, comma separated: "
                         "their ratios are printed as the noise floor (default cublas,torch)")
     args = p.parse_args(argv)

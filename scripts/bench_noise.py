@@ -20,12 +20,11 @@ import statistics
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_compare import metric_of, rows_of  # noqa: E402
+from bench_compare import CONTROLS, metric_of, rows_of  # noqa: E402
 
 RUN = re.compile(r"^(?P<call>call\d+_)?(?P<mode>[a-z0-9-]+?)_(?P<preset>[a-z0-9.-]+?-[a-z0-9.-]+)"
                  r"_(?P<label>[A-Za-z0-9.+-]+)_(?P<round>\d+)\.json$")
 METRICS = ["median_ms", "ms", "median_us"]
-CONTROLS = ("cublas", "torch")
 
 
 def runs(dirs):
