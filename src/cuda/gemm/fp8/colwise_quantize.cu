@@ -31,13 +31,18 @@
 // ptxas spill at the 64 registers of four CTAs an SM), reduce the row's amax by shuffles, and
 // store 8 codes each with the scale one lane computed; the row's scale goes to the GEMM's K-major
 // layout. One read of x then serves both copies (d_pre's: the FC1 dgrad's and dW1's), where two
-// passes read it twice.
+// passes read it twice. This form loads its block by cp.async straight into shared memory: with
+// no registers held for the loads it runs five CTAs an SM, 0.83 → 0.90 of copy bandwidth
+// (docs/fp8.md). The column-only forms keep their register loads: a cp.async form of those
+// slowed the FP8 wgrad that follows them on gpt-oss (docs/fp8.md, "Why the quantisers do not load
+// by cp.async"); this one runs before the FC1 dgrad.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "cuda/check.h"
 #include "cuda/device.h"
+#include "cuda/gemm/common/cp_async.cuh"
 #include "cuda/gemm/device_scheduler.cuh"
 #include "cuda/gemm/fp8/colwise_groups.h"
 #include "cuda/quant/vec16.cuh"
@@ -127,8 +132,59 @@ __device__ __forceinline__ void quantize_loaded_rows(const uint32_t (&block)[kCo
   }
 }
 
+// Vector i of the block (i = t + 256 u for thread t): block row i / 16, columns n0 + 8 (i % 16)..,
+// stored at word `block_word(i)` of its row.
+__device__ __forceinline__ int block_row(int i) { return i / (kCols / 8); }
+__device__ __forceinline__ int block_word(int i) {
+  return ((i % (kCols / 8)) * 4) ^ word_swizzle(block_row(i));
+}
+
+// Where vector i comes from; null for rows outside the group and columns past N (zeros).
+__device__ __forceinline__ const uint4* block_source(int i, const int* source_row, int n0,
+                                                     const ColwiseQuantParams& p) {
+  const int src = source_row[block_row(i)], c = n0 + (i % (kCols / 8)) * 8;
+  return src >= 0 && c < p.n
+             ? reinterpret_cast<const uint4*>(p.x + static_cast<int64_t>(src) * p.n + c)
+             : nullptr;
+}
+
+// The block by 16-byte register loads, all 8 of a thread in flight, then stored.
+__device__ __forceinline__ void load_block(uint32_t (&block)[kColwiseGroup][kWords],
+                                           const int* source_row, int n0,
+                                           const ColwiseQuantParams& p) {
+  uint4 v[kLoadsPerThread];
+#pragma unroll
+  for (int u = 0; u < kLoadsPerThread; ++u) {
+    const uint4* from = block_source(threadIdx.x + kThreads * u, source_row, n0, p);
+    v[u] = from ? __ldg(from) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kLoadsPerThread; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    *reinterpret_cast<uint4*>(&block[block_row(i)][block_word(i)]) = v[u];
+  }
+}
+
+// The block by cp.async (zeros by a source size of 0); on return this thread's copies are visible
+// to it, the others' after a barrier.
+__device__ __forceinline__ void load_block_async(uint32_t (&block)[kColwiseGroup][kWords],
+                                                 const int* source_row, int n0,
+                                                 const ColwiseQuantParams& p) {
+#pragma unroll
+  for (int u = 0; u < kLoadsPerThread; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    const uint4* from = block_source(i, source_row, n0, p);
+    cp_async_16(&block[block_row(i)][block_word(i)], from ? static_cast<const void*>(from) : p.x,
+                from ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+// Five CTAs an SM for the row-wise form (cp.async holds no registers), four for the others.
 template <bool kRowwise>
-__global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const ColwiseQuantParams p) {
+__global__ void __launch_bounds__(kThreads, kRowwise ? 5 : 4)
+    colwise_quantize_kernel(const ColwiseQuantParams p) {
   __shared__ alignas(16) uint32_t block[kColwiseGroup][kWords];  // bf16 pairs
   __shared__ int group_start[kGroupedGemmMaxExperts + 1];
   __shared__ int source_row[kColwiseGroup];  // x's row of each group row, -1: zeros
@@ -147,21 +203,12 @@ __global__ void __launch_bounds__(kThreads, 4) colwise_quantize_kernel(const Col
   }
   __syncthreads();
 
-  uint4 v[kLoadsPerThread];
-#pragma unroll
-  for (int u = 0; u < kLoadsPerThread; ++u) {
-    const int i = threadIdx.x + kThreads * u, r = i / (kCols / 8), c = n0 + (i % (kCols / 8)) * 8;
-    const int src = source_row[r];
-    v[u] = src >= 0 && c < p.n
-               ? __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<int64_t>(src) * p.n + c))
-               : make_uint4(0, 0, 0, 0);
+  if constexpr (kRowwise) {
+    load_block_async(block, source_row, n0, p);
+    quantize_loaded_rows(block, grp, n0, p);  // reads only this thread's own copies
+  } else {
+    load_block(block, source_row, n0, p);
   }
-#pragma unroll
-  for (int u = 0; u < kLoadsPerThread; ++u) {
-    const int i = threadIdx.x + kThreads * u, r = i / (kCols / 8);
-    *reinterpret_cast<uint4*>(&block[r][((i % (kCols / 8)) * 4) ^ word_swizzle(r)]) = v[u];
-  }
-  if constexpr (kRowwise) quantize_loaded_rows(block, grp, n0, p);
   __syncthreads();
 
   const int cp = threadIdx.x / kQuarters, q = threadIdx.x % kQuarters;
