@@ -255,3 +255,22 @@ def test_torch_gemm_baselines_take_the_warm_up_options(monkeypatch):
     assert counts == [3, 0, 5] and problems == [["fc1", "64", "32", "swiglu"]]
     bound = inspect.signature(torch_timing.median_ms).bind(None, *timing).arguments
     assert (bound["warmup"], bound["iters"], bound["warm_ms"]) == (2, 7, 1500)
+
+
+def test_torch_fp8_baseline_leaves_out_what_torch_refuses(monkeypatch, capsys):
+    # bench/torch_gemm_fp8.py: a variant this torch refuses (e.g. blockwise scales with K not a
+    # multiple of 128) prints no timing line for moefuse-bench to read, only its reason on stderr;
+    # the other variants still print theirs.
+    monkeypatch.syspath_prepend(str(SCRIPTS.parent / "bench"))
+    import torch_gemm_fp8
+    monkeypatch.setattr(torch_gemm_fp8, "median_ms", lambda fn, *timing: fn())
+
+    def refuse():
+        raise RuntimeError("blockwise scaling needs K divisible by 128\nat some frame")
+
+    torch_gemm_fp8.report("fc2", "scaled_mm_blockwise", refuse, (1, 1, 0))
+    torch_gemm_fp8.report("fc2", "scaled_mm_tensorwise", lambda: 0.25, (1, 1, 0))
+    out, err = capsys.readouterr()
+    assert out == "torch fc2.scaled_mm_tensorwise 0.250000\n"
+    assert err == ("fc2.scaled_mm_blockwise: not available: "
+                   "blockwise scaling needs K divisible by 128\n")

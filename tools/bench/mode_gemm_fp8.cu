@@ -11,6 +11,11 @@
 // quantisation passes over its bf16 operands (the layer makes dys's copies from dy instead:
 // docs/layer.md, "FP8").
 //
+// Beside each forward problem, torch's FP8 GEMMs in the same run (bench/torch_gemm_fp8.py; not
+// with --no-torch): cuBLAS's dense FP8 GEMM with per-tensor scales (the dense FP8 bound) and with
+// DeepSeek's blockwise scales, and torch._scaled_grouped_mm with row-wise scales on the same
+// expert rows.
+//
 // The values are quantised from random bf16 data by the GPU quantisers; the forward problems'
 // DeepSeek activation scales (K-major) are random positive values, the MXFP8 runs read the same
 // codes with every UE8M0 scale 2^0: the timing does not depend on them.
@@ -20,6 +25,8 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,8 +123,15 @@ struct Mxfp8Run {
   }
 };
 
-void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& cublas,
-                   Report& report, Report& mx_report) {
+// torch's FP8 GEMMs of a problem (bench/torch_gemm_fp8.py's variants, rows of the report).
+constexpr std::array<std::pair<const char*, const char*>, 4> kTorchFp8Variants{{
+    {"scaled_mm_tensorwise", "torch scaled_mm fp8 dense, per-tensor scales (bound)"},
+    {"scaled_mm_tensorwise_fast_accum", "torch scaled_mm fp8 dense, per-tensor, fast accum"},
+    {"scaled_mm_blockwise", "torch scaled_mm fp8 dense, 1x128 / 128x128 scales"},
+    {"scaled_grouped_mm_rowwise", "torch scaled_grouped_mm fp8, row-wise scales"}}};
+
+void bench_problem(const Problem& p, const GemmBenchOptions& o, const TorchGemmTimings& torch,
+                   CublasBaseline& cublas, Report& report, Report& mx_report) {
   const int64_t e = static_cast<int64_t>(p.offsets.size()) - 1, m = p.offsets.back();
   const int64_t n_out = p.activation && is_glu(p.act) ? p.n / 2 : p.n;
   const int64_t kg = fp8_scale_groups(p.k);
@@ -182,10 +196,17 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, CublasBaseline& 
   progress_done();
 
   const double flops = 2.0 * m * p.n * p.k;
+  const std::optional<double> torch_grouped = torch.at(p.op + ".scaled_grouped_mm_rowwise");
   auto row = [&](const std::string& variant, double ms) {
-    report.add_row({p.name, p.op, variant, ms, flops / ms * 1e-9, dense / ms, bf16 / ms});
+    report.add_row({p.name, p.op, variant, ms, flops / ms * 1e-9, dense / ms, bf16 / ms,
+                    torch_grouped ? Cell{*torch_grouped / ms} : Cell{std::string("-")}});
   };
   row("cublas dense bf16 (bound)", dense);
+  for (const auto& [key, variant] : kTorchFp8Variants)
+    if (const std::optional<double> ms = torch.at(p.op + "." + key)) row(variant, *ms);
+  if (!torch.ms)
+    std::printf("   torch (%s %s): unavailable, %s\n", p.name.c_str(), p.op.c_str(),
+                torch.unavailable.c_str());
   row("moefuse bf16 grouped", bf16);
   row("moefuse fp8 grouped", fp8);
   row("moefuse mxfp8 grouped (dequantise x2 + bf16 grouped)", mxfp8);
@@ -364,19 +385,36 @@ int run(Args& args) {
   Report report("FP8 grouped GEMM (e4m3; DeepSeek 1x128 / 128x128 fp32 scales, MXFP8 1x32 "
                 "e8m0 emulated in bf16; bf16 out)",
                 {"problem", "op", "variant", "median_ms", "TFLOP/s", "vs_dense_bf16",
-                 "vs_bf16_grouped"});
+                 "vs_bf16_grouped", "vs_torch_fp8_grouped"});
   report.set_meta("tokens", static_cast<long long>(o.tokens));
   report.set_meta("routing", o.routing_name);
   report.set_meta("timing", timing_note(o.warmup, o.iters, o.warm_ms));
-  report.set_meta("columns", "vs_* = that variant's time / this time (the same FLOPs)");
+  report.set_meta("columns",
+                  "vs_* = that variant's time / this time (the same FLOPs); vs_torch_fp8_grouped: "
+                  "torch._scaled_grouped_mm's (row-wise scales)");
   Report mx_report("MXFP8 emulation: dequantise passes vs the BF16 grouped GEMM",
                    {"problem", "op", "dequantise_ms", "TB/s", "mxfp8_ms", "bf16_grouped_ms",
                     "mxfp8_vs_bf16"});
   mx_report.set_meta("columns",
                      "dequantise_ms: both passes alone, TB/s over the bytes they move (e4m3 and "
                      "e8m0 read, bf16 written); mxfp8_vs_bf16 = mxfp8_ms / bf16_grouped_ms");
+  // One torch process per set of expert rows, timing every problem that has them.
+  std::map<std::vector<int32_t>, TorchGemmTimings> torch_runs;
+  auto torch_for = [&](const Problem& p) -> const TorchGemmTimings& {
+    if (auto it = torch_runs.find(p.offsets); it != torch_runs.end()) return it->second;
+    std::vector<int32_t> counts;
+    for (size_t i = 1; i < p.offsets.size(); ++i) counts.push_back(p.offsets[i] - p.offsets[i - 1]);
+    std::string specs;
+    for (const Problem& q : problems)
+      if (q.offsets == p.offsets)
+        specs += " --problem " + q.op + ":" + std::to_string(q.n) + ":" + std::to_string(q.k);
+    progress("gemm-fp8 " + p.name + ": torch");
+    return torch_runs
+        .emplace(p.offsets, run_torch_gemm("bench/torch_gemm_fp8.py", counts, specs, o))
+        .first->second;
+  };
   CublasBaseline cublas;
-  for (const Problem& p : problems) bench_problem(p, o, cublas, report, mx_report);
+  for (const Problem& p : problems) bench_problem(p, o, torch_for(p), cublas, report, mx_report);
   Report wgrad("FP8 k-grouped wgrad (column-wise e4m3, 128-row groups, fp32 out)",
                {"problem", "op", "variant", "median_ms", "TFLOP/s", "vs_bf16_wgrad"});
   wgrad.set_meta("columns", "vs_bf16_wgrad = the BF16 wgrad's time / this time");
@@ -400,8 +438,8 @@ int run(Args& args) {
 }  // namespace
 
 MOEFUSE_BENCH_MODE(gemm_fp8, "gemm-fp8",
-                   "FP8 grouped GEMM (DeepSeek-V3 and MXFP8 recipes) vs BF16 grouped and cuBLAS "
-                   "dense bf16",
+                   "FP8 grouped GEMM (DeepSeek-V3 and MXFP8 recipes) vs BF16 grouped, cuBLAS "
+                   "dense bf16 and torch's FP8 GEMMs",
                    kGemmBenchOptions, run);
 
 }  // namespace moefuse::bench
