@@ -27,15 +27,14 @@
 //
 // The row-wise form (quantize_fp8_rowcol_grouped) also writes the rows' 1x128 codes in step 2:
 // the 16 lanes that loaded a row's 128 columns (adjacent, 8 bf16 each) read their vectors back
-// from shared memory (the words each stored itself: no barrier; kept in registers, they made
-// ptxas spill at the 64 registers of four CTAs an SM), reduce the row's amax by shuffles, and
-// store 8 codes each with the scale one lane computed; the row's scale goes to the GEMM's K-major
-// layout. One read of x then serves both copies (d_pre's: the FC1 dgrad's and dW1's), where two
-// passes read it twice. This form loads its block by cp.async straight into shared memory: with
-// no registers held for the loads it runs five CTAs an SM, 0.83 → 0.90 of copy bandwidth
-// (docs/fp8.md). The column-only forms keep their register loads: a cp.async form of those
-// slowed the FP8 wgrad that follows them on gpt-oss (docs/fp8.md, "Why the quantisers do not load
-// by cp.async"); this one runs before the FC1 dgrad.
+// from shared memory (the words each copied itself: no barrier), reduce the row's amax by
+// shuffles, and store 8 codes each with the scale one lane computed; the row's scale goes to the
+// GEMM's K-major layout. One read of x then serves both copies (d_pre's: the FC1 dgrad's and
+// dW1's), where two passes read it twice. This form loads its block by cp.async straight into
+// shared memory: no registers hold the loads, so five CTAs run on an SM (0.84 → 0.89 of copy
+// bandwidth, docs/fp8.md). The column-only forms keep their register loads: by cp.async they
+// slowed the FP8 wgrad that follows them on gpt-oss (docs/fp8.md, "Why the column-only
+// quantisers do not load by cp.async"); this form runs before the FC1 dgrad, which it did not.
 #include <cuda_bf16.h>
 
 #include <cstdint>
