@@ -5,8 +5,8 @@ random data cast to e4m3. Each problem is d[M, N] = a[M, K] · b[e][N, K]ᵀ ove
 (bf16 out); per --problem NAME:N:K it prints
 
   torch NAME.scaled_mm_tensorwise <ms>             one dense torch._scaled_mm of the same total M,
-                                                   N, K with per-tensor scales: cuBLAS's FP8 GEMM,
-                                                   no scale inside K (the dense FP8 bound)
+                                                   N, K with per-tensor scales: cuBLAS's FP8 GEMM
+                                                   with no scale inside K
   torch NAME.scaled_mm_tensorwise_fast_accum <ms>  the same with fast accumulation (no promotion
                                                    of the tensor cores' partial sums to fp32)
   torch NAME.scaled_mm_blockwise <ms>              the dense GEMM with DeepSeek's scales (1x128 on

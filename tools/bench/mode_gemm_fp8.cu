@@ -12,7 +12,7 @@
 // docs/layer.md, "FP8").
 //
 // Beside each forward problem, torch's FP8 GEMMs in the same run (bench/torch_gemm_fp8.py; not
-// with --no-torch): cuBLAS's dense FP8 GEMM with per-tensor scales (the dense FP8 bound) and with
+// with --no-torch): cuBLAS's dense FP8 GEMM with per-tensor scales (no scale inside K) and with
 // DeepSeek's blockwise scales, and torch._scaled_grouped_mm with row-wise scales on the same
 // expert rows.
 //
@@ -125,7 +125,7 @@ struct Mxfp8Run {
 
 // torch's FP8 GEMMs of a problem (bench/torch_gemm_fp8.py's variants, rows of the report).
 constexpr std::array<std::pair<const char*, const char*>, 4> kTorchFp8Variants{{
-    {"scaled_mm_tensorwise", "torch scaled_mm fp8 dense, per-tensor scales (bound)"},
+    {"scaled_mm_tensorwise", "torch scaled_mm fp8 dense, per-tensor scales"},
     {"scaled_mm_tensorwise_fast_accum", "torch scaled_mm fp8 dense, per-tensor, fast accum"},
     {"scaled_mm_blockwise", "torch scaled_mm fp8 dense, 1x128 / 128x128 scales"},
     {"scaled_grouped_mm_rowwise", "torch scaled_grouped_mm fp8, row-wise scales"}}};
