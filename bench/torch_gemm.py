@@ -39,11 +39,12 @@ def time_problem(name, counts, n, k, op, timing):
 
 
 def main():
-    counts, problems, timing = grouped_gemm_cli("NAME:N:K:OP, OP plain or swiglu (N = 2F for a GLU FC1)")
+    counts, problems, timing = grouped_gemm_cli(
+        "NAME:N:K:OP, OP plain or swiglu (N = 2F for a GLU FC1)", fields=4)
     if torch_or_none() is None:
         return UNAVAILABLE
     for name, n, k, op in problems:
-        time_problem(name, counts, int(n), int(k), op, timing)
+        time_problem(name, counts, n, k, op, timing)
     return 0
 
 

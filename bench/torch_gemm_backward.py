@@ -41,11 +41,12 @@ def time_problem(name, counts, n, k, timing):
 
 
 def main():
-    counts, problems, timing = grouped_gemm_cli("NAME:N:K, the forward GEMM's output width N and reduction K")
+    counts, problems, timing = grouped_gemm_cli(
+        "NAME:N:K, the forward GEMM's output width N and reduction K", fields=3)
     if torch_or_none() is None:
         return UNAVAILABLE
     for name, n, k in problems:
-        time_problem(name, counts, int(n), int(k), timing)
+        time_problem(name, counts, n, k, timing)
     return 0
 
 

@@ -86,12 +86,13 @@ def time_problem(torch, name, counts, n, k, timing):
 
 
 def main():
-    counts, problems, timing = grouped_gemm_cli("NAME:N:K, one FP8 GEMM d[M, N] = a · b[e]ᵀ")
+    counts, problems, timing = grouped_gemm_cli("NAME:N:K, one FP8 GEMM d[M, N] = a · b[e]ᵀ",
+                                                fields=3)
     torch = torch_or_none()
     if torch is None:
         return UNAVAILABLE
     for name, n, k in problems:
-        time_problem(torch, name, counts, int(n), int(k), timing)
+        time_problem(torch, name, counts, n, k, timing)
     return 0
 
 

@@ -45,11 +45,12 @@ def median_ms(fn, warmup, iters, warm_ms=0):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
-def grouped_gemm_cli(problem_help):
+def grouped_gemm_cli(problem_help, fields):
     """The command line of the grouped-GEMM baselines (torch_gemm*.py): --counts (rows per expert),
-    repeated --problem specs (colon-separated fields), --warmup, --warm-ms, --iters. Returns
-    (counts, [fields of each problem], timing): timing holds warmup, iters and warm_ms, the
-    arguments median_ms takes after fn."""
+    repeated --problem specs of `fields` colon-separated fields NAME:N:K[:...], --warmup, --warm-ms,
+    --iters. Returns (counts, [fields of each problem, N and K as ints], timing): timing holds
+    warmup, iters and warm_ms, the arguments median_ms takes after fn. A malformed --counts or
+    --problem exits with argparse's usage error naming it."""
     p = argparse.ArgumentParser()
     p.add_argument("--counts", required=True, help="rows per expert, comma separated")
     p.add_argument("--problem", action="append", required=True, help=problem_help)
@@ -57,5 +58,14 @@ def grouped_gemm_cli(problem_help):
     p.add_argument("--warm-ms", type=int, default=0)
     p.add_argument("--iters", type=int, default=50)
     a = p.parse_args()
-    counts = [int(c) for c in a.counts.split(",")]
-    return counts, [spec.split(":") for spec in a.problem], (a.warmup, a.iters, a.warm_ms)
+    try:
+        counts = [int(c) for c in a.counts.split(",")]
+    except ValueError:
+        p.error(f"--counts: expected comma-separated integers, got {a.counts!r}")
+    problems = []
+    for spec in a.problem:
+        parts = spec.split(":")
+        if len(parts) != fields or not all(f.isdigit() and int(f) > 0 for f in parts[1:3]):
+            p.error(f"--problem: expected {problem_help}, got {spec!r}")
+        problems.append([parts[0], int(parts[1]), int(parts[2]), *parts[3:]])
+    return counts, problems, (a.warmup, a.iters, a.warm_ms)

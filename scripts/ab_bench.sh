@@ -15,11 +15,10 @@
 # reasons every 100 ms while it ran. VAR=VALUE after a build's directory (values without commas or
 # blanks, a directory without ':') are set in its runs' environment: a runtime switch compared
 # inside one binary, where a rebuild can move a kernel's time by itself (docs/fp8.md, "What
-# comparing builds misses"). Then scripts/bench_compare.py
-# prints each preset's rows with the builds side by side (mean over rounds), their ratios to the
-# first build and the noise floor (the ratios of the cuBLAS and torch rows, code every build
-# shares), and scripts/gpu_clocks.py each build's clocks (an H200 at its power limit runs well
-# below its boost clock: run 22).
+# comparing builds misses"). Then scripts/bench_compare.py prints each preset's rows with the
+# builds side by side (mean over rounds), their ratios to the first build and the noise floor (the
+# ratios of the cuBLAS and torch rows, code every build shares), and scripts/gpu_clocks.py each
+# build's clocks (an H200 at its power limit runs well below its boost clock: run 22).
 set -uo pipefail
 usage() { sed -n '2,8p' "$0" >&2; exit 2; }
 [[ $# -ge 4 ]] || usage

@@ -251,10 +251,29 @@ def test_torch_gemm_baselines_take_the_warm_up_options(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["torch_gemm.py", "--counts", "3,0,5", "--problem",
                                       "fc1:64:32:swiglu", "--warmup", "2", "--warm-ms", "1500",
                                       "--iters", "7"])
-    counts, problems, timing = torch_timing.grouped_gemm_cli("NAME:N:K:OP")
-    assert counts == [3, 0, 5] and problems == [["fc1", "64", "32", "swiglu"]]
+    counts, problems, timing = torch_timing.grouped_gemm_cli("NAME:N:K:OP", fields=4)
+    assert counts == [3, 0, 5] and problems == [["fc1", 64, 32, "swiglu"]]
     bound = inspect.signature(torch_timing.median_ms).bind(None, *timing).arguments
     assert (bound["warmup"], bound["iters"], bound["warm_ms"]) == (2, 7, 1500)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--counts", "3,x", "--problem", "fc2:64:32"], "--counts: expected comma-separated integers"),
+    (["--counts", "3", "--problem", "fc2:64"], "--problem: expected NAME:N:K, got 'fc2:64'"),
+    (["--counts", "3", "--problem", "fc2:64:32:plain"], "got 'fc2:64:32:plain'"),
+    (["--counts", "3", "--problem", "fc2:64:0"], "got 'fc2:64:0'"),
+    (["--counts", "3", "--problem", "fc2:n:32"], "got 'fc2:n:32'"),
+])
+def test_torch_gemm_baselines_name_a_malformed_argument(monkeypatch, capsys, args, message):
+    # bench/torch_gemm*.py's shared command line: a bad --counts or --problem is argparse's usage
+    # error (exit 2) naming the argument and what it got, not a traceback from deeper down.
+    monkeypatch.syspath_prepend(str(SCRIPTS.parent / "bench"))
+    import torch_timing
+    monkeypatch.setattr(sys, "argv", ["torch_gemm_fp8.py", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        torch_timing.grouped_gemm_cli("NAME:N:K", fields=3)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_torch_fp8_baseline_leaves_out_what_torch_refuses(monkeypatch, capsys):

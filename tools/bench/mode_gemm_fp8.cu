@@ -204,9 +204,6 @@ void bench_problem(const Problem& p, const GemmBenchOptions& o, const TorchGemmT
   row("cublas dense bf16 (bound)", dense);
   for (const auto& [key, variant] : kTorchFp8Variants)
     if (const std::optional<double> ms = torch.at(p.op + "." + key)) row(variant, *ms);
-  if (!torch.ms)
-    std::printf("   torch (%s %s): unavailable, %s\n", p.name.c_str(), p.op.c_str(),
-                torch.unavailable.c_str());
   row("moefuse bf16 grouped", bf16);
   row("moefuse fp8 grouped", fp8);
   row("moefuse mxfp8 grouped (dequantise x2 + bf16 grouped)", mxfp8);
@@ -409,9 +406,12 @@ int run(Args& args) {
       if (q.offsets == p.offsets)
         specs += " --problem " + q.op + ":" + std::to_string(q.n) + ":" + std::to_string(q.k);
     progress("gemm-fp8 " + p.name + ": torch");
-    return torch_runs
-        .emplace(p.offsets, run_torch_gemm("bench/torch_gemm_fp8.py", counts, specs, o))
-        .first->second;
+    const TorchGemmTimings& t =
+        torch_runs.emplace(p.offsets, run_torch_gemm("bench/torch_gemm_fp8.py", counts, specs, o))
+            .first->second;
+    if (!t.ms)
+      std::printf("   torch (%s): unavailable, %s\n", p.name.c_str(), t.unavailable.c_str());
+    return t;
   };
   CublasBaseline cublas;
   for (const Problem& p : problems) bench_problem(p, o, torch_for(p), cublas, report, mx_report);
