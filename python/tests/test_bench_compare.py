@@ -293,3 +293,25 @@ def test_torch_fp8_baseline_leaves_out_what_torch_refuses(monkeypatch, capsys):
     assert out == "torch fc2.scaled_mm_tensorwise 0.250000\n"
     assert err == ("fc2.scaled_mm_blockwise: not available: "
                    "blockwise scaling needs K divisible by 128\n")
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--gib", "0"], 2, "--gib: expected a size > 0, got 0.0"),
+    (["--iters", "x"], 2, "--iters: invalid int value"),
+])
+def test_hbm_bandwidth_names_a_bad_argument(args, code, message):
+    # bench/hbm_bandwidth.py checks its command line before it looks for torch or a GPU.
+    proc = subprocess.run([sys.executable, str(SCRIPTS.parent / "bench" / "hbm_bandwidth.py"),
+                           *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code and message in proc.stderr, proc.stderr
+
+
+def test_hbm_bandwidth_exits_unavailable_without_torch(monkeypatch):
+    # Without torch or a GPU (torch_or_none prints why) the probe exits with
+    # torch_timing.UNAVAILABLE, the code moefuse-bench's torch runs read as "not available".
+    monkeypatch.syspath_prepend(str(SCRIPTS.parent / "bench"))
+    import hbm_bandwidth
+    import torch_timing
+    monkeypatch.setattr(hbm_bandwidth.torch_timing, "torch_or_none", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["hbm_bandwidth.py", "--gib", "0.5"])
+    assert hbm_bandwidth.main() == torch_timing.UNAVAILABLE
