@@ -93,10 +93,10 @@ __device__ __forceinline__ float amax8(uint4 v) {
 // Row-wise form: the 1x128 codes and scales of the group rows this warp loaded, from `block`.
 // Load u of lane l held columns 8 (l % 16) .. of block row 2 w + l / 16 + 16 u (w: the warp), so a
 // warp holds 16 rows, two a load: vector t + 256 u of its thread t (block_row, block_word below),
-// so each lane reads back only what it copied itself. Pass 1 reduces each row's amax over its 16 lanes and parks it
-// in lane 2u + l / 16; those 16 lanes compute the scales (one division sequence a warp, not one
-// a load); pass 2 reads the vectors again and stores their codes. Rows outside the group (or
-// M_cap) and columns past N write nothing.
+// so each lane reads back only what it copied itself. Pass 1 reduces each row's amax over its 16
+// lanes and parks it in lane 2u + l / 16; those 16 lanes compute the scales (one division
+// sequence a warp, not one a load); pass 2 reads the vectors again and stores their codes. Rows
+// outside the group (or M_cap) and columns past N write nothing.
 __device__ __forceinline__ void quantize_loaded_rows(const uint32_t (&block)[kColwiseGroup][kWords],
                                                      const ColwiseGroup& grp, int n0,
                                                      const ColwiseQuantParams& p) {
